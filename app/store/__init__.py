@@ -1,0 +1,14 @@
+"""Persistence of conversations, free of Qt."""
+
+from app.store.db import Conversation, Store, StoredMessage, default_data_dir
+from app.store.settings import Settings, SettingsFile, write_atomic
+
+__all__ = [
+    "Conversation",
+    "Settings",
+    "SettingsFile",
+    "Store",
+    "StoredMessage",
+    "default_data_dir",
+    "write_atomic",
+]

@@ -1,0 +1,77 @@
+"""User preferences in a JSON file, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from app.store.db import default_data_dir
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` so that readers see the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Preferences that outlive a session."""
+
+    target: str | None = None
+    draft: str | None = None
+    num_draft: int = 4
+    temperature: float = 0.0
+    max_tokens: int = 1024
+
+    def updated(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+
+def _fits(value: Any, default: Any) -> bool:
+    """Whether a loaded value has the type of its default (a bad one is dropped)."""
+    if isinstance(value, bool) or isinstance(default, bool):
+        return type(value) is type(default)
+    if default is None:
+        return value is None or isinstance(value, str)
+    if isinstance(default, float):
+        return isinstance(value, int | float)
+    return isinstance(value, type(default))
+
+
+class SettingsFile:
+    """Loads and saves :class:`Settings` as JSON."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_data_dir() / "settings.json"
+
+    def load(self) -> Settings:
+        """The saved settings; defaults when the file is missing or unreadable."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return Settings()
+        if not isinstance(data, dict):
+            return Settings()
+        defaults = Settings()
+        clean: dict[str, Any] = {}
+        for f in fields(Settings):
+            if f.name in data and _fits(data[f.name], getattr(defaults, f.name)):
+                clean[f.name] = data[f.name]
+        return Settings(**clean)
+
+    def save(self, settings: Settings) -> None:
+        write_atomic(self.path, json.dumps(asdict(settings), indent=2).encode())

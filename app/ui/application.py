@@ -1,0 +1,73 @@
+"""Starting and quitting the desktop app."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import qasync
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication
+
+from app import __version__, resource_path
+from app.services import EngineService
+from app.store import SettingsFile, Store, default_data_dir
+from app.ui.main_window import MainWindow
+
+
+def run_app(
+    argv: list[str],
+    *,
+    data_dir: Path | None = None,
+    target: str | None = None,
+    draft: str | None = None,
+    on_ready: Callable[[MainWindow], None] | None = None,
+) -> int:
+    """Runs the window on a qasync event loop until it closes.
+
+    The engine thread is stopped and joined and its models released before
+    this returns, so the interpreter exits cleanly.
+    """
+    app = QApplication.instance() or QApplication(argv)
+    assert isinstance(app, QApplication)
+    app.setApplicationName("Tandem")
+    app.setOrganizationName("Tandem")
+    app.setApplicationVersion(__version__)
+    app.setDesktopFileName("tandem")
+    icon = resource_path("icon.svg")
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
+    data_dir = data_dir or default_data_dir()
+    store = Store(data_dir / "tandem.sqlite3")
+    service = EngineService()
+    window = MainWindow(store, service, SettingsFile(data_dir / "settings.json"))
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    closed = asyncio.Event()
+    app.aboutToQuit.connect(closed.set)
+    # Ctrl+C in a terminal quits like the menu does.
+    signal.signal(signal.SIGINT, lambda *_: window.close())
+    try:
+        window.show()
+        preload = target or window.model_bar.target_edit.text().strip()
+        if preload:
+            window.model_bar.target_edit.setText(preload)
+            if draft is not None:
+                window.model_bar.draft_edit.setText(draft)
+            window.model_bar.load_button.click()
+        if on_ready is not None:
+            on_ready(window)
+        with loop:
+            loop.run_until_complete(closed.wait())
+    finally:
+        service.shutdown()
+        store.close()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run_app(sys.argv))

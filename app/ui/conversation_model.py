@@ -1,0 +1,45 @@
+"""A thin Qt list model over the store's conversations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
+
+from app.store import Conversation, Store
+
+ConversationIdRole = Qt.ItemDataRole.UserRole + 1
+
+
+class ConversationListModel(QAbstractListModel):
+    """Conversations, most recently used first."""
+
+    def __init__(self, store: Store, parent: Any = None) -> None:
+        super().__init__(parent)
+        self._store = store
+        self._items: list[Conversation] = store.conversations()
+
+    def refresh(self) -> None:
+        self.beginResetModel()
+        self._items = self._store.conversations()
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._items)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = 0) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._items):
+            return None
+        item = self._items[index.row()]
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+            return item.title
+        if role == ConversationIdRole:
+            return item.id
+        return None
+
+    def row_of(self, conversation_id: int) -> int:
+        """Row of a conversation, or -1."""
+        return next((i for i, c in enumerate(self._items) if c.id == conversation_id), -1)
+
+    def conversation_at(self, row: int) -> Conversation | None:
+        return self._items[row] if 0 <= row < len(self._items) else None

@@ -1,0 +1,343 @@
+"""Tandem's main window."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QByteArray, QItemSelectionModel, QModelIndex, QSettings, Slot
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListView,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.types import FinishReason, GenerationParams, Message, Origin, Stats
+from app.services import EngineFailure, EngineService, GenerationResult, PairInfo, TokenBatch
+from app.store import Settings, SettingsFile, Store
+from app.ui.composer import Composer
+from app.ui.conversation_model import ConversationIdRole, ConversationListModel
+from app.ui.model_bar import ModelBar
+from app.ui.transcript import TranscriptView
+
+log = logging.getLogger(__name__)
+
+
+def format_stats(stats: Stats) -> tuple[str, str]:
+    """Status bar texts for tok/s and acceptance."""
+    tps = f"{stats.generation_tps:.1f} tok/s"
+    acc = stats.acceptance
+    acceptance = (
+        "no drafting" if acc is None else f"{acc:.0%} accepted ({stats.accepted}/{stats.drafted})"
+    )
+    return tps, acceptance
+
+
+class MainWindow(QMainWindow):
+    """Conversation list, transcript, composer, model bar and status bar."""
+
+    def __init__(
+        self,
+        store: Store,
+        service: EngineService,
+        settings_file: SettingsFile,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Tandem")
+        self.store = store
+        self.service = service
+        self._settings_file = settings_file
+        self._settings: Settings = settings_file.load()
+        self._pair: PairInfo | None = None
+        self._conversation_id: int | None = None
+        self._reply_conversation_id: int | None = None
+        self._reply_request_id: int | None = None
+        self._reply_text: list[str] = []
+
+        self.model_bar = ModelBar(self._settings)
+        self.conversations = ConversationListModel(store, self)
+        self.conversation_list = QListView()
+        self.conversation_list.setModel(self.conversations)
+        self.conversation_list.setAccessibleName("Conversations")
+        self.conversation_list.setEditTriggers(QListView.EditTrigger.NoEditTriggers)
+        self.new_button = QPushButton("New Chat")
+        self.new_button.setAccessibleName("New conversation")
+        self.delete_button = QPushButton("Delete")
+        self.delete_button.setAccessibleName("Delete conversation")
+        self.transcript = TranscriptView()
+        self.error_banner = QLabel()
+        self.error_banner.setObjectName("errorBanner")
+        self.error_banner.setWordWrap(True)
+        self.error_banner.setStyleSheet(
+            "#errorBanner { background: #c0392b; color: white; padding: 6px; border-radius: 4px; }"
+        )
+        self.error_banner.hide()
+        self.composer = Composer()
+        self.pair_label = QLabel("No model loaded")
+        self.tps_label = QLabel("")
+        self.acceptance_label = QLabel("")
+
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(6, 6, 0, 6)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.new_button)
+        buttons.addWidget(self.delete_button)
+        left_layout.addLayout(buttons)
+        left_layout.addWidget(self.conversation_list, 1)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 6, 6, 6)
+        right_layout.addWidget(self.transcript, 1)
+        right_layout.addWidget(self.error_banner)
+        right_layout.addWidget(self.composer)
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([220, 700])
+        central = QWidget()
+        central_layout = QVBoxLayout(central)
+        central_layout.setContentsMargins(0, 0, 0, 0)
+        central_layout.addWidget(self.model_bar)
+        central_layout.addWidget(splitter, 1)
+        self.setCentralWidget(central)
+        status = self.statusBar()
+        status.addWidget(self.pair_label, 1)
+        status.addPermanentWidget(self.tps_label)
+        status.addPermanentWidget(self.acceptance_label)
+        self._build_menus()
+
+        self.new_button.clicked.connect(self._on_new_conversation_requested)
+        self.delete_button.clicked.connect(self._on_delete_conversation_requested)
+        self.conversation_list.selectionModel().currentChanged.connect(
+            self._on_conversation_selected
+        )
+        self.composer.send_requested.connect(self._on_send_requested)
+        self.composer.stop_requested.connect(self._on_stop_requested)
+        self.model_bar.load_requested.connect(self._on_load_requested)
+        service.pair_loaded.connect(self._on_pair_loaded)
+        service.tokens_generated.connect(self._on_tokens_generated)
+        service.generation_finished.connect(self._on_generation_finished)
+        service.failed.connect(self._on_failed)
+
+        self.resize(1100, 720)
+        geometry = QSettings().value("window/geometry")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        if self.conversations.rowCount():
+            self._select_row(0)
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        new = QAction("&New Chat", self)
+        new.setShortcut(QKeySequence.StandardKey.New)
+        new.triggered.connect(self._on_new_conversation_requested)
+        file_menu.addAction(new)
+        quit_action = QAction("&Quit Tandem", self)
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+        quit_action.triggered.connect(self.close)
+        file_menu.addAction(quit_action)
+
+    # Conversations
+
+    def _select_row(self, row: int) -> None:
+        index = self.conversations.index(row, 0)
+        self.conversation_list.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect
+        )
+
+    @Slot()
+    def _on_new_conversation_requested(self) -> None:
+        self._conversation_id = None
+        self.conversation_list.clearSelection()
+        self.conversation_list.selectionModel().clearCurrentIndex()
+        self.transcript.show_messages([])
+        self.composer.editor.setFocus()
+
+    @Slot(QModelIndex, QModelIndex)
+    def _on_conversation_selected(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        cid = current.data(ConversationIdRole) if current.isValid() else None
+        if cid is None or cid == self._conversation_id:
+            return
+        self._show_conversation(cid)
+
+    def _show_conversation(self, conversation_id: int) -> None:
+        self._conversation_id = conversation_id
+        self.transcript.show_messages(self.store.messages(conversation_id))
+        if self._reply_conversation_id == conversation_id:
+            self.transcript.begin_reply()
+            self.transcript.append_text("".join(self._reply_text))
+
+    @Slot()
+    def _on_delete_conversation_requested(self) -> None:
+        cid = self._conversation_id
+        conversation = self.store.conversation(cid) if cid is not None else None
+        if conversation is None or cid is None:
+            return
+        answer = QMessageBox.question(
+            self,
+            "Delete Conversation",
+            f"Delete “{conversation.title}”? This cannot be undone.",
+            QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes,
+            QMessageBox.StandardButton.Cancel,
+        )
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        if self._reply_conversation_id == cid:
+            self.service.stop()
+            self._reply_conversation_id = None
+        self.store.delete_conversation(cid)
+        self._conversation_id = None
+        self.conversations.refresh()
+        if self.conversations.rowCount():
+            self._select_row(0)
+        else:
+            self.transcript.show_messages([])
+
+    # Models
+
+    @Slot(str, str)
+    def _on_load_requested(self, target: str, draft: str) -> None:
+        self.hide_error()
+        self.model_bar.set_loading(True)
+        self.pair_label.setText(f"Loading {target}…")
+        self.service.load_pair(target, draft or None)
+
+    @Slot(object)
+    def _on_pair_loaded(self, info: PairInfo) -> None:
+        self._pair = info
+        self.model_bar.set_loading(False)
+        self.pair_label.setText(info.label)
+        self._save_settings(target=info.target, draft=info.draft)
+
+    # Chat
+
+    def params(self) -> GenerationParams:
+        return GenerationParams(
+            max_tokens=self._settings.max_tokens,
+            temperature=self.model_bar.temp_spin.value(),
+            num_draft=self.model_bar.k_spin.value(),
+        )
+
+    @Slot(str)
+    def _on_send_requested(self, text: str) -> None:
+        if self.service.busy:
+            return
+        if self._pair is None:
+            self.show_error("Load a target model first: choose its folder above and press Load.")
+            return
+        self.hide_error()
+        if self._conversation_id is None:
+            title = " ".join(text.split())[:48]
+            self._conversation_id = self.store.create_conversation(title).id
+        cid = self._conversation_id
+        self.store.add_message(cid, "user", text)
+        self.composer.clear()
+        self.conversations.refresh()
+        self._select_row(self.conversations.row_of(cid))
+        self.transcript.append_message("user", text)
+        history = [Message(m.role, m.content) for m in self.store.messages(cid)]
+        self._reply_conversation_id = cid
+        self._reply_text = []
+        self.transcript.begin_reply()
+        self.composer.set_busy(True)
+        self._reply_request_id = self.service.generate(history, self.params())
+        self._save_settings(
+            num_draft=self.model_bar.k_spin.value(), temperature=self.model_bar.temp_spin.value()
+        )
+
+    @Slot()
+    def _on_stop_requested(self) -> None:
+        self.service.stop()
+
+    @Slot(object)
+    def _on_tokens_generated(self, batch: TokenBatch) -> None:
+        if batch.request_id != self._reply_request_id:
+            return
+        self._reply_text.append(batch.text)
+        if self._conversation_id == self._reply_conversation_id:
+            self.transcript.append_text(batch.text)
+
+    @Slot(object)
+    def _on_generation_finished(self, result: GenerationResult) -> None:
+        if result.request_id != self._reply_request_id:
+            return
+        f = result.finished
+        self._save_reply(result.text, f.finish_reason, result.pair, f.stats, f.origins)
+        tps, acceptance = format_stats(f.stats)
+        self.tps_label.setText(tps)
+        self.acceptance_label.setText(acceptance)
+
+    @Slot(object)
+    def _on_failed(self, failure: EngineFailure) -> None:
+        if failure.stage == "load":
+            self.model_bar.set_loading(False)
+            self.pair_label.setText(self._pair.label if self._pair else "No model loaded")
+        elif failure.request_id == self._reply_request_id:
+            self._save_reply(failure.text, "error", self._pair, None, ())
+        self.show_error(failure.message)
+
+    def _save_reply(
+        self,
+        text: str,
+        reason: FinishReason,
+        pair: PairInfo | None,
+        stats: Stats | None,
+        origins: tuple[Origin, ...],
+    ) -> None:
+        cid = self._reply_conversation_id
+        self._reply_request_id = None
+        self._reply_conversation_id = None
+        self._reply_text = []
+        self.composer.set_busy(False)
+        if cid is None or self.store.conversation(cid) is None:
+            return
+        if text or reason != "error":
+            self.store.add_message(
+                cid,
+                "assistant",
+                text,
+                target=pair.target if pair else None,
+                draft=pair.draft if pair else None,
+                finish_reason=reason,
+                stats=stats,
+                origins=origins,
+            )
+        self.conversations.refresh()
+        if cid == self._conversation_id:
+            self._select_row(self.conversations.row_of(cid))
+            note = {"cancelled": "Stopped.", "error": "Interrupted by an error."}.get(reason, "")
+            self.transcript.end_reply(note)
+
+    # Errors
+
+    def show_error(self, message: str) -> None:
+        self.error_banner.setText(message)
+        self.error_banner.show()
+        self.statusBar().showMessage(message, 10_000)
+
+    def hide_error(self) -> None:
+        self.error_banner.hide()
+
+    # Lifetime
+
+    def _save_settings(self, **changes: object) -> None:
+        self._settings = self._settings.updated(**changes)
+        try:
+            self._settings_file.save(self._settings)
+        except OSError as exc:
+            log.warning("cannot save settings: %s", exc)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        QSettings().setValue("window/geometry", self.saveGeometry())
+        self.service.stop()
+        super().closeEvent(event)

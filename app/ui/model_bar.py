@@ -1,0 +1,82 @@
+"""The model bar: choose a target and an optional draft folder, k and temperature."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal, Slot
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QToolButton,
+    QWidget,
+)
+
+from app.store import Settings
+
+
+class ModelBar(QWidget):
+    """Picks the model pair and the decoding settings."""
+
+    load_requested = Signal(str, str)  # target, draft ("" for none)
+
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.target_edit = self._path_edit("Target model folder", settings.target)
+        self.draft_edit = self._path_edit("Draft model folder (optional)", settings.draft)
+        self.load_button = QPushButton("Load")
+        self.load_button.setAccessibleName("Load model pair")
+        self.load_button.clicked.connect(self._on_load_clicked)
+        self.k_spin = QSpinBox()
+        self.k_spin.setRange(0, 12)
+        self.k_spin.setValue(settings.num_draft)
+        self.k_spin.setAccessibleName("Draft tokens per round")
+        self.k_spin.setToolTip("Draft tokens per round (k); 0 turns speculation off")
+        self.temp_spin = QDoubleSpinBox()
+        self.temp_spin.setRange(0.0, 2.0)
+        self.temp_spin.setSingleStep(0.1)
+        self.temp_spin.setValue(settings.temperature)
+        self.temp_spin.setAccessibleName("Temperature")
+        self.temp_spin.setToolTip("0 gives the target's exact greedy reply")
+
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 4, 8, 4)
+        for label, edit in (("Target", self.target_edit), ("Draft", self.draft_edit)):
+            layout.addWidget(QLabel(label))
+            layout.addWidget(edit, 1)
+            browse = QToolButton()
+            browse.setText("…")
+            browse.setAccessibleName(f"Choose {label.lower()} folder")
+            browse.clicked.connect(lambda _=False, e=edit, t=label: self._browse(e, t))
+            layout.addWidget(browse)
+        layout.addWidget(self.load_button)
+        layout.addWidget(QLabel("k"))
+        layout.addWidget(self.k_spin)
+        layout.addWidget(QLabel("Temp"))
+        layout.addWidget(self.temp_spin)
+
+    def _path_edit(self, placeholder: str, value: str | None) -> QLineEdit:
+        edit = QLineEdit(value or "")
+        edit.setPlaceholderText(placeholder)
+        edit.setAccessibleName(placeholder)
+        edit.setClearButtonEnabled(True)
+        edit.returnPressed.connect(self._on_load_clicked)
+        return edit
+
+    def _browse(self, edit: QLineEdit, title: str) -> None:
+        folder = QFileDialog.getExistingDirectory(self, f"Choose the {title.lower()} model folder")
+        if folder:
+            edit.setText(folder)
+
+    @Slot()
+    def _on_load_clicked(self) -> None:
+        target = self.target_edit.text().strip()
+        if target:
+            self.load_requested.emit(target, self.draft_edit.text().strip())
+
+    def set_loading(self, loading: bool) -> None:
+        self.load_button.setEnabled(not loading)
+        self.load_button.setText("Loading…" if loading else "Load")

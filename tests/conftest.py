@@ -1,0 +1,69 @@
+"""Shared fixtures: an isolated home and tiny random-weight models."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Isolate platformdirs, QSettings and keyring from the developer's own files.
+_HOME = Path(tempfile.mkdtemp(prefix="tandem-test-home-"))
+for _var, _sub in (
+    ("HOME", ""),
+    ("XDG_DATA_HOME", ".local/share"),
+    ("XDG_CONFIG_HOME", ".config"),
+    ("XDG_CACHE_HOME", ".cache"),
+    ("XDG_STATE_HOME", ".local/state"),
+):
+    os.environ[_var] = str(_HOME / _sub)
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    """Folders of tiny models that share one tokenizer."""
+
+    target: Path  # llama
+    draft: Path  # qwen2, independent weights
+    copy: Path  # the target's own weights: full acceptance
+    noisy: Path  # the target's weights plus noise: partial acceptance
+    foreign: Path  # another tokenizer and vocabulary size
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    from app.engine.tiny import build_model, model_config, train_tokenizer
+
+    root = tmp_path_factory.mktemp("models")
+    target = build_model(root / "tiny-llama", model_config("llama"), seed=0)
+    draft = build_model(
+        root / "tiny-qwen2",
+        model_config("qwen2", hidden_size=32, num_hidden_layers=1, num_attention_heads=2),
+        tokenizer_from=target,
+        seed=1,
+    )
+    copy = build_model(root / "tiny-copy", tokenizer_from=target, weights_from=target)
+    noisy = build_model(
+        root / "tiny-noisy", tokenizer_from=target, weights_from=target, noise=0.01, seed=2
+    )
+    foreign_tok = root / "foreign-tokenizer"
+    train_tokenizer(foreign_tok, vocab_size=320, corpus=["another corpus entirely"])
+    foreign = build_model(
+        root / "tiny-foreign",
+        model_config("llama", vocab_size=320),
+        tokenizer_from=foreign_tok,
+        seed=3,
+    )
+    return TinyModels(target, draft, copy, noisy, foreign)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tiny: TinyModels):
+    """The target with its copy as draft, loaded once on the main thread."""
+    from app.engine import load_pair
+
+    return load_pair(tiny.target, tiny.copy)

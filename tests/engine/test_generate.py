@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
+from app.engine.generate import encode_chat, stream_reply
+from tests.conftest import TinyModels
+
+PROMPTS = [
+    [Message("user", "Write a haiku about the sea.")],
+    [Message("system", "You are a helpful assistant."), Message("user", "def add(a, b):")],
+]
+
+
+def _run(pair, messages, **params) -> tuple[list[Chunk], Finished]:
+    events = list(stream_reply(pair, messages, GenerationParams(**params)))
+    *chunks, finished = events
+    assert isinstance(finished, Finished)
+    assert all(isinstance(c, Chunk) for c in chunks)
+    return chunks, finished
+
+
+@pytest.fixture(scope="module")
+def plain(tiny: TinyModels):
+    return load_pair(tiny.target)
+
+
+@pytest.mark.parametrize("draft_name", ["copy", "noisy", "draft"])
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+def test_greedy_with_draft_equals_plain_greedy(tiny: TinyModels, plain, draft_name, k) -> None:
+    pair = load_pair(tiny.target, getattr(tiny, draft_name))
+    for messages in PROMPTS:
+        _, want = _run(plain, messages, max_tokens=40, num_draft=0)
+        _, got = _run(pair, messages, max_tokens=40, num_draft=k)
+        assert got.token_ids == want.token_ids
+        assert got.finish_reason == want.finish_reason
+        assert got.stats.drafted > 0
+
+
+def test_noisy_draft_is_partly_accepted(tiny: TinyModels) -> None:
+    pair = load_pair(tiny.target, tiny.noisy)
+    _, f = _run(pair, PROMPTS[0], max_tokens=40, num_draft=4)
+    assert 0 < f.stats.accepted < f.stats.drafted
+    assert Origin.CORRECTION in f.origins
+
+
+def test_copy_draft_accepts_everything(tiny_pair) -> None:
+    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=30, num_draft=4)
+    s = f.stats
+    assert s.drafted > 0
+    assert s.accepted == s.drafted
+    assert s.acceptance == 1.0
+    assert set(f.origins) <= {Origin.DRAFT, Origin.BONUS}
+
+
+def test_copy_draft_accepts_everything_when_sampling(tiny_pair) -> None:
+    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=30, num_draft=3, temperature=1.0, seed=7)
+    assert f.stats.drafted > 0
+    assert f.stats.acceptance == 1.0
+
+
+def test_sampling_is_reproducible_with_a_seed(tiny: TinyModels) -> None:
+    pair = load_pair(tiny.target, tiny.noisy)
+    runs = [
+        _run(pair, PROMPTS[0], max_tokens=20, num_draft=3, temperature=0.8, seed=11)[1]
+        for _ in range(2)
+    ]
+    assert runs[0].token_ids == runs[1].token_ids
+
+
+def test_text_is_the_decoded_tokens(tiny_pair) -> None:
+    chunks, f = _run(tiny_pair, PROMPTS[1], max_tokens=25, num_draft=4)
+    text = "".join(c.text for c in chunks)
+    assert text == tiny_pair.target.tokenizer.decode(list(f.token_ids))
+    assert [t for c in chunks for t in c.token_ids] == list(f.token_ids)
+    assert len(f.origins) == len(f.token_ids)
+
+
+def test_max_tokens_is_respected(tiny_pair) -> None:
+    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=5, num_draft=4)
+    assert len(f.token_ids) <= 5
+    if f.finish_reason == "length":
+        assert len(f.token_ids) == 5
+    assert f.stats.tokens == len(f.token_ids)
+
+
+def test_stats_are_consistent(tiny_pair) -> None:
+    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=30, num_draft=4)
+    s = f.stats
+    assert s.prompt_tokens == len(encode_chat(tiny_pair.target.tokenizer, PROMPTS[0]))
+    assert s.num_draft == 4
+    assert s.target_calls >= 1
+    assert s.ttft_seconds > 0
+    assert s.generation_tps > 0
+    assert s.as_dict()["acceptance"] == s.acceptance
+
+
+def test_stop_ends_within_one_round(tiny_pair) -> None:
+    cancel = threading.Event()
+    events = stream_reply(
+        tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, num_draft=2), cancel
+    )
+    first = next(events)
+    assert isinstance(first, Chunk)
+    cancel.set()
+    rest = list(events)
+    assert [type(e) for e in rest][-1] is Finished
+    tokens_after_stop = sum(len(e.token_ids) for e in rest if isinstance(e, Chunk))
+    assert tokens_after_stop == 0
+    finished = rest[-1]
+    assert isinstance(finished, Finished)
+    assert finished.finish_reason == "cancelled"
+    assert finished.token_ids == first.token_ids
+
+
+def test_without_draft_every_token_is_the_targets(tiny: TinyModels, plain) -> None:
+    _, f = _run(plain, PROMPTS[0], max_tokens=10, num_draft=4)
+    assert set(f.origins) == {Origin.TARGET}
+    assert f.stats.drafted == 0
+    assert f.stats.acceptance is None

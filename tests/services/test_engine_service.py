@@ -1,0 +1,195 @@
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.engine import (
+    Chunk,
+    Finished,
+    GenerationParams,
+    LoadedModel,
+    Message,
+    ModelPair,
+    Origin,
+    Stats,
+)
+from app.services import (
+    EngineFailure,
+    EngineService,
+    EngineWorker,
+    GenerationResult,
+    PairInfo,
+    TokenBatch,
+)
+from tests.conftest import TinyModels
+
+HELLO = [Message("user", "Hello")]
+
+
+@pytest.fixture
+def make_service(qtbot: QtBot) -> Iterator:
+    services: list[EngineService] = []
+
+    def make(worker: EngineWorker | None = None) -> EngineService:
+        service = EngineService(worker)
+        services.append(service)
+        return service
+
+    yield make
+    for service in services:
+        assert service.shutdown()
+
+
+def _fake_load(target: str, _draft: str | None) -> ModelPair:
+    return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config={}))
+
+
+def _scripted(chunks: int, delay: float = 0.0, fail_at: int | None = None):
+    def stream(
+        _pair: ModelPair,
+        _messages: Sequence[Message],
+        _params: GenerationParams,
+        cancel: threading.Event,
+    ) -> Iterator[Chunk | Finished]:
+        ids = []
+        reason = "length"
+        for i in range(chunks):
+            if cancel.is_set():
+                reason = "cancelled"
+                break
+            if i == fail_at:
+                raise RuntimeError("out of memory")
+            time.sleep(delay)
+            ids.append(i)
+            yield Chunk(f"t{i} ", (i,), (Origin.DRAFT,))
+        yield Finished(Stats(tokens=len(ids)), reason, tuple(ids), (Origin.DRAFT,) * len(ids))
+
+    return stream
+
+
+def _loaded(qtbot: QtBot, service: EngineService, target: str = "t", draft: str | None = None):
+    with qtbot.waitSignal(service.pair_loaded, timeout=20_000) as blocker:
+        service.load_pair(target, draft)
+    return blocker.args[0]
+
+
+def test_real_pair_streams_started_tokens_finished_in_order(
+    qtbot: QtBot, make_service, tiny: TinyModels
+) -> None:
+    service = make_service()
+    info = _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
+    assert isinstance(info, PairInfo)
+    assert info.label == "tiny-llama + tiny-copy"
+    order: list[str] = []
+    batches: list[TokenBatch] = []
+    service.generation_started.connect(lambda _rid: order.append("started"))
+    service.tokens_generated.connect(lambda b: (order.append("tokens"), batches.append(b)))
+    service.generation_finished.connect(lambda _r: order.append("finished"))
+    with qtbot.waitSignals(
+        [service.generation_started, service.tokens_generated, service.generation_finished],
+        order="strict",
+        timeout=20_000,
+    ):
+        rid = service.generate(HELLO, GenerationParams(max_tokens=30, num_draft=3))
+    qtbot.waitUntil(lambda: "finished" in order)
+    assert order[0] == "started" and order[-1] == "finished"
+    assert set(order[1:-1]) == {"tokens"}
+    assert all(b.request_id == rid for b in batches)
+    assert not service.busy
+
+
+def test_result_carries_text_stats_and_pair(qtbot: QtBot, make_service, tiny: TinyModels) -> None:
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
+    texts: list[str] = []
+    service.tokens_generated.connect(lambda b: texts.append(b.text))
+    with qtbot.waitSignal(service.generation_finished, timeout=20_000) as blocker:
+        service.generate(HELLO, GenerationParams(max_tokens=20, num_draft=4))
+    result: GenerationResult = blocker.args[0]
+    assert result.text == "".join(texts)
+    assert result.finished.stats.acceptance == 1.0
+    assert result.pair.draft == str(tiny.copy)
+
+
+def test_stop_cancels_within_a_round(qtbot: QtBot, make_service) -> None:
+    service = make_service(EngineWorker(load=_fake_load, stream=_scripted(10_000, delay=0.002)))
+    _loaded(qtbot, service)
+    with qtbot.waitSignal(service.tokens_generated, timeout=5_000):
+        service.generate(HELLO, GenerationParams())
+    with qtbot.waitSignal(service.generation_finished, timeout=5_000) as blocker:
+        service.stop()
+    result: GenerationResult = blocker.args[0]
+    assert result.finished.finish_reason == "cancelled"
+    assert 0 < len(result.finished.token_ids) < 10_000
+    assert not service.busy
+
+
+def test_updates_are_throttled_and_lose_nothing(qtbot: QtBot, make_service) -> None:
+    worker = EngineWorker(load=_fake_load, stream=_scripted(300, delay=0.001))
+    service = make_service(worker)
+    _loaded(qtbot, service)
+    batches: list[TokenBatch] = []
+    service.tokens_generated.connect(batches.append)
+    with qtbot.waitSignal(service.generation_finished, timeout=10_000) as blocker:
+        service.generate(HELLO, GenerationParams())
+    # 300 chunks over at least 0.3 s arrive in a handful of ~30 Hz batches.
+    assert 1 <= len(batches) < 100
+    assert "".join(b.text for b in batches) == blocker.args[0].text
+    assert blocker.args[0].text == "".join(f"t{i} " for i in range(300))
+
+
+def test_engine_error_arrives_as_a_value(qtbot: QtBot, make_service) -> None:
+    service = make_service(EngineWorker(load=_fake_load, stream=_scripted(10, fail_at=3)))
+    _loaded(qtbot, service)
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        rid = service.generate(HELLO, GenerationParams())
+    failure: EngineFailure = blocker.args[0]
+    assert failure.request_id == rid
+    assert failure.stage == "generate"
+    assert "out of memory" in failure.message
+    assert failure.text == "t0 t1 t2 "
+    assert not service.busy
+    # The thread is still alive and serves the next request.
+    with qtbot.waitSignal(service.failed, timeout=5_000):
+        service.generate(HELLO, GenerationParams())
+
+
+def test_bad_folder_fails_to_load(qtbot: QtBot, make_service, tmp_path) -> None:
+    service = make_service()
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        service.load_pair(str(tmp_path / "missing"))
+    failure: EngineFailure = blocker.args[0]
+    assert failure.stage == "load"
+    assert "no such folder" in failure.message
+
+
+def test_generating_without_a_pair_fails(qtbot: QtBot, make_service) -> None:
+    service = make_service()
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        service.generate(HELLO, GenerationParams())
+    assert blocker.args[0].message == "No model is loaded."
+
+
+def test_work_runs_on_the_engine_thread(qtbot: QtBot, make_service) -> None:
+    seen: list[str] = []
+
+    def load(_t: str, _d: str | None) -> ModelPair:
+        seen.append(threading.current_thread().name)
+        return _fake_load(_t, _d)
+
+    service = make_service(EngineWorker(load=load))
+    _loaded(qtbot, service)
+    assert seen and seen[0] != threading.main_thread().name
+
+
+def test_shutdown_joins_the_thread(qtbot: QtBot) -> None:
+    service = EngineService(EngineWorker(load=_fake_load, stream=_scripted(10_000, delay=0.002)))
+    _loaded(qtbot, service)
+    service.generate(HELLO, GenerationParams())
+    assert service.shutdown(timeout_ms=5_000)
+    assert service.shutdown()  # a second call is harmless

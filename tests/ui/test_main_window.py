@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
+from pytestqt.qtbot import QtBot
+
+from app.services import EngineService, EngineWorker
+from app.store import SettingsFile, Store
+from app.ui.main_window import MainWindow
+from tests.conftest import TinyModels
+from tests.services.test_engine_service import _fake_load, _scripted
+
+
+@pytest.fixture
+def make_window(qtbot: QtBot, tmp_path: Path) -> Iterator:
+    made: list[tuple[MainWindow, EngineService, Store]] = []
+
+    def make(worker: EngineWorker | None = None) -> MainWindow:
+        store = Store(tmp_path / "tandem.sqlite3")
+        service = EngineService(worker)
+        window = MainWindow(store, service, SettingsFile(tmp_path / "settings.json"))
+        qtbot.addWidget(window)
+        window.show()
+        made.append((window, service, store))
+        return window
+
+    yield make
+    for window, service, store in made:
+        window.close()
+        assert service.shutdown()
+        store.close()
+
+
+def _load(qtbot: QtBot, window: MainWindow, target: str, draft: str = "") -> None:
+    window.model_bar.target_edit.setText(target)
+    window.model_bar.draft_edit.setText(draft)
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
+        qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
+
+
+def _send(qtbot: QtBot, window: MainWindow, text: str, timeout: int = 20_000) -> None:
+    window.composer.editor.setPlainText(text)
+    with qtbot.waitSignal(window.service.generation_finished, timeout=timeout):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+
+
+def test_reply_streams_in_and_is_saved(qtbot: QtBot, make_window, tiny: TinyModels) -> None:
+    window = make_window()
+    _load(qtbot, window, str(tiny.target), str(tiny.copy))
+    assert window.pair_label.text() == "tiny-llama + tiny-copy"
+    window.model_bar.k_spin.setValue(3)
+    _send(qtbot, window, "Write a haiku about the sea.")
+
+    [conversation] = window.store.conversations()
+    assert conversation.title == "Write a haiku about the sea."
+    user, reply = window.store.messages(conversation.id)
+    assert user.content == "Write a haiku about the sea."
+    assert reply.role == "assistant"
+    assert reply.finish_reason in {"stop", "length"}
+    assert reply.stats is not None and reply.stats.acceptance == 1.0
+    assert reply.stats.num_draft == 3
+    assert (reply.target, reply.draft) == (str(tiny.target), str(tiny.copy))
+    shown = window.transcript.toPlainText()
+    assert "Write a haiku about the sea." in shown
+    assert shown.rstrip().endswith(reply.content.rstrip())
+    assert "tok/s" in window.tps_label.text()
+    assert window.acceptance_label.text().startswith("100% accepted")
+    assert window.composer.editor.toPlainText() == ""
+    assert window.composer.send_button.isEnabled()
+
+
+def test_new_window_on_the_same_database_shows_the_chat(
+    qtbot: QtBot, make_window, tiny: TinyModels
+) -> None:
+    first = make_window()
+    _load(qtbot, first, str(tiny.target))
+    _send(qtbot, first, "Hello there")
+    reply = first.store.messages(first.store.conversations()[0].id)[-1].content
+    first.close()
+
+    second = make_window()
+    assert second.conversations.rowCount() == 1
+    assert second.conversation_list.currentIndex().row() == 0
+    assert "Hello there" in second.transcript.toPlainText()
+    assert reply.strip() in second.transcript.toPlainText()
+    # The pair is remembered for the next start.
+    assert second.model_bar.target_edit.text() == str(tiny.target)
+
+
+def test_ctrl_return_sends(qtbot: QtBot, make_window, tiny: TinyModels) -> None:
+    window = make_window()
+    _load(qtbot, window, str(tiny.target))
+    window.composer.editor.setPlainText("Hi")
+    window.composer.editor.setFocus()
+    with qtbot.waitSignal(window.service.generation_finished, timeout=20_000):
+        qtbot.keyClick(
+            window.composer.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+        )
+    assert len(window.store.conversations()) == 1
+
+
+def test_sending_without_a_model_explains(qtbot: QtBot, make_window) -> None:
+    window = make_window()
+    window.composer.editor.setPlainText("Hello")
+    qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    assert window.error_banner.isVisible()
+    assert "Load a target model first" in window.error_banner.text()
+    assert window.composer.editor.toPlainText() == "Hello"  # nothing lost
+    assert window.store.conversations() == []
+
+
+def test_bad_folder_shows_a_reason(qtbot: QtBot, make_window, tmp_path: Path) -> None:
+    window = make_window()
+    window.model_bar.target_edit.setText(str(tmp_path / "nope"))
+    with qtbot.waitSignal(window.service.failed, timeout=10_000):
+        qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
+    assert "no such folder" in window.error_banner.text()
+    assert window.model_bar.load_button.isEnabled()
+    assert window.pair_label.text() == "No model loaded"
+
+
+def test_engine_error_is_shown_and_the_app_stays_up(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(10, fail_at=2)))
+    _load(qtbot, window, "/models/fake")
+    window.composer.editor.setPlainText("Hello")
+    with qtbot.waitSignal(window.service.failed, timeout=5_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    assert window.isVisible()
+    assert window.error_banner.isVisible()
+    assert "out of memory" in window.error_banner.text()
+    assert window.composer.send_button.isEnabled()
+    _user, partial = window.store.messages(window.store.conversations()[0].id)
+    assert (partial.content, partial.finish_reason) == ("t0 t1 ", "error")
+    assert "Interrupted by an error." in window.transcript.toPlainText()
+
+
+def test_stop_keeps_the_reply_so_far(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(100_000, delay=0.002)))
+    _load(qtbot, window, "/models/fake")
+    window.composer.editor.setPlainText("Tell me everything")
+    with qtbot.waitSignal(window.service.tokens_generated, timeout=5_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    assert window.composer.stop_button.isEnabled()
+    with qtbot.waitSignal(window.service.generation_finished, timeout=5_000):
+        qtbot.keyClick(window.composer.editor, Qt.Key.Key_Escape)
+    reply = window.store.messages(window.store.conversations()[0].id)[-1]
+    assert reply.finish_reason == "cancelled"
+    assert reply.content.startswith("t0 t1 ")
+    assert "Stopped." in window.transcript.toPlainText()
+    assert not window.composer.stop_button.isEnabled()
+
+
+def test_delete_conversation_after_confirmation(
+    qtbot: QtBot, make_window, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(3)))
+    _load(qtbot, window, "/models/fake")
+    _send(qtbot, window, "first")
+    window._on_new_conversation_requested()
+    _send(qtbot, window, "second")
+    assert window.conversations.rowCount() == 2
+
+    monkeypatch.setattr(QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Cancel)
+    qtbot.mouseClick(window.delete_button, Qt.MouseButton.LeftButton)
+    assert window.conversations.rowCount() == 2
+
+    monkeypatch.setattr(QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Yes)
+    qtbot.mouseClick(window.delete_button, Qt.MouseButton.LeftButton)
+    assert [c.title for c in window.store.conversations()] == ["first"]
+    assert "first" in window.transcript.toPlainText()
+
+
+def test_switching_conversations_shows_their_messages(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(2)))
+    _load(qtbot, window, "/models/fake")
+    _send(qtbot, window, "alpha")
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert window.transcript.toPlainText() == ""
+    _send(qtbot, window, "beta")
+    window.conversation_list.setCurrentIndex(window.conversations.index(1, 0))
+    assert "alpha" in window.transcript.toPlainText()
+    assert "beta" not in window.transcript.toPlainText()
