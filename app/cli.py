@@ -26,13 +26,76 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("prompt", help="the user message")
     gen.add_argument("--model", required=True, dest="gen_model", help="target model folder")
     gen.add_argument("--draft", dest="gen_draft", help="draft model folder")
-    gen.add_argument("--num-draft", type=int, default=4, help="draft tokens per round (k)")
+    _decoding_options(gen)
     gen.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy")
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling; 1 is off")
+    gen.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest; 0 is off")
+    gen.add_argument("--min-p", type=float, default=0.0, help="min-p sampling; 0 is off")
+    gen.add_argument("--repetition-penalty", type=float, default=1.0, help="1 is off")
+    gen.add_argument(
+        "--accept-rule",
+        choices=["leviathan", "match"],
+        default="leviathan",
+        help="lossless min(1, p/q) rule, or mlx-lm's exact-match rule for comparison",
+    )
     gen.add_argument("--seed", type=int, help="sampling seed")
     gen.add_argument("--max-tokens", type=int, default=256)
     gen.add_argument("--system", help="system prompt")
     gen.add_argument("--json", action="store_true", help="print one JSON object at the end")
+
+    bench = sub.add_parser(
+        "bench", help="plain decoding, mlx-lm's speculative loop and Tandem's, side by side"
+    )
+    bench.add_argument("--model", dest="bench_model", help="target model folder")
+    bench.add_argument("--draft", dest="bench_draft", help="draft model folder")
+    bench.add_argument(
+        "--synthetic",
+        metavar="TARGET:DRAFT",
+        help="random-weight pair of real shapes (tiny, 0.5b, 1.5b, 7b) with a set acceptance",
+    )
+    bench.add_argument("--miss", type=float, default=0.0, help="synthetic draft's miss rate")
+    bench.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    bench.add_argument("--ks", default="0,2,4,6,auto", help="draft lengths, 'auto' adapts")
+    bench.add_argument("--temps", default="0", help="temperatures, comma-separated")
+    bench.add_argument("--prompts", help="JSON list or one prompt per line")
+    bench.add_argument("--max-tokens", type=int, default=128)
+    bench.add_argument("--repeats", type=int, default=1)
+    bench.add_argument("--impls", default="plain,mlx-lm,tandem")
+    bench.add_argument("--prompt-lookup", action="store_true", help="Tandem drafts by lookup too")
+    bench.add_argument(
+        "--attention",
+        choices=["auto", "sdpa", "bucketed", "matmul"],
+        default="auto",
+        help="verification attention: mlx-lm's, or over a bucketed key length (auto: on CUDA)",
+    )
+    bench.add_argument("--warmup", type=int, default=16, help="tokens of each warm-up run")
+    bench.add_argument("--json", help="write the rows as JSON to this file")
     return parser
+
+
+def _num_draft(value: str) -> int | None:
+    if value == "auto":
+        return None
+    k = int(value)
+    if k < 0:
+        raise argparse.ArgumentTypeError("must be 'auto' or a whole number >= 0")
+    return k
+
+
+def _decoding_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--num-draft",
+        type=_num_draft,
+        default=4,
+        metavar="K|auto",
+        help="draft tokens per round; 0 turns speculation off, 'auto' adapts",
+    )
+    parser.add_argument("--k-max", type=int, default=8, help="upper bound of an adaptive k")
+    parser.add_argument(
+        "--prompt-lookup",
+        action="store_true",
+        help="propose tokens by n-gram lookup in the conversation (alone or before the draft)",
+    )
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -40,8 +103,8 @@ def _generate(args: argparse.Namespace) -> int:
     from app.engine.generate import stream_reply
     from app.engine.types import Chunk, GenerationParams, Message
 
-    if args.num_draft < 0 or args.max_tokens < 1 or args.temp < 0:
-        print("tandem: --num-draft, --max-tokens and --temp must be positive", file=sys.stderr)
+    if args.max_tokens < 1 or args.temp < 0 or args.k_max < 1:
+        print("tandem: --max-tokens, --k-max and --temp must be positive", file=sys.stderr)
         return 2
     try:
         pair = load_pair(args.gen_model, args.gen_draft)
@@ -57,8 +120,15 @@ def _generate(args: argparse.Namespace) -> int:
     params = GenerationParams(
         max_tokens=args.max_tokens,
         temperature=args.temp,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
         seed=args.seed,
         num_draft=args.num_draft,
+        k_max=args.k_max,
+        prompt_lookup=args.prompt_lookup,
+        accept_rule=args.accept_rule,
     )
     cancel = threading.Event()
     text: list[str] = []
@@ -76,6 +146,9 @@ def _generate(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         cancel.set()
         finished = next(e for e in events if not isinstance(e, Chunk))
+    except ModelError as exc:
+        print(f"\ntandem: {exc}", file=sys.stderr)
+        return 1
     assert finished is not None
     if args.json:
         out = {
@@ -92,8 +165,9 @@ def _generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         s = finished.stats
         acc = "-" if s.acceptance is None else f"{s.acceptance:.0%}"
+        k = "auto" if s.num_draft is None else str(s.num_draft)
         print(
-            f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, acceptance {acc}, "
+            f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, k {k}, acceptance {acc}, "
             f"{finished.finish_reason}]",
             file=sys.stderr,
         )
@@ -105,6 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "generate":
         return _generate(args)
+    if args.command == "bench":
+        from app.engine import bench
+
+        args.model, args.draft = args.bench_model, args.bench_draft
+        return bench.main(args)
     if (
         sys.platform.startswith("linux")
         and not os.environ.get("QT_QPA_PLATFORM")

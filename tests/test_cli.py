@@ -86,3 +86,54 @@ def test_version() -> None:
     r = _tandem("--version")
     assert r.returncode == 0
     assert r.stdout.startswith("tandem ")
+
+
+def test_generate_with_auto_k_lookup_and_sampling_options(tiny: TinyModels) -> None:
+    r = _tandem(
+        "generate",
+        "--model",
+        str(tiny.target),
+        "--draft",
+        str(tiny.copy),
+        "--num-draft",
+        "auto",
+        "--k-max",
+        "5",
+        "--prompt-lookup",
+        "--temp",
+        "0.8",
+        "--top-p",
+        "0.9",
+        "--top-k",
+        "50",
+        "--min-p",
+        "0.01",
+        "--repetition-penalty",
+        "1.1",
+        "--seed",
+        "3",
+        "--max-tokens",
+        "30",
+        "--json",
+        "Say something twice",
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["num_draft"] is None
+    assert 1 <= out["k_min"] <= out["k_max"] <= 5
+    assert out["accepted"] == out["drafted"] > 0  # the draft is the target
+    assert out["baseline_tps"] > 0
+
+
+def test_match_rule_is_selectable(tiny: TinyModels) -> None:
+    common = ("--model", str(tiny.target), "--draft", str(tiny.copy), "--temp", "1.0")
+    r = _tandem("generate", *common, "--accept-rule", "match", "--max-tokens", "40", "--json", "Hi")
+    assert r.returncode == 0, r.stderr
+    # Two independent samples of the same distribution rarely agree every time.
+    assert json.loads(r.stdout)["acceptance"] < 1.0
+
+
+def test_bad_num_draft_is_refused() -> None:
+    r = _tandem("generate", "--model", "x", "--num-draft", "many", "Hi")
+    assert r.returncode == 2
+    assert "--num-draft" in r.stderr

@@ -5,24 +5,32 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import mlx.core as mx
 
-from app.engine.loader import ModelPair
-from app.engine.speculative import speculative_rounds
+from app.engine.loader import ModelError, ModelPair
+from app.engine.speculative import CacheError, Decoder, Prefill
 from app.engine.types import Chunk, Finished, FinishReason, GenerationParams, Message, Origin, Stats
 
 DEFAULT_PARAMS = GenerationParams()
 
 
-def encode_chat(tokenizer: object, messages: Sequence[Message]) -> list[int]:
+def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
     """Token ids of ``messages`` with the chat template and a generation prompt."""
     dicts = [m.as_dict() for m in messages]
     if getattr(tokenizer, "has_chat_template", False):
-        ids = tokenizer.apply_chat_template(dicts, add_generation_prompt=True)  # type: ignore[attr-defined]
-        return list(ids)
+        return list(tokenizer.apply_chat_template(dicts, add_generation_prompt=True))
     text = "".join(f"{m.role}: {m.content}\n" for m in messages) + "assistant: "
-    return list(tokenizer.encode(text))  # type: ignore[attr-defined]
+    return list(tokenizer.encode(text))
+
+
+def decoder_for(pair: ModelPair) -> Decoder:
+    """The pair's decoder, whose caches persist across turns."""
+    if pair.decoder is None:
+        draft = pair.draft.model if pair.draft is not None else None
+        pair.decoder = Decoder(pair.target.model, draft)
+    return pair.decoder
 
 
 def stream_reply(
@@ -33,9 +41,13 @@ def stream_reply(
 ) -> Iterator[Chunk | Finished]:
     """Streams the target's reply to ``messages``.
 
-    Yields one :class:`Chunk` per round (possibly with empty text while a
+    Yields one :class:`Chunk` per round (its text may be empty while a
     multi-byte character is incomplete) and ends with one :class:`Finished`.
     ``cancel`` is checked before every round.
+
+    Raises:
+        ModelError: The pair cannot serve the request (for example drafting
+            with a target whose cache cannot be rewound).
     """
     start = time.perf_counter()
     tokenizer = pair.target.tokenizer
@@ -45,33 +57,37 @@ def stream_reply(
     eos = set(tokenizer.eos_token_ids)
     detok = tokenizer.detokenizer
     detok.reset()
-    k = params.num_draft if pair.draft is not None else 0
-    rounds = speculative_rounds(
-        pair.target.model,
-        prompt,
-        draft=pair.draft.model if pair.draft is not None else None,
-        num_draft=k,
-        temperature=params.temperature,
-    )
+    rounds = decoder_for(pair).generate(prompt, params)
     token_ids: list[int] = []
     origins: list[Origin] = []
-    drafted = accepted = calls = 0
-    prompt_seconds = ttft = 0.0
+    drafted = accepted = lookup_accepted = calls = draft_rounds = 0
+    draft_seconds = verify_seconds = prompt_seconds = ttft = 0.0
+    reused = 0
+    ks: list[int] = []
     reason: FinishReason = "length"
     try:
         while len(token_ids) < params.max_tokens:
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
-            rnd = next(rounds)
-            if not rnd.tokens:
-                prompt_seconds = time.perf_counter() - start
+            try:
+                rnd = next(rounds)
+            except CacheError as exc:
+                raise ModelError(f"{pair.target.name}: {exc}") from exc
+            if isinstance(rnd, Prefill):
+                prompt_seconds, reused = rnd.seconds, rnd.reused_tokens
                 continue
             if calls == 0:
                 ttft = time.perf_counter() - start
             calls += 1
-            drafted += rnd.drafted
-            accepted += rnd.accepted
+            if rnd.k:
+                draft_rounds += 1
+                drafted += rnd.k
+                accepted += rnd.accepted
+                lookup_accepted += rnd.origins.count(Origin.LOOKUP)
+                ks.append(rnd.k)
+            draft_seconds += rnd.draft_seconds
+            verify_seconds += rnd.seconds - rnd.draft_seconds
             ids, orig = list(rnd.tokens), list(rnd.origins)
             stop = next((i for i, t in enumerate(ids) if t in eos), None)
             if stop is not None:
@@ -96,13 +112,21 @@ def stream_reply(
     end = time.perf_counter()
     stats = Stats(
         prompt_tokens=len(prompt),
+        reused_tokens=reused,
         tokens=len(token_ids),
         drafted=drafted,
         accepted=accepted,
+        lookup_accepted=lookup_accepted,
         target_calls=calls,
-        num_draft=k,
+        draft_rounds=draft_rounds,
+        num_draft=params.num_draft if (pair.draft is not None or params.prompt_lookup) else 0,
+        k_min=min(ks, default=0),
+        k_max=max(ks, default=0),
         prompt_seconds=prompt_seconds,
         generation_seconds=max(end - start - prompt_seconds, 0.0),
         ttft_seconds=ttft,
+        draft_seconds=draft_seconds,
+        verify_seconds=verify_seconds,
+        baseline_tps=decoder_for(pair).baseline_tps,
     )
     yield Finished(stats, reason, tuple(token_ids), tuple(origins))

@@ -1,35 +1,62 @@
 """Tandem's speculative decoding loop.
 
-A round drafts ``k`` tokens with the draft model, verifies them with one target
-forward of ``k + 1`` tokens and keeps the longest accepted prefix plus one token
-from the target. At temperature 0 the output is the target's greedy output; above
-0 the accept/resample rule of Leviathan et al. (2023) keeps the target's
-distribution exactly.
+A round proposes ``k`` tokens (from prompt lookup, the draft model, or lookup
+followed by the draft), verifies them with one target forward of ``k + 1``
+tokens, and commits the accepted prefix plus one token of the target's own. At
+temperature 0 the output is the target's greedy output; above 0 the rule of
+Leviathan et al. (2023) and Chen et al. (2023) keeps the target's distribution
+exactly. Both models' KV caches persist across turns: a follow-up turn
+prefills only what the cache does not already hold.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from app.engine.types import Origin
+from app.engine import attention
+from app.engine.adaptive import DraftLength, _Ema
+from app.engine.lookup import PromptLookup
+from app.engine.sampling import contexts_for, log_probs, penalize
+from app.engine.types import AcceptRule, GenerationParams, Origin
 
 PREFILL_STEP = 512
+PROBE_EVERY = 32  # a plain target step this often measures the baseline
+TIME_DRAFT_EVERY = 8  # sync after drafting this often to split draft and verify time
+
+Source = Literal["none", "draft", "lookup", "lookup+draft"]
+
+
+class CacheError(Exception):
+    """The models' caches cannot do what the request needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prefill:
+    """Prompt processing is done."""
+
+    prompt_tokens: int
+    reused_tokens: int
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
 class Round:
-    """What one round committed to the reply."""
+    """What one round committed, and what it cost."""
 
     tokens: tuple[int, ...]
     origins: tuple[Origin, ...]
-    drafted: int
+    k: int  # tokens proposed (drafted)
     accepted: int
+    source: Source
+    seconds: float
+    draft_seconds: float
 
 
 def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int]) -> None:
@@ -39,110 +66,303 @@ def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int]) -> None:
         mx.eval([c.state for c in cache])
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def _ints(a: mx.array) -> list[int]:
     return cast(list[int], a.tolist())
-
-
-def _int(a: mx.array) -> int:
-    return int(cast(int, a.item()))
 
 
 def _logits(model: nn.Module, tokens: mx.array, cache: list[Any]) -> mx.array:
     return model(tokens[None], cache=cache)[0].astype(mx.float32)
 
 
-def _sample(logits: mx.array, temperature: float) -> mx.array:
-    if temperature == 0:
-        return mx.argmax(logits, axis=-1)
-    return mx.random.categorical(logits / temperature)
-
-
-def speculative_rounds(
-    target: nn.Module,
-    prompt: Sequence[int],
-    *,
-    draft: nn.Module | None = None,
-    num_draft: int = 4,
-    temperature: float = 0.0,
-) -> Generator[Round, None, None]:
-    """Yields the tokens of a reply round by round, without end.
-
-    The first round is empty: it marks the end of prompt processing. The caller
-    stops pulling on end of sequence, length or cancellation, so cancellation is
-    checked between any two rounds.
+def verify_sampled(
+    p: mx.array, q: mx.array, proposal: mx.array, rule: AcceptRule = "leviathan"
+) -> tuple[mx.array, mx.array]:
+    """The accept/resample step of speculative sampling, lazily.
 
     Args:
-        target: The model whose output is produced.
-        prompt: Prompt token ids (at least one).
-        draft: Optional draft model sharing the target's vocabulary.
-        num_draft: Draft tokens per round; 0 or no draft means plain decoding.
-        temperature: 0 for greedy, above 0 for sampling.
+        p: ``(k + 1, V)`` target probabilities at each proposed position and after.
+        q: ``(k, V)`` proposal probabilities (one-hot rows for deterministic drafts).
+        proposal: ``(k,)`` proposed tokens.
+        rule: ``"leviathan"`` accepts x with probability min(1, p(x)/q(x)) and
+            resamples a rejection from norm(max(0, p - q)); ``"match"`` is
+            mlx-lm's rule: accept only if an independent sample from p equals x.
+
+    Returns:
+        ``accept`` (``(k,)`` booleans) and ``fallback`` (``(k + 1,)`` tokens): the
+        token to commit after the first rejection at ``i``, or the bonus at ``k``.
     """
-    t_cache = make_prompt_cache(target)
-    prefill(target, t_cache, prompt[:-1])
-    d_cache: list[Any] = []
-    k = num_draft if draft is not None else 0
-    if draft is not None and k > 0:
-        d_cache = make_prompt_cache(draft)
-        prefill(draft, d_cache, prompt[:-1])
-    last = mx.array(list(prompt[-1:]))
-    pending = last  # tokens the draft has yet to see
-    yield Round((), (), 0, 0)
+    k = proposal.shape[0]
+    if rule == "match":
+        s = mx.random.categorical(mx.log(p))
+        return s[:k] == proposal, s
+    idx = mx.arange(k)
+    p_x, q_x = p[idx, proposal], q[idx, proposal]
+    accept = mx.random.uniform(shape=(k,)) * q_x < p_x
+    residual = mx.maximum(p[:k] - q, 0.0)
+    fallback = mx.concatenate(
+        [mx.random.categorical(mx.log(residual)), mx.random.categorical(mx.log(p[k:]))]
+    )
+    return accept, fallback
 
-    while True:
-        if draft is None or k == 0:
-            token = _sample(_logits(target, last, t_cache)[-1], temperature)
-            t = _int(token)
-            last = mx.array([t])
-            yield Round((t,), (Origin.TARGET,), 0, 0)
-            continue
 
-        # Draft k tokens, lazily; one evaluation covers draft and verify.
-        drafted: list[mx.array] = []
-        q_probs: list[mx.array] = []
-        x = pending
-        for _ in range(k):
-            logits = _logits(draft, x, d_cache)[-1]
-            if temperature == 0:
-                x = mx.argmax(logits, keepdims=True)
+class Decoder:
+    """Speculative decoding with a target and an optional draft model.
+
+    Owns both models' KV caches and keeps them between turns, so it belongs to
+    the one thread that runs the models.
+    """
+
+    def __init__(self, target: nn.Module, draft: nn.Module | None = None) -> None:
+        self.target = target
+        self.draft = draft
+        for model in (target, draft):
+            if model is not None:
+                attention.install(model)
+        self.target_trimmable = can_trim_prompt_cache(make_prompt_cache(target))
+        self._t_cache: list[Any] | None = None
+        self._t_tokens: list[int] = []
+        self._d_cache: list[Any] | None = None
+        self._d_tokens: list[int] = []
+        self.probe_every = PROBE_EVERY  # 0: never a plain step between drafting rounds
+        self._step = _Ema(0.8)  # seconds of one plain target step
+        self._draft_step = _Ema(0.8)  # seconds of one draft step
+
+    @property
+    def baseline_tps(self) -> float | None:
+        """Plain decoding speed of the target, measured on plain steps."""
+        v = self._step.value
+        return 1.0 / v if v else None
+
+    def reset(self) -> None:
+        """Drops both caches (the next turn prefills from scratch)."""
+        self._t_cache, self._t_tokens = None, []
+        self._d_cache, self._d_tokens = None, []
+
+    def _prepare(
+        self, model: nn.Module, cache: list[Any] | None, cached: list[int], tokens: list[int]
+    ) -> tuple[list[Any], list[int], int]:
+        """Makes ``cache`` hold exactly ``tokens``, reusing the common prefix."""
+        n = common_prefix(cached, tokens)
+        if cache is not None and len(cached) > n:
+            if can_trim_prompt_cache(cache):
+                trim_prompt_cache(cache, len(cached) - n)
             else:
-                logits = logits / temperature
-                x = mx.random.categorical(logits)[None]
-                q_probs.append(mx.softmax(logits))
-            drafted.append(x)
-        proposal = mx.concatenate(drafted)
-        v_logits = _logits(target, mx.concatenate([last, proposal]), t_cache)
+                cache = None
+        if cache is None:
+            cache, n = make_prompt_cache(model), 0
+        prefill(model, cache, tokens[n:])
+        return cache, list(tokens), n
 
-        if temperature == 0:
+    def generate(
+        self, prompt: Sequence[int], params: GenerationParams
+    ) -> Generator[Prefill | Round, None, None]:
+        """Yields a :class:`Prefill`, then rounds without end.
+
+        The caller stops pulling on end of sequence, length or cancellation, so
+        cancellation is checked between any two rounds.
+        """
+        use_draft = self.draft is not None and params.num_draft != 0
+        use_lookup = params.prompt_lookup and params.num_draft != 0
+        if (use_draft or use_lookup) and not self.target_trimmable:
+            raise CacheError(
+                "the target's cache cannot be rewound (hybrid or recurrent layers), "
+                "so it cannot verify drafts; turn drafting off"
+            )
+        try:
+            yield from self._generate(list(prompt), params, use_draft, use_lookup)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            self.reset()  # a round broke half-way: the caches are unknown
+            raise
+
+    def _generate(
+        self, seq: list[int], params: GenerationParams, use_draft: bool, use_lookup: bool
+    ) -> Generator[Prefill | Round, None, None]:
+        start = time.perf_counter()
+        self._t_cache, self._t_tokens, reused = self._prepare(
+            self.target, self._t_cache, self._t_tokens, seq[:-1]
+        )
+        if use_draft:
+            assert self.draft is not None
+            self._d_cache, self._d_tokens, _ = self._prepare(
+                self.draft, self._d_cache, self._d_tokens, seq[:-1]
+            )
+        yield Prefill(len(seq), reused, time.perf_counter() - start)
+
+        if not (use_draft or use_lookup):
+            yield from self._plain(seq, params)
+            return
+        lengths = DraftLength(k_max=params.k_max, fixed=params.num_draft)
+        lookup = PromptLookup() if use_lookup else None
+        if lookup is not None:
+            lookup.reset(seq)
+        for n_round in range(1 << 62):
+            k = lengths.choose()
+            proposed = lookup.propose(k) if lookup is not None else []
+            probe = self.probe_every > 0 and n_round % self.probe_every == 0
+            if probe or (not proposed and not use_draft):
+                t = self._plain_step(seq, params)
+                new, origins, rnd = [t], [Origin.TARGET], None
+            else:
+                rnd = self._speculate(seq, params, proposed, k if use_draft else 0, n_round)
+                new, origins = list(rnd.tokens), list(rnd.origins)
+                lengths.observe(rnd.k, rnd.accepted, rnd.seconds)
+            seq += new
+            if lookup is not None:
+                lookup.extend(new)
+            if rnd is None:
+                yield Round(tuple(new), tuple(origins), 0, 0, "none", self._step.value or 0, 0)
+            else:
+                yield rnd
+
+    def _pick(
+        self, logits: mx.array, params: GenerationParams, contexts: list[mx.array]
+    ) -> tuple[mx.array, mx.array | None]:
+        """Chosen tokens for rows of logits, plus their probabilities when sampling."""
+        logits = penalize(logits, contexts, params.repetition_penalty)
+        if params.temperature == 0:
+            return mx.argmax(logits, axis=-1), None
+        lp = log_probs(logits, params)
+        return mx.random.categorical(lp), mx.exp(lp)
+
+    def _history(self, seq: list[int], params: GenerationParams) -> mx.array:
+        """The tokens the repetition penalty looks at (none when it is off)."""
+        size = params.repetition_context_size if params.repetition_penalty != 1.0 else 0
+        return mx.array(seq[-size:] if size else [], dtype=mx.int32)
+
+    def _plain_step(self, seq: list[int], params: GenerationParams) -> int:
+        assert self._t_cache is not None
+        start = time.perf_counter()
+        logits = _logits(self.target, mx.array(seq[-1:]), self._t_cache)
+        token, _ = self._pick(logits, params, [self._history(seq, params)])
+        t = _ints(token)[0]
+        self._t_tokens.append(seq[-1])
+        self._step.add(time.perf_counter() - start)
+        return t
+
+    def _plain(self, seq: list[int], params: GenerationParams) -> Generator[Round, None, None]:
+        """Plain decoding, one step ahead so the device never waits on Python."""
+        assert self._t_cache is not None
+        cache = self._t_cache
+
+        penal = params.repetition_penalty != 1.0
+
+        def step(token: mx.array, history: mx.array) -> mx.array:
+            # history excludes token, the newest token of the sequence
+            logits = _logits(self.target, token, cache)
+            ctx = mx.concatenate([history, token])[-params.repetition_context_size :]
+            return self._pick(logits, params, [ctx] if penal else [])[0]
+
+        y = step(mx.array(seq[-1:], dtype=mx.int32), self._history(seq[:-1], params))
+        self._t_tokens.append(seq[-1])
+        mx.async_eval(y)
+        last = time.perf_counter()
+        while True:
+            history = self._history(seq, params)
+            next_y = step(y, history)
+            mx.async_eval(next_y)
+            t = _ints(y)[0]
+            self._t_tokens.append(t)  # fed to compute next_y
+            seq.append(t)
+            now = time.perf_counter()
+            self._step.add(now - last)
+            yield Round((t,), (Origin.TARGET,), 0, 0, "none", now - last, 0.0)
+            last = time.perf_counter()
+            y = next_y
+
+    def _speculate(
+        self,
+        seq: list[int],
+        params: GenerationParams,
+        proposed: list[int],
+        k_draft: int,
+        n_round: int,
+    ) -> Round:
+        assert self._t_cache is not None
+        start = time.perf_counter()
+        sampling = params.temperature > 0
+        history = self._history(seq, params)
+        penal = params.repetition_penalty != 1.0
+        m = len(proposed)
+        parts: list[mx.array] = [mx.array(proposed, dtype=mx.int32)] if m else []
+        q_rows: list[mx.array | int] = list(proposed)  # an int stands for a one-hot row
+        n_draft = max(k_draft - m, 0)
+        feed: list[int] = []
+        if n_draft:
+            assert self.draft is not None and self._d_cache is not None
+            feed = seq[len(self._d_tokens) :] + proposed
+            x = mx.array(feed, dtype=mx.int32)
+            for _ in range(n_draft):
+                logits = _logits(self.draft, x, self._d_cache)[-1:]
+                ctx = []
+                if penal:
+                    ctx = [mx.concatenate([history, *parts])[-params.repetition_context_size :]]
+                token, probs = self._pick(logits, params, ctx)
+                if probs is not None:
+                    q_rows.append(probs[0])
+                x = token
+                parts.append(token)
+                mx.async_eval(x)  # the device drafts while Python builds the next step
+        proposal = mx.concatenate(parts)
+        k = m + n_draft
+        draft_seconds = 0.0
+        timed = n_draft > 0 and (n_round % TIME_DRAFT_EVERY == 1 or self._draft_step.value is None)
+        if timed:
+            mx.eval(proposal)
+            draft_seconds = time.perf_counter() - start
+            self._draft_step.add(draft_seconds / n_draft)
+        elif n_draft:
+            draft_seconds = (self._draft_step.value or 0.0) * n_draft
+
+        v_in = mx.concatenate([mx.array(seq[-1:], dtype=mx.int32), proposal])
+        v_logits = _logits(self.target, v_in, self._t_cache)
+        if penal:
+            v_logits = penalize(
+                v_logits,
+                contexts_for(history, proposal, k + 1, params.repetition_context_size),
+                params.repetition_penalty,
+            )
+        if not sampling:
             choice = mx.argmax(v_logits, axis=-1)
             mx.eval(proposal, choice)
             d, c = _ints(proposal), _ints(choice)
-            n = 0
-            while n < k and d[n] == c[n]:
-                n += 1
+            n = common_prefix(d, c[:k])
             t = c[n]
         else:
-            p = mx.softmax(v_logits / temperature, axis=-1)
-            q = mx.stack(q_probs)
-            idx = mx.arange(k)
-            p_x, q_x = p[idx, proposal], q[idx, proposal]
-            # Accept x with probability min(1, p(x) / q(x)).
-            accept = mx.random.uniform(shape=(k,)) * q_x < p_x
-            mx.eval(proposal, accept)
-            d, ok = _ints(proposal), cast(list[bool], accept.tolist())
+            p = mx.exp(log_probs(v_logits, params))
+            vocab = p.shape[-1]
+            q = mx.stack(
+                [
+                    row if isinstance(row, mx.array) else (mx.arange(vocab) == row).astype(p.dtype)
+                    for row in q_rows
+                ]
+            )
+            accept, fallback = verify_sampled(p, q, proposal, params.accept_rule)
+            mx.eval(proposal, accept, fallback)
+            d, ok, fb = _ints(proposal), cast(list[bool], accept.tolist()), _ints(fallback)
             n = ok.index(False) if False in ok else k
-            if n < k:
-                residual = mx.maximum(p[n] - q[n], 0.0)
-                t = _int(mx.random.categorical(mx.log(residual)))
-            else:
-                t = _int(mx.random.categorical(mx.log(p[k])))
+            t = fb[n]
 
-        trim_prompt_cache(t_cache, k - n)
-        if n < k:
-            trim_prompt_cache(d_cache, k - 1 - n)
-            pending = mx.array([t])
-        else:
-            pending = mx.array([d[k - 1], t])
-        last = mx.array([t])
-        origin = Origin.BONUS if n == k else Origin.CORRECTION
-        yield Round((*d[:n], t), (Origin.DRAFT,) * n + (origin,), k, n)
+        trim_prompt_cache(self._t_cache, k - n)
+        self._t_tokens += [seq[-1], *d[:n]]
+        if n_draft:
+            assert self._d_cache is not None
+            fed = self._d_tokens + feed + d[m : k - 1]
+            committed = [*seq, *d[:n], t]
+            keep = common_prefix(fed, committed)
+            trim_prompt_cache(self._d_cache, len(fed) - keep)
+            self._d_tokens = fed[:keep]
+        origins = [Origin.LOOKUP if i < m else Origin.DRAFT for i in range(n)]
+        origins.append(Origin.BONUS if n == k else Origin.CORRECTION)
+        source: Source = "lookup+draft" if m and n_draft else ("lookup" if m else "draft")
+        seconds = time.perf_counter() - start
+        return Round((*d[:n], t), tuple(origins), k, n, source, seconds, draft_seconds)

@@ -5,12 +5,13 @@ Everything here may cross threads: frozen dataclasses of plain Python values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 Role = Literal["system", "user", "assistant"]
+AcceptRule = Literal["leviathan", "match"]
 
 
 class Origin(IntEnum):
@@ -19,20 +20,30 @@ class Origin(IntEnum):
     TARGET = 0
     """Plain decoding: the target proposed and chose it."""
     DRAFT = 1
-    """A draft token that the target accepted."""
+    """A token of the draft model that the target accepted."""
     CORRECTION = 2
-    """The target's token after it rejected a draft token."""
+    """The target's token after it rejected a drafted token."""
     BONUS = 3
-    """The target's extra token after it accepted every draft token."""
+    """The target's extra token after it accepted every drafted token."""
+    LOOKUP = 4
+    """A token proposed by prompt lookup that the target accepted."""
 
     @property
     def code(self) -> str:
         """One-letter code, used to store origins compactly."""
-        return "tdcb"[self]
+        return _ORIGIN_CODES[self]
+
+    @property
+    def drafted(self) -> bool:
+        """Whether the token was proposed by a drafter and accepted."""
+        return self in (Origin.DRAFT, Origin.LOOKUP)
 
     @classmethod
     def from_code(cls, code: str) -> Origin:
-        return cls("tdcb".index(code))
+        return cls(_ORIGIN_CODES.index(code))
+
+
+_ORIGIN_CODES = "tdcbl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +64,33 @@ class GenerationParams:
     Attributes:
         max_tokens: Upper bound on generated tokens.
         temperature: 0 for exact greedy decoding; above 0 samples.
+        top_p: Nucleus sampling threshold; 0 or 1 turns it off.
+        top_k: Sample among the k likeliest tokens; 0 turns it off.
+        min_p: Drop tokens below this share of the likeliest; 0 turns it off.
+        repetition_penalty: Penalty of recently seen tokens; 1 turns it off.
+        repetition_context_size: How many recent tokens the penalty looks at.
         seed: Seed of the sampler; ``None`` leaves the generator as it is.
-        num_draft: Draft tokens per round (k); 0 turns speculation off.
+        num_draft: Draft tokens per round (k); 0 turns speculation off and
+            ``None`` adapts k each round within [1, k_max].
+        k_max: Upper bound of an adaptive k.
+        prompt_lookup: Propose tokens by n-gram lookup in the conversation,
+            alone or before the draft model.
+        accept_rule: ``"leviathan"`` (lossless, accepts with min(1, p/q)) or
+            ``"match"`` (mlx-lm's rule, for comparison).
     """
 
     max_tokens: int = 512
     temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    repetition_context_size: int = 20
     seed: int | None = None
-    num_draft: int = 4
+    num_draft: int | None = 4
+    k_max: int = 8
+    prompt_lookup: bool = False
+    accept_rule: AcceptRule = "leviathan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,22 +104,64 @@ class Chunk:
 
 @dataclass(frozen=True, slots=True)
 class Stats:
-    """Per-message statistics."""
+    """Per-message statistics.
+
+    Attributes:
+        prompt_tokens: Tokens of the prompt.
+        reused_tokens: Prompt tokens whose KV cache was kept from the previous turn.
+        tokens: Tokens generated.
+        drafted: Tokens proposed by the drafters.
+        accepted: Proposed tokens the target accepted.
+        lookup_accepted: Of those, proposed by prompt lookup.
+        target_calls: Target forwards after the prompt (one per round).
+        draft_rounds: Rounds that verified proposals.
+        num_draft: The fixed k, or ``None`` when k adapted.
+        k_min: Smallest k chosen in a drafting round.
+        k_max: Largest k chosen in a drafting round.
+        draft_seconds: Time spent drafting.
+        verify_seconds: Time spent in target forwards after the prompt.
+        baseline_tps: Measured plain decoding speed of the target, if known.
+    """
 
     prompt_tokens: int = 0
+    reused_tokens: int = 0
     tokens: int = 0
     drafted: int = 0
     accepted: int = 0
+    lookup_accepted: int = 0
     target_calls: int = 0
-    num_draft: int = 0
+    draft_rounds: int = 0
+    num_draft: int | None = 0
+    k_min: int = 0
+    k_max: int = 0
     prompt_seconds: float = 0.0
     generation_seconds: float = 0.0
     ttft_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    baseline_tps: float | None = None
 
     @property
     def acceptance(self) -> float | None:
         """Accepted over drafted tokens; ``None`` when nothing was drafted."""
         return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Accepted tokens per drafting round."""
+        return self.accepted / self.draft_rounds if self.draft_rounds else None
+
+    @property
+    def tokens_per_call(self) -> float | None:
+        """Generated tokens per target forward."""
+        return self.tokens / self.target_calls if self.target_calls else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Generation speed over the measured plain decoding speed."""
+        if not self.baseline_tps or not self.generation_tps:
+            return None
+        return self.generation_tps / self.baseline_tps
 
     @property
     def generation_tps(self) -> float:
@@ -102,18 +174,13 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         """All fields plus the derived rates, for JSON."""
         return {
-            "prompt_tokens": self.prompt_tokens,
-            "tokens": self.tokens,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
+            **asdict(self),
             "acceptance": self.acceptance,
-            "target_calls": self.target_calls,
-            "num_draft": self.num_draft,
-            "prompt_seconds": self.prompt_seconds,
-            "generation_seconds": self.generation_seconds,
-            "ttft_seconds": self.ttft_seconds,
+            "mean_accepted": self.mean_accepted,
+            "tokens_per_call": self.tokens_per_call,
             "prompt_tps": self.prompt_tps,
             "generation_tps": self.generation_tps,
+            "speedup": self.speedup,
         }
 
     @classmethod

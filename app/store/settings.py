@@ -34,6 +34,8 @@ class Settings:
     target: str | None = None
     draft: str | None = None
     num_draft: int = 4
+    auto_draft: bool = False
+    prompt_lookup: bool = False
     temperature: float = 0.0
     max_tokens: int = 1024
 

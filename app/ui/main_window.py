@@ -32,11 +32,13 @@ log = logging.getLogger(__name__)
 def format_stats(stats: Stats) -> tuple[str, str]:
     """Status bar texts for tok/s and acceptance."""
     tps = f"{stats.generation_tps:.1f} tok/s"
+    if stats.speedup is not None and stats.drafted:
+        tps += f" ({stats.speedup:.2f}× plain)"
     acc = stats.acceptance
-    acceptance = (
-        "no drafting" if acc is None else f"{acc:.0%} accepted ({stats.accepted}/{stats.drafted})"
-    )
-    return tps, acceptance
+    if acc is None:
+        return tps, "no drafting"
+    k = f"k {stats.k_min}–{stats.k_max}" if stats.k_min != stats.k_max else f"k {stats.k_max}"
+    return tps, f"{acc:.0%} accepted ({stats.accepted}/{stats.drafted}), {k}"
 
 
 class MainWindow(QMainWindow):
@@ -225,7 +227,8 @@ class MainWindow(QMainWindow):
         return GenerationParams(
             max_tokens=self._settings.max_tokens,
             temperature=self.model_bar.temp_spin.value(),
-            num_draft=self.model_bar.k_spin.value(),
+            num_draft=self.model_bar.num_draft(),
+            prompt_lookup=self.model_bar.lookup_check.isChecked(),
         )
 
     @Slot(str)
@@ -252,7 +255,10 @@ class MainWindow(QMainWindow):
         self.composer.set_busy(True)
         self._reply_request_id = self.service.generate(history, self.params())
         self._save_settings(
-            num_draft=self.model_bar.k_spin.value(), temperature=self.model_bar.temp_spin.value()
+            num_draft=self.model_bar.k_spin.value(),
+            auto_draft=self.model_bar.auto_check.isChecked(),
+            prompt_lookup=self.model_bar.lookup_check.isChecked(),
+            temperature=self.model_bar.temp_spin.value(),
         )
 
     @Slot()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
@@ -35,6 +36,18 @@ class ModelBar(QWidget):
         self.k_spin.setValue(settings.num_draft)
         self.k_spin.setAccessibleName("Draft tokens per round")
         self.k_spin.setToolTip("Draft tokens per round (k); 0 turns speculation off")
+        self.auto_check = QCheckBox("Auto")
+        self.auto_check.setChecked(settings.auto_draft)
+        self.auto_check.setAccessibleName("Adapt draft length")
+        self.auto_check.setToolTip("Pick k each round from measured acceptance and cost")
+        self.auto_check.toggled.connect(lambda on: self.k_spin.setEnabled(not on))
+        self.k_spin.setEnabled(not settings.auto_draft)
+        self.lookup_check = QCheckBox("Lookup")
+        self.lookup_check.setChecked(settings.prompt_lookup)
+        self.lookup_check.setAccessibleName("Prompt lookup drafting")
+        self.lookup_check.setToolTip(
+            "Also propose tokens that continue text already in the conversation"
+        )
         self.temp_spin = QDoubleSpinBox()
         self.temp_spin.setRange(0.0, 2.0)
         self.temp_spin.setSingleStep(0.1)
@@ -55,6 +68,8 @@ class ModelBar(QWidget):
         layout.addWidget(self.load_button)
         layout.addWidget(QLabel("k"))
         layout.addWidget(self.k_spin)
+        layout.addWidget(self.auto_check)
+        layout.addWidget(self.lookup_check)
         layout.addWidget(QLabel("Temp"))
         layout.addWidget(self.temp_spin)
 
@@ -76,6 +91,10 @@ class ModelBar(QWidget):
         target = self.target_edit.text().strip()
         if target:
             self.load_requested.emit(target, self.draft_edit.text().strip())
+
+    def num_draft(self) -> int | None:
+        """The chosen k; ``None`` when it adapts."""
+        return None if self.auto_check.isChecked() else self.k_spin.value()
 
     def set_loading(self, loading: bool) -> None:
         self.load_button.setEnabled(not loading)

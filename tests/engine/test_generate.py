@@ -52,7 +52,9 @@ def test_copy_draft_accepts_everything(tiny_pair) -> None:
     assert s.drafted > 0
     assert s.accepted == s.drafted
     assert s.acceptance == 1.0
-    assert set(f.origins) <= {Origin.DRAFT, Origin.BONUS}
+    # Plain probe rounds measure the baseline; every other token was drafted.
+    assert set(f.origins) <= {Origin.TARGET, Origin.DRAFT, Origin.BONUS}
+    assert f.origins.count(Origin.TARGET) <= 1 + len(f.origins) // 32
 
 
 def test_copy_draft_accepts_everything_when_sampling(tiny_pair) -> None:

@@ -10,8 +10,16 @@ from app.store import Settings, SettingsFile, write_atomic
 def test_round_trip(tmp_path: Path) -> None:
     f = SettingsFile(tmp_path / "settings.json")
     assert f.load() == Settings()
-    f.save(Settings(target="/m/t", draft="/m/d", num_draft=6, temperature=0.7))
-    assert SettingsFile(tmp_path / "settings.json").load() == Settings("/m/t", "/m/d", 6, 0.7)
+    saved = Settings(
+        target="/m/t",
+        draft="/m/d",
+        num_draft=6,
+        auto_draft=True,
+        prompt_lookup=True,
+        temperature=0.7,
+    )
+    f.save(saved)
+    assert SettingsFile(tmp_path / "settings.json").load() == saved
 
 
 @pytest.mark.parametrize("content", ["{", "[]", '{"num_draft": "x", "unknown": 1}', ""])

@@ -184,3 +184,43 @@ def test_switching_conversations_shows_their_messages(qtbot: QtBot, make_window)
     window.conversation_list.setCurrentIndex(window.conversations.index(1, 0))
     assert "alpha" in window.transcript.toPlainText()
     assert "beta" not in window.transcript.toPlainText()
+
+
+def test_auto_k_and_lookup_reach_the_engine_and_are_remembered(
+    qtbot: QtBot, make_window, tiny: TinyModels
+) -> None:
+    window = make_window()
+    _load(qtbot, window, str(tiny.target), str(tiny.copy))
+    window.model_bar.auto_check.setChecked(True)
+    window.model_bar.lookup_check.setChecked(True)
+    assert not window.model_bar.k_spin.isEnabled()
+    _send(qtbot, window, "Repeat: one two three, one two three")
+    reply = window.store.messages(window.store.conversations()[0].id)[-1]
+    assert reply.stats is not None
+    assert reply.stats.num_draft is None
+    assert 1 <= reply.stats.k_min <= reply.stats.k_max
+    assert reply.stats.drafted > 0
+    assert reply.stats.speedup is not None, reply.stats
+    assert "× plain" in window.tps_label.text()
+    window.close()
+    again = make_window()
+    assert again.model_bar.auto_check.isChecked()
+    assert again.model_bar.lookup_check.isChecked()
+
+
+def test_format_stats() -> None:
+    from app.engine.types import Stats
+    from app.ui.main_window import format_stats
+
+    plain = Stats(tokens=10, generation_seconds=2.0)
+    assert format_stats(plain) == ("5.0 tok/s", "no drafting")
+    spec = Stats(
+        tokens=30,
+        drafted=20,
+        accepted=15,
+        k_min=2,
+        k_max=5,
+        generation_seconds=3.0,
+        baseline_tps=5.0,
+    )
+    assert format_stats(spec) == ("10.0 tok/s (2.00× plain)", "75% accepted (15/20), k 2–5")

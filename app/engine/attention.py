@@ -1,0 +1,104 @@
+"""Shape-stable attention for verification.
+
+Verification attends k + 1 queries over the whole KV cache, whose length changes
+every round. On MLX's CUDA backend kernels are built anew for every new key
+length (about 70 ms against 12 ms for a length seen before). Two remedies, for
+short multi-token queries only (single-token steps and long prefills keep
+mlx-lm's path):
+
+- ``bucketed``: attend over the cache's buffer rounded up to a multiple of 256
+  and mask the tail, so the key length takes few values;
+- ``matmul``: the same through plain matmuls instead of the fused kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+import mlx.core as mx
+import mlx.nn as nn
+
+Mode = Literal["auto", "sdpa", "bucketed", "matmul"]
+MAX_QUERIES = 16
+BUCKET = 256
+_state: dict[str, str] = {"mode": "sdpa"}
+
+
+def matmul_attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any
+) -> mx.array:
+    """Scaled dot-product attention with grouped KV heads, as plain matmuls.
+
+    Args:
+        queries: ``(B, Hq, L, D)``.
+        keys: ``(B, Hkv, S, D)``; the last ``L`` keys belong to the queries.
+        values: ``(B, Hkv, S, Dv)``.
+        scale: Factor applied to the queries.
+        mask: ``None``, ``"causal"``, a boolean mask (True attends) or an additive one.
+    """
+    b, hq, length, d = queries.shape
+    hkv, s = keys.shape[1], keys.shape[2]
+    q = (queries * scale).reshape(b, hkv, hq // hkv, length, d)
+    scores = q @ mx.expand_dims(keys, 2).swapaxes(-1, -2)
+    if isinstance(mask, str):
+        allowed = mx.arange(s)[None, :] <= mx.arange(length)[:, None] + (s - length)
+        scores = mx.where(allowed, scores, -mx.inf)
+    elif mask is not None:
+        m = mx.expand_dims(mask, 2) if mask.ndim == 4 else mask
+        scores = mx.where(m, scores, -mx.inf) if m.dtype == mx.bool_ else scores + m
+    weights = mx.softmax(scores.astype(mx.float32), axis=-1).astype(values.dtype)
+    out = weights @ mx.expand_dims(values, 2)
+    return out.reshape(b, hq, length, values.shape[-1])
+
+
+def bucketed_attention(
+    queries: mx.array, cache: Any, scale: float, matmul: bool = False
+) -> mx.array:
+    """Attention of the newest ``L`` tokens over a bucketed view of ``cache``."""
+    length, s = queries.shape[2], cache.offset
+    size = min(-(-s // BUCKET) * BUCKET, cache.keys.shape[2])
+    keys, values = cache.keys[..., :size, :], cache.values[..., :size, :]
+    allowed = mx.arange(size)[None, :] <= mx.arange(length)[:, None] + (s - length)
+    if matmul:
+        return matmul_attention(queries, keys, values, scale, allowed)
+    return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=allowed)
+
+
+def resolve(mode: Mode) -> str:
+    """The concrete mode on this machine: ``auto`` buckets on CUDA only."""
+    if mode == "auto":
+        return "bucketed" if mx.default_device() == mx.gpu and mx.cuda.is_available() else "sdpa"
+    return mode
+
+
+def set_mode(mode: Mode) -> None:
+    _state["mode"] = resolve(mode)
+
+
+def install(model: nn.Module) -> None:
+    """Wraps the attention function of ``model``'s mlx-lm module (idempotent)."""
+    module = sys.modules.get(type(model).__module__)
+    original = getattr(module, "scaled_dot_product_attention", None)
+    if module is None or original is None or getattr(original, "_tandem", False):
+        return
+
+    from mlx_lm.models.cache import KVCache
+
+    def attention(queries, keys, values, cache, scale, mask, sinks=None):
+        mode = _state["mode"]
+        if (
+            mode != "sdpa"
+            and sinks is None
+            and type(cache) is KVCache
+            and (mask is None or isinstance(mask, str))
+            and 1 < queries.shape[2] <= MAX_QUERIES
+        ):
+            return bucketed_attention(queries, cache, scale, matmul=mode == "matmul")
+        return original(queries, keys, values, cache, scale, mask, sinks=sinks)
+
+    attention._tandem = True  # type: ignore[attr-defined]
+    setattr(module, "scaled_dot_product_attention", attention)  # noqa: B010
+
+
+set_mode("auto")

@@ -1,0 +1,374 @@
+"""``tandem bench``: plain decoding, mlx-lm's speculative loop and Tandem's, side by side.
+
+All implementations run in one process, interleaved, after a warm-up, on the
+same prompts, for exactly ``max_tokens`` tokens each (end of sequence is
+ignored so every run does the same work). Speed is decoding speed: tokens
+after the first over the time after the first, so prompt processing is left out
+for every implementation alike. Imports no Qt, so it runs on any MLX machine.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from app import resource_path
+from app.engine.speculative import Decoder, Prefill
+from app.engine.types import GenerationParams
+
+IMPLS = ("plain", "mlx-lm", "tandem")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One generation: tokens produced and how."""
+
+    tokens: list[int]
+    seconds: float  # after the first token
+    first_tokens: int  # tokens delivered with the first token
+    drafted: int
+    accepted: int
+    target_calls: int
+    ks: tuple[int, ...] = ()
+
+    @property
+    def tps(self) -> float:
+        n = len(self.tokens) - self.first_tokens
+        return n / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Row:
+    """Aggregated runs of one (impl, k, temperature)."""
+
+    impl: str
+    k: str
+    temp: float
+    tps: list[float] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+    tokens: int = 0
+    target_calls: int = 0
+    ks: list[int] = field(default_factory=list)
+    speedup: float | None = None
+
+    @property
+    def median_tps(self) -> float:
+        return statistics.median(self.tps) if self.tps else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_call(self) -> float | None:
+        return self.tokens / self.target_calls if self.target_calls else None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            median_tps=self.median_tps,
+            acceptance=self.acceptance,
+            tokens_per_call=self.tokens_per_call,
+            mean_k=statistics.mean(self.ks) if self.ks else None,
+        )
+        return d
+
+
+def _sampler(temp: float) -> Callable[[mx.array], mx.array] | None:
+    from mlx_lm.sample_utils import make_sampler
+
+    return make_sampler(temp) if temp > 0 else None
+
+
+def _timed(
+    items: Iterator[Any], max_tokens: int, count: Callable[[Any], int]
+) -> tuple[list[Any], float, int]:
+    """Pulls items until ``max_tokens`` tokens; times everything after the first."""
+    out: list[Any] = []
+    n = first = 0
+    t0 = 0.0
+    for item in items:
+        out.append(item)
+        n += count(item)
+        if len(out) == 1:
+            first, t0 = n, time.perf_counter()
+        if n >= max_tokens:
+            break
+    return out, time.perf_counter() - t0, first
+
+
+def run_plain(target: nn.Module, prompt: list[int], max_tokens: int, temp: float) -> Run:
+    from mlx_lm.generate import generate_step
+
+    gen = generate_step(mx.array(prompt), target, max_tokens=max_tokens, sampler=_sampler(temp))
+    out, secs, first = _timed(gen, max_tokens, lambda _x: 1)
+    tokens = [int(t) for t, _ in out]
+    return Run(tokens, secs, first, 0, 0, len(tokens))
+
+
+def run_mlx_lm(
+    target: nn.Module, draft: nn.Module, prompt: list[int], max_tokens: int, temp: float, k: int
+) -> Run:
+    from mlx_lm.generate import speculative_generate_step
+
+    gen = speculative_generate_step(
+        mx.array(prompt),
+        target,
+        draft,
+        num_draft_tokens=k,
+        max_tokens=max_tokens,
+        sampler=_sampler(temp),
+    )
+    out, secs, first = _timed(gen, max_tokens, lambda _x: 1)
+    tokens = [int(t) for t, _, _ in out]
+    accepted = sum(1 for _, _, from_draft in out if from_draft)
+    rounds = sum(1 for _, _, from_draft in out if not from_draft)
+    # Each round drafts k tokens (fewer only at the very end) and ends on a target token.
+    return Run(tokens, secs, first, rounds * k, accepted, rounds)
+
+
+def run_tandem(
+    target: nn.Module,
+    draft: nn.Module | None,
+    prompt: list[int],
+    max_tokens: int,
+    temp: float,
+    k: int | None,
+    lookup: bool = False,
+) -> Run:
+    params = GenerationParams(
+        max_tokens=max_tokens, temperature=temp, num_draft=k, prompt_lookup=lookup
+    )
+    rounds = (
+        r for r in Decoder(target, draft).generate(prompt, params) if not isinstance(r, Prefill)
+    )
+    out, secs, first = _timed(rounds, max_tokens, lambda r: len(r.tokens))
+    tokens = [t for r in out for t in r.tokens][:max_tokens]
+    return Run(
+        tokens,
+        secs,
+        first,
+        sum(r.k for r in out),
+        sum(r.accepted for r in out),
+        len(out),
+        tuple(r.k for r in out if r.k),
+    )
+
+
+def ttft_cold_and_warm(
+    pair: Any, first: str, follow_up: str, max_tokens: int = 32
+) -> dict[str, float | int]:
+    """Time to first token of a follow-up turn, with the caches of turn one and without."""
+    from app.engine.generate import decoder_for, stream_reply
+    from app.engine.types import Chunk, Finished, Message
+
+    params = GenerationParams(max_tokens=max_tokens, num_draft=4 if pair.draft else 0)
+    turn = [Message("user", first)]
+    events = list(stream_reply(pair, turn, params))
+    reply = "".join(e.text for e in events if isinstance(e, Chunk))
+    turn2 = [*turn, Message("assistant", reply), Message("user", follow_up)]
+    out: dict[str, float | int] = {}
+    for label in ("warm", "cold"):
+        if label == "cold":
+            decoder_for(pair).reset()
+        done = list(stream_reply(pair, turn2, params))[-1]
+        assert isinstance(done, Finished)
+        out[f"{label}_ttft_seconds"] = done.stats.ttft_seconds
+        out[f"{label}_reused_tokens"] = done.stats.reused_tokens
+        out["prompt_tokens"] = done.stats.prompt_tokens
+        # Leave the caches as turn one left them for the cold run's baseline.
+        if label == "warm":
+            list(stream_reply(pair, turn, params))
+    return out
+
+
+def default_prompts() -> list[str]:
+    return [p["prompt"] for p in json.loads(resource_path("prompts.json").read_text())]
+
+
+def read_prompts(path: Path) -> list[str]:
+    """Prompts from a JSON list (of strings or of {"prompt": ...}) or one per line."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return [line for line in text.splitlines() if line.strip()]
+    return [p["prompt"] if isinstance(p, dict) else str(p) for p in data]
+
+
+def benchmark(
+    target: nn.Module,
+    draft: nn.Module | None,
+    prompts: Sequence[list[int]],
+    *,
+    ks: Sequence[int | None] = (0, 2, 4, 6, None),
+    temps: Sequence[float] = (0.0,),
+    max_tokens: int = 128,
+    repeats: int = 1,
+    impls: Sequence[str] = IMPLS,
+    lookup: bool = False,
+    warmup: int = 16,
+    seed: int = 0,
+    log: Callable[[str], None] = lambda _s: None,
+) -> list[Row]:
+    """Runs every configuration ``repeats`` times over ``prompts``, interleaved."""
+    configs: list[tuple[str, int | None, float]] = []
+    for temp in temps:
+        if "plain" in impls:
+            configs.append(("plain", 0, temp))
+        for k in ks:
+            if k == 0:
+                if "tandem" in impls and "plain" not in impls:
+                    configs.append(("tandem", 0, temp))
+                continue
+            if "mlx-lm" in impls and draft is not None and k is not None:
+                configs.append(("mlx-lm", k, temp))
+            if "tandem" in impls and (draft is not None or lookup):
+                configs.append(("tandem", k, temp))
+
+    def once(impl: str, k: int | None, temp: float, prompt: list[int], n: int) -> Run:
+        if impl == "plain":
+            return run_plain(target, prompt, n, temp)
+        if impl == "mlx-lm":
+            assert draft is not None and k is not None
+            return run_mlx_lm(target, draft, prompt, n, temp, k)
+        return run_tandem(target, draft, prompt, n, temp, k, lookup)
+
+    log(f"warm-up: {len(configs)} configurations, {warmup} tokens")
+    for impl, k, temp in configs:
+        once(impl, k, temp, prompts[0], min(warmup, max_tokens))
+    rows = {c: Row(c[0], "auto" if c[1] is None else str(c[1]), c[2]) for c in configs}
+    mx.random.seed(seed)
+    for r in range(repeats):
+        for i, prompt in enumerate(prompts):
+            for config in configs:
+                run = once(*config, prompt, max_tokens)
+                row = rows[config]
+                row.tps.append(run.tps)
+                row.drafted += run.drafted
+                row.accepted += run.accepted
+                row.tokens += len(run.tokens)
+                row.target_calls += run.target_calls
+                row.ks += run.ks
+            log(f"repeat {r + 1}/{repeats}, prompt {i + 1}/{len(prompts)} done")
+    out = list(rows.values())
+    for row in out:
+        plain = next((p for p in out if p.impl == "plain" and p.temp == row.temp), None)
+        if plain is not None and plain.median_tps:
+            row.speedup = row.median_tps / plain.median_tps
+    return out
+
+
+def table(rows: Sequence[Row]) -> str:
+    """A plain-text table of the results."""
+    lines = [
+        f"{'impl':<8} {'k':>4} {'temp':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} "
+        f"{'tok/call':>8} {'mean k':>6}"
+    ]
+    for r in rows:
+        acc = f"{r.acceptance:.0%}" if r.acceptance is not None else "-"
+        sp = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
+        tpc = f"{r.tokens_per_call:.2f}" if r.tokens_per_call is not None else "-"
+        mk = f"{statistics.mean(r.ks):.1f}" if r.ks else "-"
+        lines.append(
+            f"{r.impl:<8} {r.k:>4} {r.temp:>5.2f} {r.median_tps:>8.2f} {sp:>8} {acc:>7} "
+            f"{tpc:>8} {mk:>6}"
+        )
+    return "\n".join(lines)
+
+
+def main(args: Any) -> int:
+    """Runs ``tandem bench`` from parsed arguments."""
+    from app.engine import synthetic as syn
+    from app.engine.generate import encode_chat
+    from app.engine.loader import IncompatiblePairError, ModelError, load_pair
+    from app.engine.types import Message
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    ks: list[int | None] = [None if k == "auto" else int(k) for k in args.ks.split(",")]
+    temps = [float(t) for t in args.temps.split(",")]
+    impls = [i for i in args.impls.split(",") if i]
+    for impl in impls:
+        if impl not in IMPLS:
+            log(f"tandem: unknown implementation '{impl}' (one of {', '.join(IMPLS)})")
+            return 2
+    from app.engine import attention
+
+    attention.set_mode(args.attention)
+    meta: dict[str, Any] = {
+        "device": str(mx.default_device()),
+        "mlx": getattr(mx, "__version__", "?"),
+        "attention": args.attention,
+        "verify_attention": attention.resolve(args.attention),
+    }
+    if args.synthetic:
+        try:
+            t_shape, d_shape = syn.parse_pair(args.synthetic)
+        except ValueError as exc:
+            log(f"tandem: {exc}")
+            return 2
+        dtype = getattr(mx, args.dtype)
+        target = syn.build(t_shape, dtype=dtype)
+        vocab = syn.config(t_shape)["vocab_size"]
+        draft_model: nn.Module | None = syn.build(
+            d_shape, miss=args.miss, vocab_size=vocab, dtype=dtype, seed=1
+        )
+        prompts = [syn.prompt(t_shape)]
+        meta.update(synthetic=args.synthetic, miss=args.miss, dtype=args.dtype)
+    else:
+        if not args.model:
+            log("tandem: bench needs --model DIR (and usually --draft DIR) or --synthetic T:D")
+            return 2
+        try:
+            pair = load_pair(args.model, args.draft)
+        except IncompatiblePairError as exc:
+            log(f"tandem: {exc}")
+            return 2
+        except ModelError as exc:
+            log(f"tandem: {exc}")
+            return 1
+        target = pair.target.model
+        draft_model = pair.draft.model if pair.draft else None
+        texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
+        prompts = [encode_chat(pair.target.tokenizer, [Message("user", t)]) for t in texts]
+        meta.update(model=args.model, draft=args.draft, prompts=len(prompts))
+    rows = benchmark(
+        target,
+        draft_model,
+        prompts,
+        ks=ks,
+        temps=temps,
+        max_tokens=args.max_tokens,
+        repeats=args.repeats,
+        impls=impls,
+        lookup=args.prompt_lookup,
+        warmup=args.warmup,
+        log=log,
+    )
+    print(table(rows))
+    if not args.synthetic:
+        texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
+        ttft = ttft_cold_and_warm(pair, texts[0], "Now make it shorter.")
+        meta["ttft_turn2"] = ttft
+        print(
+            f"time to first token, turn 2 of {ttft['prompt_tokens']} prompt tokens: "
+            f"cold {ttft['cold_ttft_seconds']:.3f} s, warm {ttft['warm_ttft_seconds']:.3f} s "
+            f"({ttft['warm_reused_tokens']} tokens reused)"
+        )
+    if args.json:
+        meta.update(max_tokens=args.max_tokens, repeats=args.repeats, lookup=args.prompt_lookup)
+        out = {"meta": meta, "rows": [r.as_dict() for r in rows]}
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0

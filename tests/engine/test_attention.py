@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import mlx.core as mx
+import pytest
+
+from app.engine import attention, load_pair
+from app.engine.speculative import Decoder, Round
+from app.engine.types import GenerationParams
+from tests.conftest import TinyModels
+
+
+@pytest.fixture(params=["bucketed", "matmul"])
+def bucket_mode(request) -> Iterator[str]:
+    attention.set_mode(request.param)
+    yield request.param
+    attention.set_mode("auto")
+
+
+@pytest.mark.parametrize("mask_kind", ["causal", "bool", "additive", None])
+def test_matmul_attention_matches_the_fused_kernel(mask_kind) -> None:
+    mx.random.seed(0)
+    b, hq, hkv, length, s, d = 1, 8, 2, 4, 11, 16
+    q = mx.random.normal((b, hq, length, d))
+    k = mx.random.normal((b, hkv, s, d))
+    v = mx.random.normal((b, hkv, s, d))
+    causal = mx.arange(s)[None, :] <= mx.arange(length)[:, None] + (s - length)
+    mask = {
+        "causal": "causal",
+        "bool": causal,
+        "additive": mx.where(causal, 0.0, -1e9),
+        None: None,
+    }[mask_kind]
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
+    got = attention.matmul_attention(q, k, v, 0.25, mask)
+    assert mx.allclose(got, want, atol=1e-5).item()
+
+
+def test_greedy_stays_exact_with_bucketed_verification(
+    bucket_mode, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+    real = attention.bucketed_attention
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[0].shape[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "bucketed_attention", counting)
+    pair = load_pair(tiny.target, tiny.noisy)
+    prompt = list(range(30, 70))
+
+    def run(decoder: Decoder, **params) -> list[int]:
+        gen = decoder.generate(prompt, GenerationParams(**params))
+        next(gen)
+        out: list[int] = []
+        while len(out) < 60:
+            rnd = next(gen)
+            assert isinstance(rnd, Round)
+            out += rnd.tokens
+        return out[:60]
+
+    want = run(Decoder(pair.target.model), num_draft=0)
+    assert calls == []  # single-token steps keep the fused kernel
+    assert run(Decoder(pair.target.model, pair.draft.model), num_draft=5) == want
+    assert 6 in calls
+
+
+def test_bucketed_attention_matches_plain_attention() -> None:
+    from mlx_lm.models.cache import KVCache
+
+    mx.random.seed(1)
+    cache = KVCache()
+    cache.update_and_fetch(mx.random.normal((1, 2, 300, 16)), mx.random.normal((1, 2, 300, 16)))
+    cache.trim(10)  # stale keys beyond the offset must be masked out
+    k, v = cache.update_and_fetch(mx.random.normal((1, 2, 5, 16)), mx.random.normal((1, 2, 5, 16)))
+    q = mx.random.normal((1, 8, 5, 16))
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
+    for matmul in (False, True):
+        got = attention.bucketed_attention(q, cache, 0.25, matmul=matmul)
+        assert mx.allclose(got, want, atol=1e-5).item()
+
+
+def test_auto_mode_buckets_only_on_cuda() -> None:
+    assert attention.resolve("auto") == ("bucketed" if mx.cuda.is_available() else "sdpa")
+    assert attention.resolve("matmul") == "matmul"

@@ -1,0 +1,84 @@
+"""``tandem bench`` runs end to end on tiny models (numbers are reported, not asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import TinyModels
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+def test_synthetic_bench_writes_rows(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--synthetic",
+        "tiny:tiny",
+        "--miss",
+        "0.25",
+        "--ks",
+        "0,2,auto",
+        "--temps",
+        "0,0.7",
+        "--max-tokens",
+        "24",
+        "--json",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert data["meta"]["synthetic"] == "tiny:tiny"
+    rows = {(row["impl"], row["k"], row["temp"]) for row in data["rows"]}
+    for temp in (0.0, 0.7):
+        assert {("plain", "0", temp), ("mlx-lm", "2", temp), ("tandem", "2", temp)} <= rows
+        assert ("tandem", "auto", temp) in rows
+    greedy = {(row["impl"], row["k"]): row for row in data["rows"] if row["temp"] == 0}
+    for impl in ("tandem", "mlx-lm"):
+        assert 0 < greedy[(impl, "2")]["acceptance"] < 1  # a quarter of drafts miss
+        assert greedy[(impl, "2")]["tokens_per_call"] > 1
+    assert greedy[("plain", "0")]["speedup"] == 1.0
+    assert "speedup" in r.stdout
+
+
+def test_bench_on_model_folders_reports_ttft(tiny: TinyModels, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Write a haiku.\nSay hello.\n")
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--model",
+        str(tiny.target),
+        "--draft",
+        str(tiny.noisy),
+        "--ks",
+        "3",
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        "16",
+        "--json",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    meta = json.loads(out.read_text())["meta"]
+    ttft = meta["ttft_turn2"]
+    assert ttft["warm_reused_tokens"] > 0
+    assert ttft["cold_reused_tokens"] == 0
+    assert meta["prompts"] == 2
+
+
+def test_bench_rejects_unknown_shapes() -> None:
+    r = _bench("--synthetic", "tiny:huge")
+    assert r.returncode == 2
+    assert "unknown shape 'huge'" in r.stderr

@@ -1,0 +1,286 @@
+"""Speculative decoding: exactness, lossless sampling, lookup, cache reuse, adaptive k."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from app.engine import GenerationParams, Message, Origin, load_pair
+from app.engine import synthetic as syn
+from app.engine.generate import encode_chat, stream_reply
+from app.engine.sampling import log_probs, penalize
+from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
+from tests.conftest import TinyModels
+
+
+def _tokens(decoder: Decoder, prompt: list[int], n: int, **params) -> tuple[list[int], list[Round]]:
+    gen = decoder.generate(prompt, GenerationParams(**params))
+    assert isinstance(next(gen), Prefill)
+    out: list[int] = []
+    rounds: list[Round] = []
+    while len(out) < n:
+        rnd = next(gen)
+        assert isinstance(rnd, Round)
+        rounds.append(rnd)
+        out += rnd.tokens
+    gen.close()
+    return out[:n], rounds
+
+
+@pytest.fixture(scope="module")
+def models(tiny: TinyModels):
+    pairs = {
+        name: load_pair(tiny.target, getattr(tiny, name)) for name in ("noisy", "draft", "copy")
+    }
+    return pairs
+
+
+PROMPT_IDS = list(range(40, 80)) + list(range(40, 60))  # repeats, so lookup finds n-grams
+
+
+@pytest.mark.parametrize("draft_name", ["noisy", "draft", None])
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(num_draft=3),
+        dict(num_draft=None, k_max=6),
+        dict(num_draft=5, prompt_lookup=True),
+        dict(num_draft=2, repetition_penalty=1.3),
+        dict(num_draft=None, prompt_lookup=True, repetition_penalty=1.2, repetition_context_size=8),
+    ],
+)
+def test_greedy_is_exact_for_every_source(models, draft_name, params) -> None:
+    pair = models["noisy"]
+    draft = models[draft_name].draft.model if draft_name else None
+    want, _ = _tokens(
+        Decoder(pair.target.model),
+        PROMPT_IDS,
+        48,
+        num_draft=0,
+        **{k: v for k, v in params.items() if k.startswith("repetition")},
+    )
+    if draft is None and not params.get("prompt_lookup"):
+        params = {**params, "prompt_lookup": True}
+    got, rounds = _tokens(Decoder(pair.target.model, draft), PROMPT_IDS, 48, **params)
+    assert got == want
+    if draft is not None:
+        assert any(r.k for r in rounds)
+
+
+def test_greedy_is_exact_when_lookup_proposes_wrong_tokens() -> None:
+    target = syn.build("tiny")
+    # After 12, 13 the prompt continued with 200, 201; the model continues with 14.
+    prompt = [10, 11, 12, 13, 200, 201, 202, 203, 30, 31, 10, 11, 12, 13]
+    want, _ = _tokens(Decoder(target), prompt, 60, num_draft=0)
+    got, rounds = _tokens(Decoder(target), prompt, 60, num_draft=4, prompt_lookup=True)
+    assert got == want
+    assert any(r.source == "lookup" and r.accepted < r.k for r in rounds)
+
+
+def test_verify_keeps_the_target_distribution_exactly() -> None:
+    """Monte Carlo of the accept/resample step against p, with a stated threshold."""
+    mx.random.seed(0)
+    rng = np.random.default_rng(0)
+    vocab, k, n = 6, 2, 6000
+    p = mx.array(rng.dirichlet(np.ones(vocab), size=k + 1), dtype=mx.float32)
+    q = mx.array(rng.dirichlet(np.ones(vocab), size=k), dtype=mx.float32)
+    first = np.zeros(vocab)
+    accepted_first = 0
+    for _ in range(n):
+        proposal = mx.random.categorical(mx.log(q))
+        accept, fallback = verify_sampled(p, q, proposal)
+        ok = accept.tolist()
+        token = proposal.tolist()[0] if ok[0] else fallback.tolist()[0]
+        first[token] += 1
+        accepted_first += ok[0]
+    tv = 0.5 * np.abs(first / n - np.array(p[0])).sum()
+    assert tv < 0.03, tv  # expected about 0.01 at n = 6000
+    tv_pq = 0.5 * np.abs(np.array(p[0]) - np.array(q[0])).sum()
+    assert tv_pq > 0.1  # the test could tell p from q
+    # Acceptance is sum(min(p, q)), not mlx-lm's sum(p * q).
+    want = float(mx.minimum(p[0], q[0]).sum())
+    assert abs(accepted_first / n - want) < 0.03
+
+
+def test_match_rule_accepts_sum_p_times_q() -> None:
+    mx.random.seed(1)
+    rng = np.random.default_rng(1)
+    p = mx.array(rng.dirichlet(np.ones(5), size=2), dtype=mx.float32)
+    q = mx.array(rng.dirichlet(np.ones(5), size=1), dtype=mx.float32)
+    n, hits = 4000, 0
+    for _ in range(n):
+        proposal = mx.random.categorical(mx.log(q))
+        accept, _ = verify_sampled(p, q, proposal, rule="match")
+        hits += accept.tolist()[0]
+    assert abs(hits / n - float((p[0] * q[0]).sum())) < 0.03
+
+
+def _chi_square(counts: np.ndarray, p: np.ndarray) -> tuple[float, float]:
+    """Goodness-of-fit statistic of ``counts`` against ``p``, and its 0.1 % critical value.
+
+    Tokens expected fewer than 5 times are pooled into one bin.
+    """
+    n = counts.sum()
+    expected = n * p
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    df = int(keep.sum()) - 1
+    z = 3.09  # one-sided 0.1 %: Wilson-Hilferty approximation of the chi-square quantile
+    critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+    return stat, critical
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(temperature=0.6),
+        dict(temperature=0.9, top_p=0.9, top_k=40, min_p=0.02, repetition_penalty=1.2),
+    ],
+)
+def test_sampled_first_token_has_the_target_distribution(models, params) -> None:
+    """Chi-square test of speculative samples against the target's exact distribution."""
+    pair = models["noisy"]
+    gp = GenerationParams(num_draft=3, **params)
+    prompt = PROMPT_IDS[:20]
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    decoder.probe_every = 0  # every round speculates
+    mx.random.seed(3)
+    n = 2000
+    counts = np.zeros(pair.target.config["vocab_size"])
+    rejected = 0
+    for _ in range(n):
+        t, rounds = _tokens(decoder, prompt, 1, **params, num_draft=3)
+        counts[t[0]] += 1
+        rejected += rounds[0].accepted == 0
+    assert rejected > n // 10  # the residual path is exercised
+    # The exact distributions of the first token.
+    exact = []
+    for model in (pair.target.model, pair.draft.model):
+        logits = model(mx.array(prompt)[None])[0, -1:].astype(mx.float32)
+        if gp.repetition_penalty != 1.0:
+            ctx = mx.array(prompt[-gp.repetition_context_size :])
+            logits = penalize(logits, [ctx], gp.repetition_penalty)
+        exact.append(np.array(mx.exp(log_probs(logits, gp))[0], dtype=np.float64))
+    p, q = exact
+    stat, critical = _chi_square(counts, p)
+    assert stat < critical, (stat, critical)
+    # Power: samples from the draft's q would fail the same test by far.
+    assert _chi_square(n * q, p)[0] > 5 * critical
+
+
+def test_copy_draft_is_always_accepted_when_sampling(models) -> None:
+    pair = models["copy"]
+    _, rounds = _tokens(
+        Decoder(pair.target.model, pair.draft.model),
+        PROMPT_IDS,
+        40,
+        num_draft=4,
+        temperature=0.8,
+        top_p=0.95,
+        repetition_penalty=1.1,
+    )
+    spec = [r for r in rounds if r.k]
+    assert spec and all(r.accepted == r.k for r in spec)
+
+
+def test_lookup_alone_proposes_and_is_credited() -> None:
+    target = syn.build("tiny")
+    decoder = Decoder(target)
+    out, rounds = _tokens(decoder, syn.prompt("tiny"), 120, num_draft=6, prompt_lookup=True)
+    assert out == [syn.CYCLE_START + i % 64 for i in range(120)]
+    lookup_rounds = [r for r in rounds if r.source == "lookup"]
+    assert lookup_rounds
+    assert all(r.accepted == r.k for r in lookup_rounds)
+    assert sum(o == Origin.LOOKUP for r in rounds for o in r.origins) > 90
+
+
+def test_lookup_runs_before_the_draft_model() -> None:
+    target = syn.build("tiny")
+    draft = syn.build("tiny", miss=0.5, seed=1)
+    decoder = Decoder(target, draft)
+    # A prompt without the cycle's later half: lookup runs dry there, the draft fills in.
+    prompt = syn.prompt("tiny", repeats=1)[:40]
+    out, rounds = _tokens(decoder, prompt, 150, num_draft=4, prompt_lookup=True)
+    assert out == [syn.CYCLE_START + (40 + i) % 64 for i in range(150)]
+    sources = {r.source for r in rounds}
+    assert "draft" in sources
+    assert sources & {"lookup", "lookup+draft"}
+
+
+def test_synthetic_pair_has_the_set_acceptance() -> None:
+    target = syn.build("tiny")
+    for miss, want in ((0.0, 1.0), (0.25, None)):
+        draft = syn.build("tiny", miss=miss, seed=1)
+        _, rounds = _tokens(Decoder(target, draft), syn.prompt("tiny"), 200, num_draft=1)
+        spec = [r for r in rounds if r.k]
+        acceptance = sum(r.accepted for r in spec) / sum(r.k for r in spec)
+        if want is not None:
+            assert acceptance == want
+        else:
+            assert abs(acceptance - (1 - miss)) < 0.05
+
+
+def test_follow_up_turn_prefills_only_new_tokens(tiny: TinyModels) -> None:
+    pair = load_pair(tiny.target, tiny.noisy)
+    first = [Message("user", "Write a haiku about the sea.")]
+    out = list(stream_reply(pair, first, GenerationParams(max_tokens=12, num_draft=3)))
+    reply = "".join(e.text for e in out[:-1])
+    assert out[-1].stats.reused_tokens == 0
+    second = [*first, Message("assistant", reply), Message("user", "Another one.")]
+    warm = list(stream_reply(pair, second, GenerationParams(max_tokens=12, num_draft=3)))[-1]
+    prompt1 = encode_chat(pair.target.tokenizer, first)
+    assert warm.stats.reused_tokens >= len(prompt1) - 1
+    assert warm.stats.prompt_tokens > warm.stats.reused_tokens
+    # The warm reply is the reply a cold decoder gives.
+    cold_pair = load_pair(tiny.target, tiny.noisy)
+    cold = list(stream_reply(cold_pair, second, GenerationParams(max_tokens=12, num_draft=3)))[-1]
+    assert cold.stats.reused_tokens == 0
+    assert warm.token_ids == cold.token_ids
+
+
+def test_edit_trims_to_the_common_prefix(tiny: TinyModels) -> None:
+    pair = load_pair(tiny.target, tiny.noisy)
+    a = [Message("user", "Tell me about the sea and the sky.")]
+    b = [Message("user", "Tell me about the moon.")]
+    list(stream_reply(pair, a, GenerationParams(max_tokens=20, num_draft=3)))
+    edited = list(stream_reply(pair, b, GenerationParams(max_tokens=20, num_draft=3)))[-1]
+    tok = pair.target.tokenizer
+    ia, ib = encode_chat(tok, a), encode_chat(tok, b)
+    common = next(i for i, (x, y) in enumerate(zip(ia, ib, strict=False)) if x != y)
+    assert edited.stats.reused_tokens == common
+    fresh = list(
+        stream_reply(load_pair(tiny.target, tiny.noisy), b, GenerationParams(max_tokens=20))
+    )
+    assert edited.token_ids == fresh[-1].token_ids
+
+
+def test_drafting_is_refused_when_the_cache_cannot_rewind(models) -> None:
+    pair = models["noisy"]
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    decoder.target_trimmable = False
+    with pytest.raises(CacheError, match="cannot be rewound"):
+        next(decoder.generate(PROMPT_IDS, GenerationParams(num_draft=3)))
+    # Plain decoding still works.
+    out, _ = _tokens(decoder, PROMPT_IDS, 5, num_draft=0)
+    assert len(out) == 5
+
+
+def test_auto_k_stays_in_bounds_and_is_reported(models) -> None:
+    pair = models["copy"]
+    events = list(
+        stream_reply(
+            pair,
+            [Message("user", "Count to twenty.")],
+            GenerationParams(max_tokens=60, num_draft=None, k_max=5),
+        )
+    )
+    s = events[-1].stats
+    assert s.num_draft is None
+    assert 1 <= s.k_min <= s.k_max <= 5
+    assert s.mean_accepted is not None and s.mean_accepted > 1
+    assert s.tokens_per_call is not None and s.tokens_per_call > 1
+    assert s.baseline_tps is not None and s.speedup is not None
