@@ -138,8 +138,7 @@ def run_mlx_lm(
 
 
 def run_tandem(
-    target: nn.Module,
-    draft: nn.Module | None,
+    decoder: Decoder,
     prompt: list[int],
     max_tokens: int,
     temp: float,
@@ -149,9 +148,7 @@ def run_tandem(
     params = GenerationParams(
         max_tokens=max_tokens, temperature=temp, num_draft=k, prompt_lookup=lookup
     )
-    rounds = (
-        r for r in Decoder(target, draft).generate(prompt, params) if not isinstance(r, Prefill)
-    )
+    rounds = (r for r in decoder.generate(prompt, params) if not isinstance(r, Prefill))
     out, secs, first = _timed(rounds, max_tokens, lambda r: len(r.tokens))
     tokens = [t for r in out for t in r.tokens][:max_tokens]
     return Run(
@@ -236,13 +233,17 @@ def benchmark(
             if "tandem" in impls and (draft is not None or lookup):
                 configs.append(("tandem", k, temp))
 
+    # One decoder per configuration, kept across prompts as the app keeps it
+    # across turns (its draft-length controller and baseline carry over).
+    decoders = {c: Decoder(target, draft) for c in configs if c[0] == "tandem"}
+
     def once(impl: str, k: int | None, temp: float, prompt: list[int], n: int) -> Run:
         if impl == "plain":
             return run_plain(target, prompt, n, temp)
         if impl == "mlx-lm":
             assert draft is not None and k is not None
             return run_mlx_lm(target, draft, prompt, n, temp, k)
-        return run_tandem(target, draft, prompt, n, temp, k, lookup)
+        return run_tandem(decoders[(impl, k, temp)], prompt, n, temp, k, lookup)
 
     log(f"warm-up: {len(configs)} configurations, {warmup} tokens")
     for impl, k, temp in configs:

@@ -27,7 +27,7 @@ from app.engine.sampling import contexts_for, log_probs, penalize
 from app.engine.types import AcceptRule, GenerationParams, Origin
 
 PREFILL_STEP = 512
-PROBE_EVERY = 32  # a plain target step this often measures the baseline
+PROBE_EVERY = 64  # a plain target step this often keeps the baseline current
 TIME_DRAFT_EVERY = 8  # sync after drafting this often to split draft and verify time
 
 Source = Literal["none", "draft", "lookup", "lookup+draft"]
@@ -133,6 +133,8 @@ class Decoder:
         self._d_tokens: list[int] = []
         self.probe_every = PROBE_EVERY  # 0: never a plain step between drafting rounds
         self._step = _Ema(0.8)  # seconds of one plain target step
+        # Draft-length controllers outlive turns: the pair's costs do not change.
+        self._lengths: dict[tuple[int, int | None], DraftLength] = {}
         self._draft_step = _Ema(0.8)  # seconds of one draft step
 
     @property
@@ -201,14 +203,20 @@ class Decoder:
         if not (use_draft or use_lookup):
             yield from self._plain(seq, params)
             return
-        lengths = DraftLength(k_max=params.k_max, fixed=params.num_draft)
+        key = (params.k_max, params.num_draft)
+        lengths = self._lengths.setdefault(key, DraftLength(params.k_max, params.num_draft))
         lookup = PromptLookup() if use_lookup else None
         if lookup is not None:
             lookup.reset(seq)
         for n_round in range(1 << 62):
             k = lengths.choose()
             proposed = lookup.propose(k) if lookup is not None else []
-            probe = self.probe_every > 0 and n_round % self.probe_every == 0
+            # Measure plain decoding once per pair, then refresh it now and then.
+            # With a seed the schedule ignores that state, so a fixed k reproduces.
+            probe = self.probe_every > 0 and (
+                (n_round == 0 and self._step.value is None and params.seed is None)
+                or n_round % self.probe_every == self.probe_every - 1
+            )
             if probe or (not proposed and not use_draft):
                 t = self._plain_step(seq, params)
                 new, origins, rnd = [t], [Origin.TARGET], None
