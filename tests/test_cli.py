@@ -110,8 +110,6 @@ def test_generate_with_auto_k_lookup_and_sampling_options(tiny: TinyModels) -> N
         "0.01",
         "--repetition-penalty",
         "1.1",
-        "--seed",
-        "3",
         "--max-tokens",
         "30",
         "--json",
