@@ -43,6 +43,21 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--system", help="system prompt")
     gen.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
+    check = sub.add_parser(
+        "check-pair", help="whether DRAFT can draft for TARGET (exit 0 yes, 2 no, 1 unreadable)"
+    )
+    check.add_argument("target", help="target model folder")
+    check.add_argument("draft", help="draft model folder")
+    check.add_argument("--json", action="store_true", help="print the verdict as JSON")
+
+    models = sub.add_parser("models", help="the local model library")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    listing = models_sub.add_parser("list", help="models in Tandem's folder and the HF cache")
+    listing.add_argument("--json", action="store_true")
+    delete = models_sub.add_parser("delete", help="delete a model from the library")
+    delete.add_argument("name", help="model name or repo id, as `tandem models list` shows it")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
     bench = sub.add_parser(
         "bench", help="plain decoding, mlx-lm's speculative loop and Tandem's, side by side"
     )
@@ -174,11 +189,79 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_pair(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from app.engine import ModelError
+    from app.hub import check_pair, format_verdict
+
+    try:
+        verdict = check_pair(Path(args.target), Path(args.draft))
+    except ModelError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        checks = [asdict(c) for c in verdict.checks]
+        print(json.dumps({"compatible": verdict.compatible, "checks": checks}, indent=2))
+    else:
+        print(format_verdict(verdict))
+    return 0 if verdict.compatible else 2
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB"):
+        if value < 1000:
+            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
+
+
+def _models(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from app.hub import default_models_dir, delete_model, scan_library
+
+    library = scan_library(default_models_dir())
+    if args.models_command == "list":
+        if args.json:
+            rows = [{**asdict(m), "path": str(m.path)} for m in library]
+            print(json.dumps(rows, indent=2))
+            return 0
+        if not library:
+            print(f"No models yet. Put model folders in {default_models_dir()}.")
+        for m in library:
+            params = f"{m.parameters / 1e9:.2f}B" if m.parameters else "?"
+            quant = f"{m.quantization[0]}-bit" if m.quantization else "full"
+            status = f"  ({m.problem})" if m.problem else ""
+            print(
+                f"{m.repo_id or m.name}  {m.architecture or '?'}  {params}  {quant}  "
+                f"{_size(m.size_bytes)}  {m.path}{status}"
+            )
+        return 0
+    matches = [m for m in library if args.name in (m.name, m.repo_id)]
+    if not matches:
+        print(f"tandem: no model named '{args.name}' in the library", file=sys.stderr)
+        return 1
+    info = matches[0]
+    if not args.yes:
+        answer = input(f"Delete {args.name} ({_size(info.size_bytes)})? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            return 1
+    freed = delete_model(info)
+    print(f"Deleted {args.name}, freeing {_size(freed)}.")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tandem`` and ``python -m app``."""
     args = _parser().parse_args(argv)
     if args.command == "generate":
         return _generate(args)
+    if args.command == "check-pair":
+        return _check_pair(args)
+    if args.command == "models":
+        return _models(args)
     if args.command == "bench":
         from app.engine import bench
 

@@ -135,3 +135,68 @@ def test_bad_num_draft_is_refused() -> None:
     r = _tandem("generate", "--model", "x", "--num-draft", "many", "Hi")
     assert r.returncode == 2
     assert "--num-draft" in r.stderr
+
+
+def _tandem_in(
+    home: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "XDG_DATA_HOME": str(home / "data"),
+        "HF_HUB_CACHE": str(home / "hf"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        input=stdin,
+    )
+
+
+def test_check_pair_exit_codes(tiny: TinyModels, tmp_path: Path) -> None:
+    from app.engine.tiny import build_model, model_config
+
+    config = model_config(
+        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    config["tie_word_embeddings"] = True
+    small = build_model(tmp_path / "small", config, tokenizer_from=tiny.target)
+    ok = _tandem("check-pair", str(tiny.target), str(small))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.startswith("compatible")
+    bad = _tandem("check-pair", str(tiny.target), str(tiny.foreign), "--json")
+    assert bad.returncode == 2
+    verdict = json.loads(bad.stdout)
+    assert verdict["compatible"] is False
+    assert any(c["name"] == "token texts" and not c["ok"] for c in verdict["checks"])
+    broken = _tandem("check-pair", str(tiny.target), str(tmp_path / "missing"))
+    assert broken.returncode == 1
+    assert len(broken.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in broken.stderr
+
+
+def test_models_list_and_delete(tiny: TinyModels, tmp_path: Path) -> None:
+    import shutil
+
+    models = tmp_path / "data" / "Tandem" / "models"
+    models.mkdir(parents=True)
+    shutil.copytree(tiny.target, models / "tiny-llama")
+    (models / "broken").mkdir()
+    listed = json.loads(_tandem_in(tmp_path, "models", "list", "--json").stdout)
+    by_name = {m["name"]: m for m in listed}
+    assert by_name["tiny-llama"]["architecture"] == "llama"
+    assert by_name["tiny-llama"]["problem"] is None
+    assert "config.json" in by_name["broken"]["problem"]
+    text = _tandem_in(tmp_path, "models", "list").stdout
+    assert "tiny-llama  llama" in text
+    kept = _tandem_in(tmp_path, "models", "delete", "tiny-llama", stdin="n\n")
+    assert kept.returncode == 1 and (models / "tiny-llama").exists()
+    gone = _tandem_in(tmp_path, "models", "delete", "tiny-llama", "--yes")
+    assert gone.returncode == 0, gone.stderr
+    assert "freeing" in gone.stdout
+    assert not (models / "tiny-llama").exists()
+    missing = _tandem_in(tmp_path, "models", "delete", "nope", "--yes")
+    assert missing.returncode == 1

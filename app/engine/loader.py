@@ -103,9 +103,11 @@ def pair_problems(target: LoadedModel, draft: LoadedModel) -> list[str]:
 
     problems = []
     t_vocab, d_vocab = target.config.get("vocab_size"), draft.config.get("vocab_size")
-    if t_vocab != d_vocab:
-        problems.append(f"vocabulary sizes differ ({t_vocab} vs {d_vocab})")
     t_tok, d_tok = target.tokenizer, draft.tokenizer
+    tokens = max(len(t_tok), len(d_tok))
+    # Embedding rows past the tokenizer's tokens are padding, which may differ.
+    if t_vocab != d_vocab and (not t_vocab or not d_vocab or min(t_vocab, d_vocab) < tokens):
+        problems.append(f"vocabulary sizes differ ({t_vocab} vs {d_vocab})")
     if t_tok.get_vocab() != d_tok.get_vocab():
         problems.append("the tokenizers map tokens to different ids")
     if set(t_tok.eos_token_ids) != set(d_tok.eos_token_ids):

@@ -82,6 +82,21 @@ def _logits(model: nn.Module, tokens: mx.array, cache: list[Any]) -> mx.array:
     return model(tokens[None], cache=cache)[0].astype(mx.float32)
 
 
+def fit_vocab(logits: mx.array, size: int) -> mx.array:
+    """Draft logits over the target's vocabulary: cut, or padded with -inf.
+
+    Rows past the shared tokens are padding, so the draft never proposes them
+    and q is 0 there, which keeps rejection sampling exact.
+    """
+    vocab = logits.shape[-1]
+    if vocab > size:
+        return logits[..., :size]
+    if vocab < size:
+        pad = mx.full((*logits.shape[:-1], size - vocab), -mx.inf, dtype=logits.dtype)
+        return mx.concatenate([logits, pad], axis=-1)
+    return logits
+
+
 def verify_sampled(
     p: mx.array, q: mx.array, proposal: mx.array, rule: AcceptRule = "leviathan"
 ) -> tuple[mx.array, mx.array]:
@@ -127,6 +142,7 @@ class Decoder:
             if model is not None:
                 attention.install(model)
         self.target_trimmable = can_trim_prompt_cache(make_prompt_cache(target))
+        self.vocab_size: int | None = getattr(getattr(target, "args", None), "vocab_size", None)
         self._t_cache: list[Any] | None = None
         self._t_tokens: list[int] = []
         self._d_cache: list[Any] | None = None
@@ -326,6 +342,8 @@ class Decoder:
             x = mx.array(feed, dtype=mx.int32)
             for _ in range(n_draft):
                 logits = _logits(self.draft, x, self._d_cache)[-1:]
+                if self.vocab_size is not None:
+                    logits = fit_vocab(logits, self.vocab_size)
                 ctx = []
                 if penal:
                     ctx = [mx.concatenate([history, *parts])[-params.repetition_context_size :]]

@@ -287,3 +287,34 @@ def test_auto_k_stays_in_bounds_and_is_reported(models) -> None:
     assert s.mean_accepted is not None and s.mean_accepted > 1
     assert s.tokens_per_call is not None and s.tokens_per_call > 1
     assert s.baseline_tps is not None and s.speedup is not None
+
+
+def test_drafts_with_padded_embeddings_of_another_size(tiny: TinyModels, tmp_path) -> None:
+    """Qwen2.5 7B has 152064 embedding rows and 0.5B 151936 over one tokenizer."""
+    from app.engine.tiny import build_model, model_config
+
+    padded = build_model(
+        tmp_path / "padded-draft",
+        model_config("qwen2", vocab_size=400, hidden_size=32, num_hidden_layers=1),
+        tokenizer_from=tiny.target,
+        seed=5,
+    )
+    pair = load_pair(tiny.target, padded)
+    assert pair.draft is not None
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 40, num_draft=0)
+    got, _ = _tokens(Decoder(pair.target.model, pair.draft.model), PROMPT_IDS, 40, num_draft=3)
+    assert got == want
+    _, sampled = _tokens(
+        Decoder(pair.target.model, pair.draft.model), PROMPT_IDS, 40, num_draft=3, temperature=1.0
+    )
+    assert all(t < 384 for r in sampled for t in r.tokens)
+
+
+def test_fit_vocab_cuts_or_pads() -> None:
+    from app.engine.speculative import fit_vocab
+
+    x = mx.array([[1.0, 2.0, 3.0]])
+    assert fit_vocab(x, 2).tolist() == [[1.0, 2.0]]
+    padded = fit_vocab(x, 5)
+    assert padded.shape == (1, 5)
+    assert mx.exp(padded).tolist()[0][3:] == [0.0, 0.0]

@@ -1,0 +1,24 @@
+"""Model library, pair checks and (later) Hub downloads; free of Qt."""
+
+from app.hub.library import (
+    ModelInfo,
+    Source,
+    default_models_dir,
+    delete_model,
+    inspect_model,
+    scan_library,
+)
+from app.hub.pair_check import Check, Verdict, check_pair, format_verdict
+
+__all__ = [
+    "Check",
+    "ModelInfo",
+    "Source",
+    "Verdict",
+    "check_pair",
+    "default_models_dir",
+    "delete_model",
+    "format_verdict",
+    "inspect_model",
+    "scan_library",
+]

@@ -1,0 +1,449 @@
+"""The model library: Tandem's own model folder plus the Hugging Face cache.
+
+Everything here reads metadata only (``config.json``, ``tokenizer_config.json``,
+the safetensors headers and ``model.safetensors.index.json``); weights are never
+loaded, so scanning a library of large models stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from platformdirs import user_data_dir
+
+from app.engine.loader import ModelError, read_config
+
+Source = Literal["hf-cache", "tandem"]
+
+# Keys that hold a model's trained context length, most common first.
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "max_sequence_length",
+    "max_seq_len",
+    "seq_length",
+    "n_positions",
+    "n_ctx",
+)
+# A larger header is not a safetensors file but garbage read as a length.
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+# Tensors of a quantized layer that hold quantization state, not parameters.
+_QUANT_STATE = ("scales", "biases", "global_scale")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What the library knows about one model folder, read without loading weights.
+
+    Attributes:
+        name: Display name: the repo id for the Hugging Face cache, else the folder name.
+        path: The model folder (for the cache, the snapshot folder).
+        source: ``"tandem"`` for Tandem's own folder, ``"hf-cache"`` for the Hub cache.
+        repo_id: ``org/name`` on the Hub, when known.
+        architecture: The config's ``model_type``.
+        parameters: Number of parameters, unpacked for quantized layers.
+        quantization: ``(bits, group_size)`` of an MLX-quantized model.
+        size_bytes: Bytes on disk, counting the blobs the cache's symlinks point to.
+        context_length: The trained context length from the config.
+        has_chat_template: Whether the tokenizer has a chat template.
+        problem: One-line reason the folder is not a usable model; ``None`` when usable.
+    """
+
+    name: str
+    path: Path
+    source: Source
+    repo_id: str | None
+    architecture: str | None
+    parameters: int | None
+    quantization: tuple[int, int] | None
+    size_bytes: int
+    context_length: int | None
+    has_chat_template: bool
+    problem: str | None
+
+    @property
+    def usable(self) -> bool:
+        """Whether the folder passed every check."""
+        return self.problem is None
+
+
+class _WeightsError(Exception):
+    """A safetensors file or index that cannot be read; the message names the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tensor:
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def default_models_dir() -> Path:
+    """Returns Tandem's own model folder, creating it when missing."""
+    path = Path(user_data_dir("Tandem", appauthor=False)) / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def inspect_model(
+    path: Path,
+    *,
+    source: Source = "tandem",
+    repo_id: str | None = None,
+    name: str | None = None,
+) -> ModelInfo:
+    """Describes a model folder without loading its weights; never raises.
+
+    Args:
+        path: The model folder.
+        source: Where the folder lives.
+        repo_id: ``org/name`` on the Hub, when known.
+        name: Display name; the folder name when omitted.
+
+    Returns:
+        The folder's description; ``problem`` says why it is unusable, if it is.
+    """
+    path = Path(path)
+    label = name or path.name or str(path)
+    try:
+        return _inspect(path, source, repo_id, label)
+    except Exception as exc:  # one odd folder must not break a whole library scan
+        return ModelInfo(
+            name=label,
+            path=path,
+            source=source,
+            repo_id=repo_id,
+            architecture=None,
+            parameters=None,
+            quantization=None,
+            size_bytes=0,
+            context_length=None,
+            has_chat_template=False,
+            problem=f"{label}: cannot be read ({_first_line(exc)})",
+        )
+
+
+def scan_library(models_dir: Path, hf_cache_dir: Path | None = None) -> list[ModelInfo]:
+    """Lists every model in Tandem's folder and in the Hugging Face cache.
+
+    Args:
+        models_dir: Tandem's own model folder; each visible subfolder is a model.
+        hf_cache_dir: The Hub cache; the default cache when omitted. Each model
+            repo contributes its newest snapshot.
+
+    Returns:
+        The models sorted by name, unusable ones included with their ``problem``.
+    """
+    models: list[ModelInfo] = []
+    if models_dir.is_dir():
+        for folder in models_dir.iterdir():
+            if not folder.name.startswith(".") and folder.is_dir():
+                models.append(inspect_model(folder, source="tandem"))
+    for repo_id, snapshot in _cached_snapshots(hf_cache_dir):
+        models.append(inspect_model(snapshot, source="hf-cache", repo_id=repo_id, name=repo_id))
+    return sorted(models, key=lambda m: (m.name.casefold(), m.source, str(m.path)))
+
+
+def delete_model(
+    info: ModelInfo,
+    *,
+    models_dir: Path | None = None,
+    hf_cache_dir: Path | None = None,
+) -> int:
+    """Deletes a model from Tandem's folder or, all revisions at once, from the Hub cache.
+
+    Args:
+        info: The model, as :func:`scan_library` described it.
+        models_dir: Tandem's own folder; :func:`default_models_dir` when omitted.
+        hf_cache_dir: The Hub cache; the default cache when omitted.
+
+    Returns:
+        The bytes freed, measured before deleting.
+
+    Raises:
+        ValueError: The path lies outside the root its source names.
+    """
+    if info.source == "hf-cache":
+        return _delete_cached(info, hf_cache_dir)
+    root = (models_dir or default_models_dir()).resolve()
+    # Resolve the parent only, so a symlinked model folder is judged by where its link is.
+    folder = Path(os.path.abspath(info.path))
+    folder = folder.parent.resolve() / folder.name
+    if folder.parent != root or folder.name in ("", ".", ".."):
+        raise ValueError(f"{info.path} is not a model in {root}")
+    if folder.is_symlink():
+        folder.unlink()  # the linked folder is the user's own; only the link goes
+        return 0
+    if not folder.is_dir():
+        raise ValueError(f"{info.path} is not a folder")
+    freed = _folder_size(folder, follow_symlinks=False)
+    shutil.rmtree(folder)
+    return freed
+
+
+def _inspect(path: Path, source: Source, repo_id: str | None, label: str) -> ModelInfo:
+    problem: str | None = None
+    try:
+        config = read_config(path)
+    except ModelError as exc:
+        problem = _relabel(str(exc), path, label)
+        # Keep what can still be read so the library shows more than the error.
+        config = _read_json_or_none(path / "config.json") or {}
+    tok_config: dict[str, Any] = {}
+    tok_file = path / "tokenizer_config.json"
+    if tok_file.is_file():
+        try:
+            tok_config = _read_json(tok_file)
+        except (OSError, ValueError) as exc:
+            problem = problem or (
+                f"{label}: tokenizer_config.json is unreadable ({_first_line(exc)})"
+            )
+
+    quantization = _quantization(config)
+    parameters: int | None = None
+    if path.is_dir():
+        try:
+            parameters = _count_parameters(path, config.get("quantization"))
+        except _WeightsError as exc:
+            problem = problem or f"{label}: {exc}"
+    model_type = config.get("model_type")
+    return ModelInfo(
+        name=label,
+        path=path,
+        source=source,
+        repo_id=repo_id,
+        architecture=str(model_type) if model_type else None,
+        parameters=parameters,
+        quantization=quantization,
+        size_bytes=_folder_size(path) if path.is_dir() else 0,
+        context_length=_context_length(config),
+        has_chat_template=_has_chat_template(path, tok_config),
+        problem=problem,
+    )
+
+
+def _relabel(message: str, path: Path, label: str) -> str:
+    """Names a cache snapshot by its repo id instead of its commit hash."""
+    prefix = f"{path.name}: "
+    if label != path.name and message.startswith(prefix):
+        return f"{label}: {message[len(prefix) :]}"
+    return message
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    data = json.loads(file.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def _read_json_or_none(file: Path) -> dict[str, Any] | None:
+    try:
+        return _read_json(file)
+    except (OSError, ValueError):
+        return None
+
+
+def _quantization(config: dict[str, Any]) -> tuple[int, int] | None:
+    quant = config.get("quantization")
+    if not isinstance(quant, dict):
+        return None
+    bits, group_size = quant.get("bits"), quant.get("group_size")
+    if isinstance(bits, int) and isinstance(group_size, int):
+        return bits, group_size
+    return None
+
+
+def _context_length(config: dict[str, Any]) -> int | None:
+    # Multimodal configs keep the language model's settings under text_config.
+    text_config = config.get("text_config")
+    for section in (config, text_config if isinstance(text_config, dict) else {}):
+        for key in _CONTEXT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _has_chat_template(path: Path, tok_config: dict[str, Any]) -> bool:
+    if tok_config.get("chat_template"):
+        return True
+    return any((path / f).is_file() for f in ("chat_template.jinja", "chat_template.json"))
+
+
+def _weight_files(path: Path) -> list[Path]:
+    """The safetensors files that make up the model, as mlx-lm would pick them."""
+    index_file = path / "model.safetensors.index.json"
+    if index_file.is_file():
+        try:
+            weight_map = _read_json(index_file).get("weight_map")
+        except (OSError, ValueError) as exc:
+            raise _WeightsError(f"{index_file.name} is unreadable ({exc})") from exc
+        if not isinstance(weight_map, dict):
+            raise _WeightsError(f"{index_file.name} has no weight_map")
+        files = [path / str(name) for name in sorted(set(weight_map.values()))]
+        for file in files:
+            if not file.is_file():
+                raise _WeightsError(f"weight shard {file.name} is missing")
+        return files
+    # mlx-lm loads model*.safetensors; other names are only a fallback.
+    return sorted(path.glob("model*.safetensors")) or sorted(path.glob("*.safetensors"))
+
+
+def _read_header(file: Path) -> dict[str, _Tensor]:
+    """Reads a safetensors header: 8-byte little-endian length, then JSON."""
+    size = file.stat().st_size
+    with file.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise _WeightsError(f"{file.name} is truncated (no header)")
+        (length,) = struct.unpack("<Q", head)
+        if length > _MAX_HEADER_BYTES:
+            raise _WeightsError(f"{file.name} is not a safetensors file")
+        if 8 + length > size:
+            raise _WeightsError(
+                f"{file.name} is truncated (header of {length} bytes, file of {size})"
+            )
+        raw = f.read(length)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _WeightsError(f"{file.name} has an unreadable header") from exc
+    if not isinstance(header, dict):
+        raise _WeightsError(f"{file.name} has an unreadable header")
+    tensors: dict[str, _Tensor] = {}
+    data_end = 0
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            shape = tuple(int(d) for d in entry["shape"])
+            begin, end = (int(o) for o in entry["data_offsets"])
+            tensors[key] = _Tensor(dtype=str(entry["dtype"]), shape=shape)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _WeightsError(f"{file.name} has an unreadable header ({key})") from exc
+        if begin > end or min(shape, default=0) < 0:
+            raise _WeightsError(f"{file.name} has an unreadable header ({key})")
+        data_end = max(data_end, end)
+    available = size - 8 - length
+    if data_end > available:
+        raise _WeightsError(f"{file.name} is truncated ({available} of {data_end} data bytes)")
+    return tensors
+
+
+def _count_parameters(path: Path, quant: Any) -> int:
+    """Counts parameters from the headers, unpacking MLX-quantized weights."""
+    files = _weight_files(path)
+    if not files:
+        raise _WeightsError("no .safetensors weights")
+    tensors: dict[str, _Tensor] = {}
+    for file in files:
+        tensors.update(_read_header(file))
+    # A layer is quantized when it has scales next to its packed uint32 weight.
+    quantized = (
+        {key.rpartition(".")[0] for key in tensors if key.endswith(".scales")}
+        if isinstance(quant, dict)
+        else set()
+    )
+    total = 0
+    for key, tensor in tensors.items():
+        layer, _, leaf = key.rpartition(".")
+        if layer in quantized:
+            if leaf in _QUANT_STATE:
+                continue
+            bits = _layer_bits(quant, layer)
+            if leaf == "weight" and tensor.dtype == "U32" and tensor.shape and bits:
+                total += math.prod(tensor.shape[:-1]) * (tensor.shape[-1] * 32 // bits)
+                continue
+        total += math.prod(tensor.shape)
+    return total
+
+
+def _layer_bits(quant: dict[str, Any], layer: str) -> int | None:
+    # mlx-lm records per-layer overrides (mixed-precision models) under the layer's path.
+    override = quant.get(layer)
+    if isinstance(override, dict) and isinstance(override.get("bits"), int):
+        return int(override["bits"])
+    bits = quant.get("bits")
+    return bits if isinstance(bits, int) and bits > 0 else None
+
+
+def _folder_size(path: Path, *, follow_symlinks: bool = True) -> int:
+    """Bytes of the files under ``path``, each inode once.
+
+    With ``follow_symlinks`` a cache snapshot's links count as the blobs they
+    point to; without it only files that deleting the folder would free count.
+    """
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for file in files:
+            full = os.path.join(root, file)
+            if not follow_symlinks and os.path.islink(full):
+                continue
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue  # a broken link holds nothing
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def _cached_snapshots(hf_cache_dir: Path | None) -> list[tuple[str, Path]]:
+    """``(repo_id, newest snapshot folder)`` of every model repo in the Hub cache."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        cache = scan_cache_dir(hf_cache_dir)
+    except (CacheNotFound, OSError, ValueError):
+        return []  # no cache yet, or a file where it should be: nothing cached
+    found = []
+    for repo in cache.repos:
+        if repo.repo_type != "model" or not repo.revisions:
+            continue
+        # The newest revision; on a tie the one refs/main names.
+        newest = max(repo.revisions, key=lambda r: (r.last_modified, "main" in r.refs))
+        found.append((repo.repo_id, newest.snapshot_path))
+    return found
+
+
+def _delete_cached(info: ModelInfo, hf_cache_dir: Path | None) -> int:
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        cache = scan_cache_dir(hf_cache_dir)
+    except (CacheNotFound, OSError, ValueError) as exc:
+        raise ValueError(f"{info.path} is not in the Hugging Face cache") from exc
+    target = Path(os.path.abspath(info.path))
+    target = target.parent.resolve() / target.name
+    for repo in cache.repos:
+        repo_path = repo.repo_path.resolve()
+        if repo.repo_type == "model" and target.is_relative_to(repo_path) and target != repo_path:
+            strategy = cache.delete_revisions(*(r.commit_hash for r in repo.revisions))
+            freed = int(strategy.expected_freed_size)
+            strategy.execute()
+            return freed
+    raise ValueError(f"{info.path} is not a model in the Hugging Face cache {cache.cache_dir}")
+
+
+def _hub_repo_id(path: Path) -> str | None:
+    """The repo id of a Hub cache snapshot folder (``models--org--name/snapshots/<hash>``)."""
+    snapshots = path.parent
+    repo = snapshots.parent
+    if snapshots.name == "snapshots" and repo.name.startswith("models--"):
+        return repo.name.removeprefix("models--").replace("--", "/")
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]

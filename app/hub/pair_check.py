@@ -1,0 +1,342 @@
+"""Whether a draft model can draft for a target, judged without loading weights.
+
+The checks read configs, tokenizers and safetensors headers, and build the
+mlx-lm model objects lazily (their random initial weights are never evaluated)
+to see which KV caches they use, so a pair of large models is judged in well
+under a second.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.engine.loader import ModelError
+from app.hub.library import ModelInfo, _first_line, _hub_repo_id, inspect_model
+
+# A draft must be this much smaller than its target for speculation to pay off.
+_MAX_DRAFT_SHARE = 0.25
+# How many differing tokens a detail names before it stops.
+_NAMED = 3
+_ROLES = (("bos", "beginning-of-sequence"), ("eos", "end-of-sequence"), ("pad", "padding"))
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One pair check and its outcome.
+
+    Attributes:
+        name: Short name of what was checked, e.g. ``"vocabulary size"``.
+        ok: Whether the pair passed.
+        detail: One line: what was found.
+    """
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of every check of a target and draft pair."""
+
+    target: ModelInfo
+    draft: ModelInfo
+    checks: tuple[Check, ...]
+
+    @property
+    def compatible(self) -> bool:
+        """Whether every check passed."""
+        return all(c.ok for c in self.checks)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The details of the failed checks."""
+        return tuple(c.detail for c in self.checks if not c.ok)
+
+
+@dataclass(frozen=True, slots=True)
+class _Vocab:
+    """A tokenizer reduced to what the checks compare."""
+
+    tokens: tuple[str | None, ...]  # the text of every id; None where an id is unused
+    added: frozenset[str]  # added and special tokens
+
+    def text(self, token_id: int) -> str | None:
+        return self.tokens[token_id] if 0 <= token_id < len(self.tokens) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Side:
+    """One model of the pair with the files the checks read."""
+
+    role: str  # "target" or "draft"
+    info: ModelInfo
+    config: dict[str, Any]
+    tok_config: dict[str, Any]
+    eos_ids: tuple[int, ...]
+    vocab: _Vocab
+
+
+def check_pair(target: Path, draft: Path) -> Verdict:
+    """Checks whether ``draft`` can draft for ``target``, without loading weights.
+
+    Args:
+        target: The target model folder.
+        draft: The draft model folder.
+
+    Returns:
+        Every check with its outcome; :attr:`Verdict.compatible` sums them up.
+
+    Raises:
+        ModelError: A folder is not a usable model; the message is one line.
+    """
+    t = _side("target", Path(target).expanduser())
+    d = _side("draft", Path(draft).expanduser())
+    checks = (
+        _check_vocab_size(t, d),
+        _check_token_texts(t, d),
+        _check_special_tokens(t, d),
+        _check_added_tokens(t, d),
+        _check_caches(t, d),
+        _check_draft_size(t, d),
+        _check_chat_templates(t, d),
+    )
+    return Verdict(target=t.info, draft=d.info, checks=checks)
+
+
+def format_verdict(v: Verdict) -> str:
+    """Renders a verdict for the terminal: the outcome, then one line per check."""
+    head = "compatible" if v.compatible else "incompatible: " + "; ".join(v.reasons)
+    lines = [head]
+    lines += [f"  {'✓' if c.ok else '✗'} {c.name}: {c.detail}" for c in v.checks]
+    return "\n".join(lines)
+
+
+def _side(role: str, path: Path) -> _Side:
+    repo_id = _hub_repo_id(path)
+    if repo_id is None:
+        info = inspect_model(path)
+    else:
+        info = inspect_model(path, source="hf-cache", repo_id=repo_id, name=repo_id)
+    if info.problem is not None:
+        raise ModelError(info.problem)
+    config = _read_json(path / "config.json", info.name)
+    tok_config = _read_json(path / "tokenizer_config.json", info.name, missing_ok=True)
+    # mlx-lm lets generation_config.json override the config's end-of-sequence ids.
+    generation = _read_json(path / "generation_config.json", info.name, missing_ok=True)
+    eos_ids = _ids(generation.get("eos_token_id")) or _ids(config.get("eos_token_id"))
+    return _Side(role, info, config, tok_config, eos_ids, _load_vocab(path, info.name))
+
+
+def _read_json(file: Path, name: str, *, missing_ok: bool = False) -> dict[str, Any]:
+    if missing_ok and not file.is_file():
+        return {}
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{name}: {file.name} is unreadable ({_first_line(exc)})") from exc
+    if not isinstance(data, dict):
+        raise ModelError(f"{name}: {file.name} is not a JSON object")
+    return data
+
+
+def _load_vocab(path: Path, name: str) -> _Vocab:
+    try:
+        if (path / "tokenizer.json").is_file():
+            return _vocab_from_tokenizers(path / "tokenizer.json")
+        return _vocab_from_transformers(path)
+    except Exception as exc:  # both libraries raise many kinds for broken files
+        raise ModelError(f"{name}: cannot read the tokenizer ({_first_line(exc)})") from exc
+
+
+def _vocab_from_tokenizers(file: Path) -> _Vocab:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(file))
+    ids = tok.get_vocab(with_added_tokens=True).values()
+    # Ids can have gaps, so the largest id, not the count, bounds the range.
+    size = max(max(ids, default=-1) + 1, tok.get_vocab_size(with_added_tokens=True))
+    tokens = tuple(tok.id_to_token(i) for i in range(size))
+    added = frozenset(t.content for t in tok.get_added_tokens_decoder().values())
+    return _Vocab(tokens, added)
+
+
+def _vocab_from_transformers(path: Path) -> _Vocab:
+    """Reads a SentencePiece-only tokenizer (``tokenizer.model``) through transformers."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    tokens = tuple(tok.convert_ids_to_tokens(list(range(len(tok)))))
+    added = {t.content for t in tok.added_tokens_decoder.values()}
+    return _Vocab(tokens, frozenset(added | set(tok.all_special_tokens)))
+
+
+def _check_vocab_size(t: _Side, d: _Side) -> Check:
+    name = "vocabulary size"
+    t_size, d_size = _vocab_size(t.config), _vocab_size(d.config)
+    for side, size in ((t, t_size), (d, d_size)):
+        if size is None:
+            return Check(name, False, f"the {side.role}'s config.json names no vocab_size")
+    if t_size == d_size:
+        return Check(name, True, f"both {t_size}")
+    # Checkpoints pad their embeddings differently (Qwen2.5 7B 152064 rows, 0.5B
+    # 151936); rows past the tokenizer's tokens are never proposed, so padding is fine.
+    tokens = max(len(t.vocab.tokens), len(d.vocab.tokens))
+    assert t_size is not None and d_size is not None
+    if min(t_size, d_size) < tokens:
+        return Check(name, False, f"vocabulary sizes differ ({t_size} vs {d_size})")
+    return Check(
+        name, True, f"{t_size} vs {d_size} rows, padding past the {tokens} tokens they share"
+    )
+
+
+def _check_token_texts(t: _Side, d: _Side) -> Check:
+    name = "token texts"
+    size = max(len(t.vocab.tokens), len(d.vocab.tokens))
+    differing = [i for i in range(size) if t.vocab.text(i) != d.vocab.text(i)]
+    if not differing:
+        return Check(name, True, f"all {size} token ids match")
+    first = differing[0]
+    return Check(
+        name,
+        False,
+        f"{len(differing)} of {size} token ids differ; the first is id {first}: "
+        f"{_show(t.vocab.text(first))} vs {_show(d.vocab.text(first))}",
+    )
+
+
+def _check_special_tokens(t: _Side, d: _Side) -> Check:
+    differences = []
+    for role, words in _ROLES:
+        t_texts, d_texts = _special(t, role), _special(d, role)
+        if t_texts != d_texts:
+            differences.append(f"{words} tokens differ ({_shown(t_texts)} vs {_shown(d_texts)})")
+    if differences:
+        return Check("special tokens", False, "; ".join(differences))
+    found = [f"{role} {_shown(_special(t, role))}" for role, _ in _ROLES]
+    return Check("special tokens", True, "same " + ", ".join(found))
+
+
+def _check_added_tokens(t: _Side, d: _Side) -> Check:
+    name = "added tokens"
+    only_t, only_d = t.vocab.added - d.vocab.added, d.vocab.added - t.vocab.added
+    if not only_t and not only_d:
+        return Check(name, True, f"the same {len(t.vocab.added)}")
+    parts = [
+        f"only the {side.role} has {_listed(only)}"
+        for side, only in ((t, only_t), (d, only_d))
+        if only
+    ]
+    return Check(name, False, "added tokens differ: " + "; ".join(parts))
+
+
+def _check_caches(t: _Side, d: _Side) -> Check:
+    name = "cache rewind"
+    fixed = []
+    for side in (t, d):
+        try:
+            trimmable = _cache_trimmable(side.config)
+        except Exception as exc:  # mlx-lm model classes reject odd configs in many ways
+            return Check(name, False, f"cannot build the {side.role}'s model ({_first_line(exc)})")
+        if not trimmable:
+            fixed.append(side)
+    if not fixed:
+        return Check(name, True, "both caches can be rewound")
+    whose = " and ".join(f"the {s.role} ({s.info.name})" for s in fixed)
+    return Check(name, False, f"{whose} cannot rewind its cache: hybrid or recurrent layers")
+
+
+def _check_draft_size(t: _Side, d: _Side) -> Check:
+    name = "draft size"
+    t_params, d_params = t.info.parameters, d.info.parameters
+    if not t_params or d_params is None:
+        return Check(name, False, "the parameter counts are unknown")
+    share = d_params / t_params
+    sizes = f"{_count(d_params)} vs {_count(t_params)} parameters"
+    if share > _MAX_DRAFT_SHARE:
+        return Check(
+            name,
+            False,
+            f"the draft is too large: {share:.0%} of the target ({sizes}; at most "
+            f"{_MAX_DRAFT_SHARE:.0%})",
+        )
+    return Check(name, True, f"the draft is {share:.0%} of the target ({sizes})")
+
+
+def _check_chat_templates(t: _Side, d: _Side) -> Check:
+    missing = [s.role for s in (t, d) if not s.info.has_chat_template]
+    if not missing:
+        return Check("chat template", True, "both have one")
+    if len(missing) == 2:
+        return Check("chat template", False, "neither model has a chat template")
+    return Check("chat template", False, f"the {missing[0]} has no chat template")
+
+
+def _cache_trimmable(config: dict[str, Any]) -> bool:
+    """Builds the model object lazily, never evaluating it, to ask for its caches."""
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+    from mlx_lm.utils import _get_classes
+
+    model_class, args_class = _get_classes(config)
+    model = model_class(args_class.from_dict(config))
+    return bool(can_trim_prompt_cache(make_prompt_cache(model)))
+
+
+def _vocab_size(config: dict[str, Any]) -> int | None:
+    text_config = config.get("text_config")
+    for section in (config, text_config if isinstance(text_config, dict) else {}):
+        value = section.get("vocab_size")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _special(side: _Side, role: str) -> frozenset[str]:
+    """The texts of a role's token from tokenizer_config.json and the config's ids."""
+    texts = set()
+    text = _token_text(side.tok_config.get(f"{role}_token"))
+    if text:
+        texts.add(text)
+    ids = side.eos_ids if role == "eos" else _ids(side.config.get(f"{role}_token_id"))
+    for token_id in ids:
+        texts.add(side.vocab.text(token_id) or f"id {token_id}")
+    return frozenset(texts)
+
+
+def _token_text(value: Any) -> str | None:
+    # tokenizer_config.json writes a token as text or as a serialised AddedToken.
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(v for v in value if isinstance(v, int) and not isinstance(v, bool))
+    return ()
+
+
+def _show(text: str | None) -> str:
+    return "(none)" if text is None else repr(text)
+
+
+def _shown(texts: frozenset[str]) -> str:
+    return ", ".join(repr(t) for t in sorted(texts)) or "none"
+
+
+def _listed(texts: frozenset[str]) -> str:
+    names = ", ".join(repr(t) for t in sorted(texts)[:_NAMED])
+    more = len(texts) - _NAMED
+    return f"{names} and {more} more" if more > 0 else names
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)

@@ -1,0 +1,242 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.engine import ModelError
+from app.engine.tiny import build_model, model_config
+from app.hub import Verdict, check_pair, format_verdict
+from tests.conftest import TinyModels
+from tests.hub.test_library import make_cache_repo
+
+CHECKS = [
+    "vocabulary size",
+    "token texts",
+    "special tokens",
+    "added tokens",
+    "cache rewind",
+    "draft size",
+    "chat template",
+]
+
+
+@pytest.fixture(scope="module")
+def small_draft(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A draft that shares the target's tokenizer and has under a quarter of its parameters."""
+    config = model_config(
+        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    config["tie_word_embeddings"] = True
+    root = tmp_path_factory.mktemp("hub-pair")
+    return build_model(root / "tiny-small", config, tokenizer_from=tiny.target, seed=4)
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    return Path(shutil.copytree(src, dst))
+
+
+def _edit_json(file: Path, **changes: object) -> None:
+    data = json.loads(file.read_text())
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    file.write_text(json.dumps(data))
+
+
+def _failed(verdict: Verdict) -> dict[str, str]:
+    return {c.name: c.detail for c in verdict.checks if not c.ok}
+
+
+def test_compatible_pair(tiny: TinyModels, small_draft: Path) -> None:
+    verdict = check_pair(tiny.target, small_draft)
+
+    assert verdict.compatible, verdict.reasons
+    assert verdict.reasons == ()
+    assert [c.name for c in verdict.checks] == CHECKS
+    assert (verdict.target.name, verdict.draft.name) == ("tiny-llama", "tiny-small")
+    detail = {c.name: c.detail for c in verdict.checks}
+    assert detail["vocabulary size"] == "both 384"
+    assert detail["token texts"] == "all 384 token ids match"
+    text = format_verdict(verdict)
+    assert text.splitlines()[0] == "compatible"
+    assert text.count("✓") == len(CHECKS) and "✗" not in text
+
+
+def test_foreign_tokenizer(tiny: TinyModels, small_draft: Path) -> None:
+    verdict = check_pair(small_draft, tiny.foreign)
+
+    failed = _failed(verdict)
+    assert not verdict.compatible
+    assert failed["vocabulary size"] == "vocabulary sizes differ (384 vs 320)"
+    assert "token ids differ; the first is id" in failed["token texts"]
+    assert "token texts" in failed and failed["token texts"] in verdict.reasons
+
+
+def test_differing_eos(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
+    draft = _copy(small_draft, tmp_path / "eos")
+    vocab = json.loads((draft / "tokenizer.json").read_text())["model"]["vocab"]
+    _edit_json(draft / "tokenizer_config.json", eos_token="<|endoftext|>")
+    _edit_json(draft / "config.json", eos_token_id=vocab["<|endoftext|>"])
+
+    verdict = check_pair(tiny.target, draft)
+
+    assert _failed(verdict) == {
+        "special tokens": "end-of-sequence tokens differ ('<|im_end|>' vs '<|endoftext|>')"
+    }
+
+
+def test_differing_added_tokens(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
+    from tokenizers import Tokenizer
+
+    draft = _copy(small_draft, tmp_path / "added")
+    tok = Tokenizer.from_file(str(draft / "tokenizer.json"))
+    tok.add_special_tokens(["<|tool|>"])
+    tok.save(str(draft / "tokenizer.json"))
+
+    failed = _failed(check_pair(tiny.target, draft))
+
+    assert failed["added tokens"] == "added tokens differ: only the draft has '<|tool|>'"
+    assert failed["token texts"] == (
+        "1 of 385 token ids differ; the first is id 384: (none) vs '<|tool|>'"
+    )
+
+
+def test_draft_bigger_than_a_quarter(tiny: TinyModels) -> None:
+    verdict = check_pair(tiny.target, tiny.copy)
+
+    assert list(_failed(verdict)) == ["draft size"]
+    assert verdict.reasons[0].startswith("the draft is too large: 100% of the target")
+
+
+def test_missing_chat_template(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
+    draft = _copy(small_draft, tmp_path / "plain")
+    _edit_json(draft / "tokenizer_config.json", chat_template=None)
+
+    verdict = check_pair(tiny.target, draft)
+
+    assert _failed(verdict) == {"chat template": "the draft has no chat template"}
+    lines = format_verdict(verdict).splitlines()
+    assert lines[0] == "incompatible: the draft has no chat template"
+    assert "  ✗ chat template: the draft has no chat template" in lines
+    assert len(lines) == 1 + len(CHECKS)
+
+
+def test_recurrent_draft_cannot_rewind(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
+    draft = _copy(small_draft, tmp_path / "tiny-mamba")
+    mamba = {
+        "model_type": "mamba",
+        "vocab_size": 384,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "state_size": 4,
+        "num_hidden_layers": 1,
+        "conv_kernel": 4,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "time_step_rank": 4,
+        "eos_token_id": json.loads((small_draft / "config.json").read_text())["eos_token_id"],
+    }
+    (draft / "config.json").write_text(json.dumps(mamba))
+
+    failed = _failed(check_pair(tiny.target, draft))
+
+    assert list(failed) == ["cache rewind"]
+    assert failed["cache rewind"] == (
+        "the draft (tiny-mamba) cannot rewind its cache: hybrid or recurrent layers"
+    )
+
+
+def test_broken_folder_raises(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
+    draft = _copy(small_draft, tmp_path / "broken")
+    (draft / "config.json").unlink()
+
+    with pytest.raises(ModelError, match=r"^broken: no config\.json"):
+        check_pair(tiny.target, draft)
+    with pytest.raises(ModelError, match="no such folder"):
+        check_pair(tmp_path / "absent", small_draft)
+
+
+def test_unreadable_tokenizer_raises(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
+    draft = _copy(small_draft, tmp_path / "badtok")
+    (draft / "tokenizer.json").write_text("{}")
+
+    with pytest.raises(ModelError, match="badtok: cannot read the tokenizer"):
+        check_pair(tiny.target, draft)
+
+
+def test_cache_snapshot_is_named_by_repo(
+    tmp_path: Path, tiny: TinyModels, small_draft: Path
+) -> None:
+    snapshot = make_cache_repo(tmp_path / "hub", "org/tiny-small", small_draft)
+
+    verdict = check_pair(tiny.target, snapshot)
+
+    assert verdict.compatible, verdict.reasons
+    assert (verdict.draft.name, verdict.draft.repo_id) == ("org/tiny-small", "org/tiny-small")
+    assert verdict.draft.source == "hf-cache"
+
+
+def _sentencepiece_folder(folder: Path, weights_from: Path, sp_model: Path) -> Path:
+    """A model whose only tokenizer is a SentencePiece ``tokenizer.model``."""
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(weights_from / name, folder)
+    shutil.copy(sp_model, folder / "tokenizer.model")
+    tok_config = {
+        "tokenizer_class": "LlamaTokenizer",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "chat_template": "{{ messages }}",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    _edit_json(folder / "config.json", eos_token_id=2)
+    return folder
+
+
+def test_sentencepiece_fallback(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
+    spm = pytest.importorskip("sentencepiece")
+    pytest.importorskip("transformers")
+    lines = ("The quick brown fox jumps over the lazy dog", "Hello world, how are you")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines * 20),
+        model_prefix=str(tmp_path / "sp"),
+        vocab_size=48,
+        model_type="bpe",
+        minloglevel=2,
+    )
+    sp_model = tmp_path / "sp.model"
+    target = _sentencepiece_folder(tmp_path / "sp-target", tiny.target, sp_model)
+    draft = _sentencepiece_folder(tmp_path / "sp-draft", small_draft, sp_model)
+
+    verdict = check_pair(target, draft)
+
+    assert verdict.compatible, verdict.reasons
+    detail = {c.name: c.detail for c in verdict.checks}
+    assert detail["token texts"] == "all 48 token ids match"
+    assert "eos '</s>'" in detail["special tokens"]
+
+    mixed = _failed(check_pair(tiny.target, draft))
+    assert "token ids differ" in mixed["token texts"]
+
+
+def test_padded_embeddings_of_another_size_are_compatible(tiny: TinyModels, tmp_path: Path) -> None:
+    config = model_config(
+        "llama",
+        vocab_size=400,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    config["tie_word_embeddings"] = True
+    padded = build_model(tmp_path / "padded", config, tokenizer_from=tiny.target, seed=6)
+    verdict = check_pair(tiny.target, padded)
+    assert verdict.compatible, verdict.reasons
+    size = next(c for c in verdict.checks if c.name == "vocabulary size")
+    assert size.detail == "384 vs 400 rows, padding past the 384 tokens they share"
