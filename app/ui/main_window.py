@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QItemSelectionModel, QModelIndex, QSettings, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
@@ -24,6 +25,7 @@ from app.store import Settings, SettingsFile, Store
 from app.ui.composer import Composer
 from app.ui.conversation_model import ConversationIdRole, ConversationListModel
 from app.ui.model_bar import ModelBar
+from app.ui.model_manager import ModelManagerDialog
 from app.ui.transcript import TranscriptView
 
 log = logging.getLogger(__name__)
@@ -50,8 +52,10 @@ class MainWindow(QMainWindow):
         service: EngineService,
         settings_file: SettingsFile,
         parent: QWidget | None = None,
+        models_dir: Path | None = None,
     ) -> None:
         super().__init__(parent)
+        self._models_dir = models_dir
         self.setWindowTitle("Tandem")
         self.store = store
         self.service = service
@@ -125,6 +129,7 @@ class MainWindow(QMainWindow):
         self.composer.send_requested.connect(self._on_send_requested)
         self.composer.stop_requested.connect(self._on_stop_requested)
         self.model_bar.load_requested.connect(self._on_load_requested)
+        self.model_bar.models_requested.connect(self.open_model_manager)
         service.pair_loaded.connect(self._on_pair_loaded)
         service.tokens_generated.connect(self._on_tokens_generated)
         service.generation_finished.connect(self._on_generation_finished)
@@ -143,6 +148,10 @@ class MainWindow(QMainWindow):
         new.setShortcut(QKeySequence.StandardKey.New)
         new.triggered.connect(self._on_new_conversation_requested)
         file_menu.addAction(new)
+        models = QAction("&Models…", self)
+        models.setShortcut(QKeySequence("Ctrl+Shift+M"))
+        models.triggered.connect(self.open_model_manager)
+        file_menu.addAction(models)
         quit_action = QAction("&Quit Tandem", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.setMenuRole(QAction.MenuRole.QuitRole)
@@ -206,6 +215,27 @@ class MainWindow(QMainWindow):
             self.transcript.show_messages([])
 
     # Models
+
+    @Slot()
+    def open_model_manager(self) -> ModelManagerDialog:
+        """Opens the library as a window-modal sheet."""
+        from app.hub import default_models_dir
+
+        dialog = ModelManagerDialog(
+            self._models_dir or default_models_dir(),
+            target=self.model_bar.target_edit.text().strip(),
+            draft=self.model_bar.draft_edit.text().strip(),
+            parent=self,
+        )
+        dialog.pair_chosen.connect(self._on_pair_chosen)
+        dialog.open()
+        return dialog
+
+    @Slot(str, str)
+    def _on_pair_chosen(self, target: str, draft: str) -> None:
+        self.model_bar.target_edit.setText(target)
+        self.model_bar.draft_edit.setText(draft)
+        self._on_load_requested(target, draft)
 
     @Slot(str, str)
     def _on_load_requested(self, target: str, draft: str) -> None:

@@ -23,6 +23,7 @@ class ModelBar(QWidget):
     """Picks the model pair and the decoding settings."""
 
     load_requested = Signal(str, str)  # target, draft ("" for none)
+    models_requested = Signal()
 
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -31,6 +32,9 @@ class ModelBar(QWidget):
         self.load_button = QPushButton("Load")
         self.load_button.setAccessibleName("Load model pair")
         self.load_button.clicked.connect(self._on_load_clicked)
+        self.models_button = QPushButton("Models…")
+        self.models_button.setAccessibleName("Open the model library")
+        self.models_button.clicked.connect(self.models_requested)
         self.k_spin = QSpinBox()
         self.k_spin.setRange(0, 12)
         self.k_spin.setValue(settings.num_draft)
@@ -66,6 +70,7 @@ class ModelBar(QWidget):
             browse.clicked.connect(lambda _=False, e=edit, t=label: self._browse(e, t))
             layout.addWidget(browse)
         layout.addWidget(self.load_button)
+        layout.addWidget(self.models_button)
         layout.addWidget(QLabel("k"))
         layout.addWidget(self.k_spin)
         layout.addWidget(self.auto_check)

@@ -224,3 +224,22 @@ def test_format_stats() -> None:
         baseline_tps=5.0,
     )
     assert format_stats(spec) == ("10.0 tok/s (2.00× plain)", "75% accepted (15/20), k 2–5")
+
+
+def test_model_manager_loads_the_chosen_pair(
+    qtbot: QtBot, make_window, tiny: TinyModels, tmp_path: Path
+) -> None:
+    import shutil
+
+    window = make_window()
+    models = tmp_path / "models"
+    shutil.copytree(tiny.target, models / "tiny-llama")
+    window._models_dir = models
+    dialog = window.open_model_manager()
+    assert dialog.isVisible()
+    dialog.table.selectRow(0)
+    qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
+        qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
+    assert window.model_bar.target_edit.text() == str(models / "tiny-llama")
+    assert window.pair_label.text() == "tiny-llama"

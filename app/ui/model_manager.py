@@ -1,0 +1,247 @@
+"""The model manager: the local library, pair checks, use and delete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+    Slot,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.loader import ModelError
+from app.hub import ModelInfo, check_pair, delete_model, scan_library
+
+ModelInfoRole = Qt.ItemDataRole.UserRole + 1
+
+
+def human_size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB"):
+        if value < 1000:
+            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
+
+
+def _params(n: int | None) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n / 1e6:.1f} M"
+
+
+class ModelLibraryModel(QAbstractTableModel):
+    """A thin table over :class:`ModelInfo` values."""
+
+    COLUMNS = ("Name", "Architecture", "Parameters", "Quantization", "Size", "Context", "Chat")
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self._items: list[ModelInfo] = []
+
+    def set_models(self, items: list[ModelInfo]) -> None:
+        self.beginResetModel()
+        self._items = list(items)
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._items)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = 0) -> Any:
+        if not index.isValid():
+            return None
+        m = self._items[index.row()]
+        if role == ModelInfoRole:
+            return m
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return m.problem or str(m.path)
+        if role != Qt.ItemDataRole.DisplayRole:
+            return None
+        if m.problem and index.column() == 1:
+            return f"⚠ {m.problem}"
+        quant = f"{m.quantization[0]}-bit (group {m.quantization[1]})" if m.quantization else "—"
+        return (
+            m.repo_id or m.name,
+            m.architecture or "?",
+            _params(m.parameters),
+            quant,
+            human_size(m.size_bytes),
+            f"{m.context_length:,}" if m.context_length else "?",
+            "yes" if m.has_chat_template else "no",
+        )[index.column()]
+
+    def info_at(self, row: int) -> ModelInfo | None:
+        return self._items[row] if 0 <= row < len(self._items) else None
+
+
+class ModelManagerDialog(QDialog):
+    """Lists the local library; picks a target and a draft; checks the pair."""
+
+    pair_chosen = Signal(str, str)  # target, draft ("" for none)
+
+    def __init__(
+        self,
+        models_dir: Path,
+        hf_cache_dir: Path | None = None,
+        target: str = "",
+        draft: str = "",
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.resize(900, 480)
+        self._models_dir = models_dir
+        self._hf_cache_dir = hf_cache_dir
+        self.target, self.draft = target, draft
+        self.library = ModelLibraryModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.library)
+        self.table.setAccessibleName("Model library")
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.verticalHeader().hide()
+        self.pair_label = QLabel()
+        self.pair_label.setWordWrap(True)
+        self.pair_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.verdict_label = QLabel()
+        self.verdict_label.setWordWrap(True)
+        self.target_button = QPushButton("Use as Target")
+        self.draft_button = QPushButton("Use as Draft")
+        self.no_draft_button = QPushButton("No Draft")
+        self.delete_button = QPushButton("Delete…")
+        self.refresh_button = QPushButton("Refresh")
+        self.load_button = QPushButton("Load Pair")
+        self.load_button.setDefault(True)
+        for button in (self.target_button, self.draft_button, self.delete_button):
+            button.setEnabled(False)
+        self.target_button.clicked.connect(self._on_use_as_target_clicked)
+        self.draft_button.clicked.connect(self._on_use_as_draft_clicked)
+        self.no_draft_button.clicked.connect(self._on_no_draft_clicked)
+        self.delete_button.clicked.connect(self._on_delete_clicked)
+        self.refresh_button.clicked.connect(self.refresh)
+        self.load_button.clicked.connect(self._on_load_clicked)
+        self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
+
+        buttons = QHBoxLayout()
+        for b in (self.target_button, self.draft_button, self.no_draft_button):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        for b in (self.delete_button, self.refresh_button, self.load_button):
+            buttons.addWidget(b)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel(f"Tandem's models folder: {models_dir}"))
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.pair_label)
+        layout.addWidget(self.verdict_label)
+        layout.addLayout(buttons)
+        self.refresh()
+        self._update_pair()
+
+    @Slot()
+    def refresh(self) -> None:
+        self.library.set_models(scan_library(self._models_dir, self._hf_cache_dir))
+
+    def selected(self) -> ModelInfo | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.library.info_at(rows[0].row()) if rows else None
+
+    @Slot()
+    def _on_selection_changed(self) -> None:
+        info = self.selected()
+        usable = info is not None and info.problem is None
+        self.target_button.setEnabled(usable)
+        self.draft_button.setEnabled(usable)
+        self.delete_button.setEnabled(info is not None)
+
+    @Slot()
+    def _on_use_as_target_clicked(self) -> None:
+        if (info := self.selected()) is not None:
+            self.target = str(info.path)
+            self._update_pair()
+
+    @Slot()
+    def _on_use_as_draft_clicked(self) -> None:
+        if (info := self.selected()) is not None:
+            self.draft = str(info.path)
+            self._update_pair()
+
+    @Slot()
+    def _on_no_draft_clicked(self) -> None:
+        self.draft = ""
+        self._update_pair()
+
+    def _update_pair(self) -> None:
+        t = Path(self.target).name if self.target else "none"
+        d = Path(self.draft).name if self.draft else "none"
+        self.pair_label.setText(f"Target: {t}    Draft: {d}")
+        self.load_button.setEnabled(bool(self.target))
+        if not (self.target and self.draft):
+            self.verdict_label.setText("")
+            return
+        try:
+            verdict = check_pair(Path(self.target), Path(self.draft))
+        except ModelError as exc:
+            self.verdict_label.setText(f"✗ {exc}")
+            return
+        if verdict.compatible:
+            self.verdict_label.setText("✓ Compatible pair")
+        else:
+            self.verdict_label.setText("✗ Incompatible: " + "; ".join(verdict.reasons))
+
+    @Slot()
+    def _on_delete_clicked(self) -> None:
+        info = self.selected()
+        if info is None:
+            return
+        answer = QMessageBox.question(
+            self,
+            "Delete Model",
+            f"Delete {info.repo_id or info.name}? This frees {human_size(info.size_bytes)} "
+            "and cannot be undone.",
+            QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes,
+            QMessageBox.StandardButton.Cancel,
+        )
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        try:
+            delete_model(info, models_dir=self._models_dir, hf_cache_dir=self._hf_cache_dir)
+        except (OSError, ValueError) as exc:
+            QMessageBox.warning(self, "Delete Model", f"Could not delete: {exc}")
+        if str(info.path) in (self.target, self.draft):
+            self.target = "" if self.target == str(info.path) else self.target
+            self.draft = "" if self.draft == str(info.path) else self.draft
+            self._update_pair()
+        self.refresh()
+
+    @Slot()
+    def _on_load_clicked(self) -> None:
+        if self.target:
+            self.pair_chosen.emit(self.target, self.draft)
+            self.accept()

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QItemSelectionModel, Qt
+from PySide6.QtWidgets import QMessageBox
+from pytestqt.qtbot import QtBot
+
+from app.engine.tiny import build_model, model_config
+from app.ui.model_manager import ModelManagerDialog
+from tests.conftest import TinyModels
+
+
+@pytest.fixture
+def library(tiny: TinyModels, tmp_path: Path) -> Path:
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copytree(tiny.target, models / "tiny-llama")
+    shutil.copytree(tiny.foreign, models / "tiny-foreign")
+    config = model_config(
+        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    config["tie_word_embeddings"] = True
+    build_model(models / "tiny-small", config, tokenizer_from=tiny.target)
+    (models / "broken").mkdir()
+    return models
+
+
+def _dialog(qtbot: QtBot, models: Path, tmp_path: Path) -> ModelManagerDialog:
+    dialog = ModelManagerDialog(models, hf_cache_dir=tmp_path / "hf")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    return dialog
+
+
+def _select(dialog: ModelManagerDialog, name: str) -> None:
+    row = next(
+        r for r in range(dialog.library.rowCount()) if dialog.library.info_at(r).name == name
+    )
+    dialog.table.selectionModel().select(
+        dialog.library.index(row, 0),
+        QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows,
+    )
+
+
+def test_lists_the_library_with_problems(qtbot: QtBot, library: Path, tmp_path: Path) -> None:
+    dialog = _dialog(qtbot, library, tmp_path)
+    names = [dialog.library.info_at(r).name for r in range(dialog.library.rowCount())]
+    assert names == ["broken", "tiny-foreign", "tiny-llama", "tiny-small"]
+    broken = dialog.library.index(0, 1).data()
+    assert broken.startswith("⚠") and "config.json" in broken
+    assert dialog.library.index(2, 1).data() == "llama"
+    _select(dialog, "broken")
+    assert not dialog.target_button.isEnabled()  # a broken model cannot be used
+    assert dialog.delete_button.isEnabled()
+
+
+def test_choose_a_pair_and_see_the_verdict(qtbot: QtBot, library: Path, tmp_path: Path) -> None:
+    dialog = _dialog(qtbot, library, tmp_path)
+    _select(dialog, "tiny-llama")
+    qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
+    _select(dialog, "tiny-foreign")
+    qtbot.mouseClick(dialog.draft_button, Qt.MouseButton.LeftButton)
+    assert dialog.verdict_label.text().startswith("✗ Incompatible")
+    assert "token ids differ" in dialog.verdict_label.text()
+    _select(dialog, "tiny-small")
+    qtbot.mouseClick(dialog.draft_button, Qt.MouseButton.LeftButton)
+    assert dialog.verdict_label.text() == "✓ Compatible pair"
+    with qtbot.waitSignal(dialog.pair_chosen) as blocker:
+        qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
+    assert blocker.args == [str(library / "tiny-llama"), str(library / "tiny-small")]
+
+
+def test_delete_asks_and_says_what_it_frees(
+    qtbot: QtBot, library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dialog = _dialog(qtbot, library, tmp_path)
+    asked: list[str] = []
+
+    def answer(button):  # type: ignore[no-untyped-def]
+        def question(_parent, _title, text, *_rest):  # type: ignore[no-untyped-def]
+            asked.append(text)
+            return button
+
+        return question
+
+    _select(dialog, "tiny-foreign")
+    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Cancel))
+    qtbot.mouseClick(dialog.delete_button, Qt.MouseButton.LeftButton)
+    assert (library / "tiny-foreign").exists()
+    assert "frees" in asked[0] and "KB" in asked[0]
+    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
+    qtbot.mouseClick(dialog.delete_button, Qt.MouseButton.LeftButton)
+    assert not (library / "tiny-foreign").exists()
+    assert dialog.library.rowCount() == 3
