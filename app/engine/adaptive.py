@@ -83,7 +83,12 @@ class DraftLength:
             return self.fixed
         alpha = self.acceptance
         best, best_rate = self._best, -1.0
+        seen = [j for j, e in self._cost.items() if e.value is not None]
         for k in range(1, self.k_max + 1):
+            # Trust the cost model only next to measured k: far extrapolations of
+            # noisy timings would send k to an extreme.
+            if seen and min(abs(k - j) for j in seen) > 1:
+                continue
             cost = self.cost(k)
             if cost is None:
                 continue

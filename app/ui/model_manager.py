@@ -44,7 +44,9 @@ def human_size(n: int) -> str:
 def _params(n: int | None) -> str:
     if n is None:
         return "?"
-    return f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n / 1e6:.1f} M"
+    if n >= 1e8:
+        return f"{n / 1e9:.2f} B"
+    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.1f} K"
 
 
 class ModelLibraryModel(QAbstractTableModel):

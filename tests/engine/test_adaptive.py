@@ -42,3 +42,12 @@ def test_choices_stay_within_bounds() -> None:
     lengths = DraftLength(k_max=3)
     chosen = _run(lengths, 0.9, lambda k: 1.0)
     assert set(chosen) <= {1, 2, 3}
+
+
+def test_k_moves_one_step_past_what_was_measured() -> None:
+    lengths = DraftLength(k_max=8)
+    lengths.observe(4, 4, 1.0)
+    lengths.observe(4, 4, 1.0)
+    # Flat measured cost and full acceptance favour long drafts, but k may only
+    # step to 5 until 5 has been measured.
+    assert lengths.choose() == 5
