@@ -16,8 +16,11 @@ from typing import Any
 from app.engine.loader import ModelError
 from app.hub.library import ModelInfo, _first_line, _hub_repo_id, inspect_model
 
-# A draft must be this much smaller than its target for speculation to pay off.
-_MAX_DRAFT_SHARE = 0.25
+# A draft should be this much smaller than its target for speculation to pay off;
+# up to _MAX_DRAFT_SHARE it still can (Qwen2.5-Coder 0.5B is 35% of 1.5B and gives
+# 1.1-1.45x on a CPU), so only a larger one makes the pair incompatible.
+_GOOD_DRAFT_SHARE = 0.25
+_MAX_DRAFT_SHARE = 0.5
 # How many differing tokens a detail names before it stops.
 _NAMED = 3
 _ROLES = (("bos", "beginning-of-sequence"), ("eos", "end-of-sequence"), ("pad", "padding"))
@@ -31,11 +34,14 @@ class Check:
         name: Short name of what was checked, e.g. ``"vocabulary size"``.
         ok: Whether the pair passed.
         detail: One line: what was found.
+        required: Whether failing makes the pair incompatible; a failed check
+            that is not required is a warning.
     """
 
     name: str
     ok: bool
     detail: str
+    required: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +54,18 @@ class Verdict:
 
     @property
     def compatible(self) -> bool:
-        """Whether every check passed."""
-        return all(c.ok for c in self.checks)
+        """Whether every required check passed."""
+        return all(c.ok for c in self.checks if c.required)
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        """The details of the failed checks."""
-        return tuple(c.detail for c in self.checks if not c.ok)
+        """The details of the failed required checks."""
+        return tuple(c.detail for c in self.checks if not c.ok and c.required)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The details of the failed checks that do not make the pair incompatible."""
+        return tuple(c.detail for c in self.checks if not c.ok and not c.required)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +121,12 @@ def check_pair(target: Path, draft: Path) -> Verdict:
 def format_verdict(v: Verdict) -> str:
     """Renders a verdict for the terminal: the outcome, then one line per check."""
     head = "compatible" if v.compatible else "incompatible: " + "; ".join(v.reasons)
+    if v.compatible and v.warnings:
+        head += " (warning: " + "; ".join(v.warnings) + ")"
     lines = [head]
-    lines += [f"  {'✓' if c.ok else '✗'} {c.name}: {c.detail}" for c in v.checks]
+    for c in v.checks:
+        mark = "✓" if c.ok else ("✗" if c.required else "!")
+        lines.append(f"  {mark} {c.name}: {c.detail}")
     return "\n".join(lines)
 
 
@@ -262,6 +277,14 @@ def _check_draft_size(t: _Side, d: _Side) -> Check:
             False,
             f"the draft is too large: {share:.0%} of the target ({sizes}; at most "
             f"{_MAX_DRAFT_SHARE:.0%})",
+        )
+    if share > _GOOD_DRAFT_SHARE:
+        return Check(
+            name,
+            False,
+            f"the draft is {share:.0%} of the target ({sizes}); under "
+            f"{_GOOD_DRAFT_SHARE:.0%} speeds up more",
+            required=False,
         )
     return Check(name, True, f"the draft is {share:.0%} of the target ({sizes})")
 

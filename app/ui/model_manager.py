@@ -212,7 +212,9 @@ class ModelManagerDialog(QDialog):
         except ModelError as exc:
             self.verdict_label.setText(f"✗ {exc}")
             return
-        if verdict.compatible:
+        if verdict.compatible and verdict.warnings:
+            self.verdict_label.setText("✓ Compatible pair; " + "; ".join(verdict.warnings))
+        elif verdict.compatible:
             self.verdict_label.setText("✓ Compatible pair")
         else:
             self.verdict_label.setText("✗ Incompatible: " + "; ".join(verdict.reasons))

@@ -106,11 +106,25 @@ def test_differing_added_tokens(tmp_path: Path, tiny: TinyModels, small_draft: P
     )
 
 
-def test_draft_bigger_than_a_quarter(tiny: TinyModels) -> None:
+def test_draft_bigger_than_half_is_incompatible(tiny: TinyModels) -> None:
     verdict = check_pair(tiny.target, tiny.copy)
 
     assert list(_failed(verdict)) == ["draft size"]
     assert verdict.reasons[0].startswith("the draft is too large: 100% of the target")
+
+
+def test_draft_between_a_quarter_and_half_is_a_warning(tiny: TinyModels, tmp_path: Path) -> None:
+    config = model_config("llama", hidden_size=48, num_hidden_layers=1, intermediate_size=96)
+    draft = build_model(tmp_path / "mid", config, tokenizer_from=tiny.target, seed=8)
+    verdict = check_pair(tiny.target, draft)
+
+    assert verdict.compatible
+    assert verdict.reasons == ()
+    assert len(verdict.warnings) == 1
+    assert "under 25% speeds up more" in verdict.warnings[0]
+    text = format_verdict(verdict)
+    assert text.startswith("compatible (warning: the draft is ")
+    assert "  ! draft size:" in text
 
 
 def test_missing_chat_template(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
