@@ -218,19 +218,10 @@ def _check_pair(args: argparse.Namespace) -> int:
     return 0 if verdict.compatible else 2
 
 
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB"):
-        if value < 1000:
-            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"
-
-
 def _models(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from app.hub import default_models_dir, delete_model, scan_library
+    from app.hub import default_models_dir, delete_model, human_size, scan_library
 
     if args.models_command == "demo":
         import platformdirs
@@ -262,7 +253,7 @@ def _models(args: argparse.Namespace) -> int:
             status = f"  ({m.problem})" if m.problem else ""
             print(
                 f"{m.repo_id or m.name}  {m.architecture or '?'}  {params}  {quant}  "
-                f"{_size(m.size_bytes)}  {m.path}{status}"
+                f"{human_size(m.size_bytes)}  {m.path}{status}"
             )
         return 0
     matches = [m for m in library if args.name in (m.name, m.repo_id)]
@@ -271,11 +262,11 @@ def _models(args: argparse.Namespace) -> int:
         return 1
     info = matches[0]
     if not args.yes:
-        answer = input(f"Delete {args.name} ({_size(info.size_bytes)})? [y/N] ")
+        answer = input(f"Delete {args.name} ({human_size(info.size_bytes)})? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             return 1
     freed = delete_model(info)
-    print(f"Deleted {args.name}, freeing {_size(freed)}.")
+    print(f"Deleted {args.name}, freeing {human_size(freed)}.")
     return 0
 
 

@@ -8,6 +8,7 @@ from app.hub.library import (
     Source,
     default_models_dir,
     delete_model,
+    human_size,
     inspect_model,
     scan_library,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "default_models_dir",
     "delete_model",
     "format_verdict",
+    "human_size",
     "inspect_model",
     "scan_library",
 ]

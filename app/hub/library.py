@@ -447,3 +447,13 @@ def _hub_repo_id(path: Path) -> str | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
+
+
+def human_size(n: int) -> str:
+    """Bytes as people read them (decimal units, as Finder shows)."""
+    value = float(n)
+    for unit in ("B", "KB", "MB"):
+        if value < 1000:
+            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"

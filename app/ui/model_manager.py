@@ -27,18 +27,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.loader import ModelError
-from app.hub import ModelInfo, check_pair, delete_model, scan_library
+from app.hub import ModelInfo, check_pair, delete_model, human_size, scan_library
 
 ModelInfoRole = Qt.ItemDataRole.UserRole + 1
-
-
-def human_size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB"):
-        if value < 1000:
-            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"
 
 
 def _params(n: int | None) -> str:
