@@ -10,6 +10,7 @@ from app.services.engine_service import (
     PairInfo,
     TokenBatch,
 )
+from app.services.hub_service import HubFailure, HubProgress, HubResult, HubService
 
 __all__ = [
     "EngineFailure",
@@ -17,6 +18,10 @@ __all__ = [
     "EngineWorker",
     "GenerateRequest",
     "GenerationResult",
+    "HubFailure",
+    "HubProgress",
+    "HubResult",
+    "HubService",
     "LoadRequest",
     "PairInfo",
     "TokenBatch",

@@ -20,7 +20,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.types import FinishReason, GenerationParams, Message, Origin, Stats
-from app.services import EngineFailure, EngineService, GenerationResult, PairInfo, TokenBatch
+from app.services import (
+    EngineFailure,
+    EngineService,
+    GenerationResult,
+    HubService,
+    PairInfo,
+    TokenBatch,
+)
 from app.store import Settings, SettingsFile, Store
 from app.ui.composer import Composer
 from app.ui.conversation_model import ConversationIdRole, ConversationListModel
@@ -56,6 +63,7 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__(parent)
         self._models_dir = models_dir
+        self._hub: HubService | None = None
         self.setWindowTitle("Tandem")
         self.store = store
         self.service = service
@@ -216,6 +224,13 @@ class MainWindow(QMainWindow):
 
     # Models
 
+    @property
+    def hub(self) -> HubService:
+        """The downloads and imports thread, started on first use."""
+        if self._hub is None:
+            self._hub = HubService(self)
+        return self._hub
+
     @Slot()
     def open_model_manager(self) -> ModelManagerDialog:
         """Opens the library as a window-modal sheet."""
@@ -226,6 +241,7 @@ class MainWindow(QMainWindow):
             target=self.model_bar.target_edit.text().strip(),
             draft=self.model_bar.draft_edit.text().strip(),
             parent=self,
+            hub=self.hub,
         )
         dialog.pair_chosen.connect(self._on_pair_chosen)
         dialog.open()
@@ -376,4 +392,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         QSettings().setValue("window/geometry", self.saveGeometry())
         self.service.stop()
+        if self._hub is not None:
+            self._hub.shutdown()
         super().closeEvent(event)

@@ -16,10 +16,14 @@ from PySide6.QtCore import (
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
+    QFileDialog,
     QHBoxLayout,
     QHeaderView,
+    QInputDialog,
     QLabel,
+    QLineEdit,
     QMessageBox,
+    QProgressBar,
     QPushButton,
     QTableView,
     QVBoxLayout,
@@ -28,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.loader import ModelError
 from app.hub import ModelInfo, check_pair, delete_model, human_size, scan_library
+from app.services.hub_service import HubFailure, HubProgress, HubResult, HubService, Kind
 
 ModelInfoRole = Qt.ItemDataRole.UserRole + 1
 
@@ -104,8 +109,11 @@ class ModelManagerDialog(QDialog):
         target: str = "",
         draft: str = "",
         parent: QWidget | None = None,
+        hub: HubService | None = None,
     ) -> None:
         super().__init__(parent)
+        self.hub = hub
+        self._task: int | None = None
         self.setWindowTitle("Models")
         self.resize(900, 480)
         self._models_dir = models_dir
@@ -142,6 +150,33 @@ class ModelManagerDialog(QDialog):
         self.load_button.clicked.connect(self._on_load_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
 
+        # Downloads and imports run on the hub thread; the dialog only shows them.
+        self.download_button = QPushButton("Download…")
+        self.import_button = QPushButton("Import GGUF…")
+        self.import_folder_button = QPushButton("Import Folder…")
+        self.progress = QProgressBar()
+        self.progress.setAccessibleName("Download or import progress")
+        self.progress_label = QLabel()
+        self.cancel_button = QPushButton("Cancel")
+        self.token_edit = QLineEdit()
+        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token_edit.setPlaceholderText("Hugging Face token (kept in the keychain)")
+        self.token_edit.setAccessibleName("Hugging Face token")
+        self.token_button = QPushButton("Save Token")
+        self.download_button.clicked.connect(self._on_download_clicked)
+        self.import_button.clicked.connect(self._on_import_clicked)
+        self.import_folder_button.clicked.connect(self._on_import_folder_clicked)
+        self.cancel_button.clicked.connect(self._on_cancel_clicked)
+        self.token_button.clicked.connect(self._on_save_token_clicked)
+        for b in (self.download_button, self.import_button, self.import_folder_button):
+            b.setEnabled(hub is not None)
+        if hub is not None:
+            hub.progressed.connect(self._on_hub_progressed)
+            hub.finished.connect(self._on_hub_finished)
+            hub.failed.connect(self._on_hub_failed)
+        self._set_running(False)
+        self._init_token()
+
         buttons = QHBoxLayout()
         for b in (self.target_button, self.draft_button, self.no_draft_button):
             buttons.addWidget(b)
@@ -154,6 +189,17 @@ class ModelManagerDialog(QDialog):
         layout.addWidget(self.pair_label)
         layout.addWidget(self.verdict_label)
         layout.addLayout(buttons)
+        hub_row = QHBoxLayout()
+        for w in (self.download_button, self.import_button, self.import_folder_button):
+            hub_row.addWidget(w)
+        hub_row.addWidget(self.progress, 1)
+        hub_row.addWidget(self.progress_label)
+        hub_row.addWidget(self.cancel_button)
+        layout.addLayout(hub_row)
+        token_row = QHBoxLayout()
+        token_row.addWidget(self.token_edit, 1)
+        token_row.addWidget(self.token_button)
+        layout.addLayout(token_row)
         self.refresh()
         self._update_pair()
 
@@ -240,3 +286,117 @@ class ModelManagerDialog(QDialog):
         if self.target:
             self.pair_chosen.emit(self.target, self.draft)
             self.accept()
+
+    # Downloads, imports and the token
+
+    def _init_token(self) -> None:
+        from app.hub.secrets import TokenStoreError, get_token, keyring_status
+
+        reason = keyring_status()
+        if reason is not None:
+            # No plaintext fallback: without a keychain there is no token field.
+            self.token_edit.setEnabled(False)
+            self.token_button.setEnabled(False)
+            self.token_edit.setPlaceholderText(f"Token storage unavailable: {reason}")
+            self.token_edit.setToolTip(reason)
+            return
+        try:
+            stored = get_token()
+        except TokenStoreError as exc:
+            self.token_edit.setPlaceholderText(str(exc))
+            return
+        if stored:
+            self.token_edit.setPlaceholderText("A token is stored in the keychain")
+
+    def _token(self) -> str | None:
+        from app.hub.secrets import TokenStoreError, get_token, keyring_status
+
+        if keyring_status() is not None:
+            return None
+        try:
+            return get_token()
+        except TokenStoreError:
+            return None
+
+    @Slot()
+    def _on_save_token_clicked(self) -> None:
+        from app.hub.secrets import TokenStoreError, delete_token, set_token
+
+        text = self.token_edit.text().strip()
+        try:
+            if text:
+                set_token(text)
+            else:
+                delete_token()
+        except (TokenStoreError, ValueError) as exc:
+            self.progress_label.setText(str(exc))
+            return
+        self.token_edit.clear()
+        stored = "A token is stored in the keychain" if text else "No token stored"
+        self.token_edit.setPlaceholderText(stored)
+
+    def _set_running(self, running: bool) -> None:
+        self.progress.setVisible(running)
+        self.cancel_button.setVisible(running)
+        for b in (self.download_button, self.import_button, self.import_folder_button):
+            b.setEnabled(self.hub is not None and not running)
+
+    def start_task(self, kind: Kind, source: str, q_bits: int | None = None) -> None:
+        assert self.hub is not None
+        token = self._token() if kind == "download" else None
+        self._task = self.hub.start(kind, source, self._models_dir, token=token, q_bits=q_bits)
+        self.progress.setRange(0, 0)
+        self.progress_label.setText(f"Starting {Path(source).name}…")
+        self._set_running(True)
+
+    @Slot()
+    def _on_download_clicked(self) -> None:
+        repo, ok = QInputDialog.getText(
+            self, "Download Model", "Hugging Face repo id (for example mlx-community/…):"
+        )
+        if ok and repo.strip():
+            self.start_task("download", repo.strip())
+
+    @Slot()
+    def _on_import_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import GGUF", "", "GGUF files (*.gguf)")
+        if path:
+            self.start_task("import-gguf", path)
+
+    @Slot()
+    def _on_import_folder_clicked(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Import an MLX model folder")
+        if path:
+            self.start_task("import-folder", path)
+
+    @Slot()
+    def _on_cancel_clicked(self) -> None:
+        if self.hub is not None and self._task is not None:
+            self.hub.cancel(self._task)
+
+    @Slot(object)
+    def _on_hub_progressed(self, p: HubProgress) -> None:
+        if p.task_id != self._task:
+            return
+        scale = max(p.total, 1)
+        # Byte counts overflow a QProgressBar's int; show per mille.
+        self.progress.setRange(0, 1000)
+        self.progress.setValue(int(1000 * p.done / scale))
+        self.progress_label.setText(p.text)
+
+    @Slot(object)
+    def _on_hub_finished(self, result: HubResult) -> None:
+        if result.task_id != self._task:
+            return
+        self._task = None
+        self._set_running(False)
+        self.progress_label.setText(f"Added {Path(result.path).name}")
+        self.refresh()
+
+    @Slot(object)
+    def _on_hub_failed(self, failure: HubFailure) -> None:
+        if failure.task_id != self._task:
+            return
+        self._task = None
+        self._set_running(False)
+        self.progress_label.setText(failure.message)

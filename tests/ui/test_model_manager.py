@@ -95,3 +95,58 @@ def test_delete_asks_and_says_what_it_frees(
     qtbot.mouseClick(dialog.delete_button, Qt.MouseButton.LeftButton)
     assert not (library / "tiny-foreign").exists()
     assert dialog.library.rowCount() == 3
+
+
+def test_import_adds_the_model_to_the_list(
+    qtbot: QtBot, library: Path, tmp_path: Path, tiny: TinyModels
+) -> None:
+    from app.services import HubService
+    from tests.services.test_hub_service import _gguf
+
+    hub = HubService()
+    try:
+        dialog = ModelManagerDialog(library, hf_cache_dir=tmp_path / "hf", hub=hub)
+        qtbot.addWidget(dialog)
+        dialog.show()
+        assert dialog.import_button.isEnabled()
+        gguf = _gguf(tiny, tmp_path)
+        with qtbot.waitSignal(hub.finished, timeout=30_000):
+            dialog.start_task("import-gguf", str(gguf))
+            assert dialog.progress.isVisible() and dialog.cancel_button.isVisible()
+        assert not dialog.progress.isVisible()
+        assert dialog.progress_label.text() == "Added tiny"
+        names = [dialog.library.info_at(r).name for r in range(dialog.library.rowCount())]
+        assert "tiny" in names
+    finally:
+        assert hub.shutdown()
+
+
+def test_failed_download_says_why(qtbot: QtBot, library: Path, tmp_path: Path) -> None:
+    from app.services import HubService
+
+    hub = HubService()
+    try:
+        dialog = ModelManagerDialog(library, hf_cache_dir=tmp_path / "hf", hub=hub)
+        qtbot.addWidget(dialog)
+        with qtbot.waitSignal(hub.failed, timeout=30_000):
+            dialog.start_task("download", "mlx-community/Nope-4bit")
+        assert "no network" in dialog.progress_label.text()
+        assert dialog.download_button.isEnabled()
+    finally:
+        assert hub.shutdown()
+
+
+def test_token_field_explains_a_missing_keychain(
+    qtbot: QtBot, library: Path, tmp_path: Path
+) -> None:
+    import keyring
+    from keyring.backends import fail
+
+    previous = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    try:
+        dialog = _dialog(qtbot, library, tmp_path)
+        assert not dialog.token_edit.isEnabled()
+        assert dialog.token_edit.placeholderText().startswith("Token storage unavailable:")
+    finally:
+        keyring.set_keyring(previous)

@@ -1,0 +1,156 @@
+"""Recommended target and draft pairs, and draft suggestions from the library.
+
+The catalog lives in ``resources/catalog.json``. Its ``verified`` field stays
+``false`` until every repo id, size and license has been checked on the Hub.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app import resource_path
+from app.engine.loader import ModelError
+from app.hub.library import ModelInfo
+from app.hub.pair_check import check_pair
+
+_GB = 1000**3  # the catalog's sizes are decimal, as the Hub and Finder show them
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogPair:
+    """One recommended pair.
+
+    Attributes:
+        name: Display name.
+        target: The target's Hub repo id.
+        draft: The draft's Hub repo id.
+        download_gb: Approximate download of both models, in GB.
+        memory_gb: Approximate memory both need at 8,192 tokens of context, in GB.
+        licenses: The target's and the draft's license.
+        note: A short note for the user.
+    """
+
+    name: str
+    target: str
+    draft: str
+    download_gb: float
+    memory_gb: float
+    licenses: tuple[str, str]
+    note: str
+
+
+def load_catalog(path: Path | None = None) -> list[CatalogPair]:
+    """Reads the recommended pairs.
+
+    Args:
+        path: A catalog file; ``resources/catalog.json`` when omitted.
+
+    Returns:
+        The pairs in file order.
+
+    Raises:
+        ModelError: The file is missing or malformed; the message is one line.
+    """
+    path = path or resource_path("catalog.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path.name} is unreadable ({_first_line(exc)})") from exc
+    entries = data.get("pairs") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ModelError(f"{path.name} has no list of pairs")
+    pairs = []
+    for i, entry in enumerate(entries):
+        try:
+            pairs.append(_pair(entry))
+        except KeyError as exc:
+            raise ModelError(f"{path.name}: pair {i + 1} has no {exc.args[0]}") from exc
+        except (TypeError, ValueError) as exc:
+            raise ModelError(
+                f"{path.name}: pair {i + 1} is malformed ({_first_line(exc)})"
+            ) from exc
+    return pairs
+
+
+def recommend(catalog: list[CatalogPair], available_bytes: int) -> CatalogPair | None:
+    """Picks the largest pair that fits in memory.
+
+    Args:
+        catalog: The pairs to choose from.
+        available_bytes: Memory MLX can use, e.g. from ``fit.usable_memory_bytes``.
+
+    Returns:
+        The pair with the largest ``memory_gb`` within ``available_bytes``, or
+        ``None`` when none fits.
+    """
+    fitting = [p for p in catalog if p.memory_gb * _GB <= available_bytes]
+    return max(fitting, key=lambda p: (p.memory_gb, p.download_gb), default=None)
+
+
+def suggest_drafts(target: Path, library: list[ModelInfo]) -> list[ModelInfo]:
+    """Lists the library's models that can draft for ``target``, best first.
+
+    Args:
+        target: The target model folder.
+        library: Models to consider, e.g. from ``library.scan_library``.
+
+    Returns:
+        The models whose pair check with ``target`` is compatible, fewest
+        parameters first (a smaller draft costs less per proposed token).
+        Broken folders, the target itself and models whose check fails to run
+        are left out; a broken target leaves out every candidate.
+    """
+    target = Path(target).expanduser()
+    target_key = _key(target)
+    found = []
+    for info in library:
+        if not info.usable or _key(info.path) == target_key:
+            continue
+        try:
+            verdict = check_pair(target, info.path)
+        except ModelError:
+            continue  # one unreadable candidate must not hide the others
+        if verdict.compatible:
+            found.append(info)
+    return sorted(found, key=lambda m: (m.parameters is None, m.parameters or 0, m.name.casefold()))
+
+
+def _pair(entry: Any) -> CatalogPair:
+    if not isinstance(entry, dict):
+        raise TypeError("not a JSON object")
+    texts = {}
+    for key in ("name", "target", "draft", "target_license", "draft_license", "note"):
+        value = entry[key]
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{key} is not text")
+        texts[key] = value
+    sizes = {}
+    for key in ("download_gb", "memory_gb"):
+        value = entry[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError(f"{key} is not a positive number")
+        sizes[key] = float(value)
+    return CatalogPair(
+        name=texts["name"],
+        target=texts["target"],
+        draft=texts["draft"],
+        download_gb=sizes["download_gb"],
+        memory_gb=sizes["memory_gb"],
+        licenses=(texts["target_license"], texts["draft_license"]),
+        note=texts["note"],
+    )
+
+
+def _key(path: Path) -> Path:
+    try:
+        return path.expanduser().resolve()
+    except OSError:
+        return path
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]

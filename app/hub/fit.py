@@ -1,0 +1,218 @@
+"""Whether a target and draft pair fits in memory, estimated without loading weights.
+
+The estimate is deliberately simple and errs on the large side: the weights as
+stored on disk, a full-length KV cache for both models, and a margin for
+activations. Sliding-window layers (Gemma 3) need less cache than counted here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.engine.loader import ModelError, read_config
+from app.hub.library import human_size
+
+_GIB = 1024**3
+# Left to the OS and other apps where MLX does not report a working-set limit.
+_HEADROOM_BYTES = 2 * _GIB
+# Metal lets a process wire about three quarters of unified memory for the GPU
+# (its recommendedMaxWorkingSetSize); weights beyond that page and crawl.
+_METAL_SHARE = 0.75
+# Activations, the sampler's buffers and allocator slack on top of weights and KV.
+_OVERHEAD = 0.10
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFit:
+    """The memory a pair needs against the memory MLX can use.
+
+    Attributes:
+        weights_bytes: Weights of both models as stored on disk.
+        kv_bytes: KV caches of both models at the context length checked.
+        needed_bytes: Weights plus KV plus the activation margin.
+        available_bytes: Memory MLX can use for the models.
+        fits: Whether ``needed_bytes <= available_bytes``.
+        detail: One line with the numbers, for the user.
+    """
+
+    weights_bytes: int
+    kv_bytes: int
+    needed_bytes: int
+    available_bytes: int
+    fits: bool
+    detail: str
+
+
+def total_memory_bytes() -> int:
+    """Returns the machine's physical memory (unified memory on Apple Silicon).
+
+    Raises:
+        OSError: The platform reports no memory size.
+    """
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(
+                ["/usr/sbin/sysctl", "-n", "hw.memsize"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=5,
+            ).stdout
+            return int(out.strip())
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass  # sysconf below also works on macOS
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise OSError(f"cannot read the memory size ({exc})") from exc
+    if total <= 0:
+        raise OSError("cannot read the memory size")
+    return total
+
+
+def usable_memory_bytes(total: int | None = None) -> int:
+    """Returns the memory MLX can use for models.
+
+    Args:
+        total: Physical memory; the machine's own when omitted.
+
+    Returns:
+        On macOS about 75 % of ``total`` (Metal's recommended working set, past
+        which wired GPU memory starts to swap); elsewhere ``total`` less 2 GiB
+        for the OS. Never negative.
+    """
+    if sys.platform == "darwin":
+        if total is None:
+            recommended = _metal_working_set()
+            if recommended:
+                return recommended
+            total = total_memory_bytes()
+        return max(0, int(total * _METAL_SHARE))
+    if total is None:
+        total = total_memory_bytes()
+    return max(0, total - _HEADROOM_BYTES)
+
+
+def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int = 2) -> int:
+    """Returns the bytes of a full KV cache for one sequence.
+
+    Args:
+        config: The model's ``config.json``; multimodal configs (Gemma 3) keep
+            the language model's settings under ``text_config``.
+        context_length: Tokens the cache holds.
+        dtype_bytes: Bytes per cached value; 2 for float16 and bfloat16.
+
+    Returns:
+        ``2 (K and V) × layers × KV heads × head size × tokens × dtype_bytes``.
+
+    Raises:
+        ModelError: The config lacks the layer count or the attention shape.
+    """
+    section = _text_section(config)
+    layers = _int(section, "num_hidden_layers")
+    heads = _int(section, "num_attention_heads")
+    hidden = _int(section, "hidden_size")
+    head_dim = _int(section, "head_dim") or (hidden // heads if hidden and heads else None)
+    kv_heads = _int(section, "num_key_value_heads") or heads
+    if not layers or not head_dim or not kv_heads:
+        raise ModelError("config.json does not give the attention shape (layers, heads, head size)")
+    return 2 * layers * kv_heads * head_dim * max(0, context_length) * dtype_bytes
+
+
+def memory_fit(
+    target: Path,
+    draft: Path | None,
+    context_length: int = 8192,
+    available: int | None = None,
+) -> MemoryFit:
+    """Estimates whether a target, with an optional draft, fits in memory.
+
+    Args:
+        target: The target model folder.
+        draft: The draft model folder, or ``None`` for the target alone.
+        context_length: Tokens of context to budget the KV caches for; each
+            model is capped at its own trained context length.
+        available: Usable memory; :func:`usable_memory_bytes` when omitted.
+
+    Returns:
+        The estimate with a one-line ``detail``.
+
+    Raises:
+        ModelError: A folder is not a usable model; the message is one line.
+    """
+    weights = kv = 0
+    tokens = context_length
+    for i, folder in enumerate(p for p in (target, draft) if p is not None):
+        folder = Path(folder).expanduser()
+        config = read_config(folder)
+        model_tokens = min(context_length, _context_length(config) or context_length)
+        if i == 0:
+            tokens = model_tokens  # the target bounds what the pair can hold
+        weights += _weights_size(folder)
+        try:
+            kv += kv_cache_bytes(config, model_tokens)
+        except ModelError as exc:
+            raise ModelError(f"{folder.name}: {exc}") from exc
+    needed = int((weights + kv) * (1 + _OVERHEAD))
+    if available is None:
+        available = usable_memory_bytes()
+    fits = needed <= available
+    detail = (
+        f"needs {human_size(needed)} (weights {human_size(weights)} + KV cache "
+        f"{human_size(kv)} at {tokens:,} tokens + {_OVERHEAD:.0%} overhead) "
+        f"of {human_size(available)} usable"
+    )
+    if not fits:
+        detail += f"; {human_size(needed - available)} short"
+    return MemoryFit(weights, kv, needed, available, fits, detail)
+
+
+def _metal_working_set() -> int | None:
+    """Metal's own working-set limit, when MLX can report it."""
+    try:
+        import mlx.core as mx
+
+        info = mx.device_info()
+        value = info.get("max_recommended_working_set_size")
+    except Exception:  # older MLX or no Metal device: fall back to the share
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def _text_section(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's settings, merged as mlx-lm reads Gemma 3 style configs."""
+    text_config = config.get("text_config")
+    if not isinstance(text_config, dict):
+        return config
+    merged = {**config, **text_config}
+    if config.get("model_type") == "gemma3":
+        # mlx-lm's gemma3 fills these in when the checkpoint leaves them out.
+        merged.setdefault("num_attention_heads", 8)
+        merged.setdefault("num_key_value_heads", 4)
+    return merged
+
+
+def _int(section: dict[str, Any], key: str) -> int | None:
+    value = section.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def _context_length(config: dict[str, Any]) -> int | None:
+    section = _text_section(config)
+    for key in ("max_position_embeddings", "max_sequence_length", "max_seq_len", "seq_length"):
+        value = _int(section, key)
+        if value:
+            return value
+    return None
+
+
+def _weights_size(folder: Path) -> int:
+    """Bytes of the safetensors files, following the Hub cache's symlinks to the blobs."""
+    return sum(f.stat().st_size for f in folder.glob("*.safetensors") if f.is_file())

@@ -1,0 +1,188 @@
+"""Downloads and imports on their own thread, never the engine's.
+
+The work is file I/O (and, for a re-quantizing import, MLX on this thread's own
+arrays), so it runs on a long-lived QThread of its own, one task at a time.
+Progress leaves as immutable values at most about 10 times a second.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["download", "import-gguf", "import-folder"]
+PROGRESS_INTERVAL = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class HubRequest:
+    task_id: int
+    kind: Kind
+    source: str  # repo id, GGUF file or folder
+    models_dir: Path
+    token: str | None = field(default=None, repr=False)
+    q_bits: int | None = None
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class HubProgress:
+    task_id: int
+    text: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class HubResult:
+    task_id: int
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class HubFailure:
+    task_id: int
+    message: str
+    cancelled: bool = False
+
+
+class HubWorker(QObject):
+    """Runs on the hub thread."""
+
+    progressed = Signal(object)  # HubProgress
+    finished = Signal(object)  # HubResult
+    failed = Signal(object)  # HubFailure
+
+    @Slot(object)
+    def _on_task_requested(self, request: HubRequest) -> None:
+        from app.engine.loader import ModelError
+        from app.hub.downloads import DownloadCancelled
+        from app.hub.gguf_import import ImportCancelled
+
+        last = 0.0
+
+        def report(text: str, done: int, total: int) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= PROGRESS_INTERVAL or done >= total:
+                last = now
+                self.progressed.emit(HubProgress(request.task_id, text, done, total))
+
+        try:
+            path = self._run(request, report)
+        except ModelError as exc:
+            self.failed.emit(HubFailure(request.task_id, str(exc)))
+        except (DownloadCancelled, ImportCancelled):
+            self.failed.emit(HubFailure(request.task_id, "Cancelled.", cancelled=True))
+        except Exception as exc:
+            log.exception("hub task failed")
+            self.failed.emit(HubFailure(request.task_id, f"Failed: {exc}"))
+        else:
+            self.finished.emit(HubResult(request.task_id, str(path)))
+
+    def _run(self, r: HubRequest, report: Any) -> Path:
+        if r.kind == "download":
+            from app.hub.downloads import download_model
+
+            return download_model(
+                r.source,
+                r.models_dir,
+                token=r.token,
+                cancel=r.cancel,
+                progress=lambda p: report(p.file or r.source, p.done, p.total),
+            )
+        if r.kind == "import-gguf":
+            from app.hub.gguf_import import import_gguf
+
+            src = Path(r.source)
+            name = src.stem + (f"-{r.q_bits}bit" if r.q_bits else "")
+            return import_gguf(
+                src,
+                r.models_dir / name,
+                q_bits=r.q_bits,
+                cancel=r.cancel,
+                progress=lambda p: report(p.stage, p.done, p.total),
+            )
+        from app.hub.gguf_import import import_folder
+
+        report("copying", 0, 1)
+        return import_folder(Path(r.source), r.models_dir)
+
+    @Slot()
+    def _on_shutdown_requested(self) -> None:
+        self.thread().quit()
+
+
+class HubService(QObject):
+    """Queues downloads and imports; the UI talks to the hub thread only here."""
+
+    task_requested = Signal(object)
+    shutdown_requested = Signal()
+    progressed = Signal(object)
+    finished = Signal(object)
+    failed = Signal(object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._ids = itertools.count(1)
+        self._tasks: dict[int, HubRequest] = {}
+        self._thread = QThread()
+        self._thread.setObjectName("tandem-hub")
+        self._worker = HubWorker()
+        self._worker.moveToThread(self._thread)
+        self.task_requested.connect(self._worker._on_task_requested)
+        self.shutdown_requested.connect(self._worker._on_shutdown_requested)
+        self._worker.progressed.connect(self.progressed)
+        self._worker.finished.connect(self._on_finished)
+        self._worker.failed.connect(self._on_failed)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    def start(
+        self,
+        kind: Kind,
+        source: str,
+        models_dir: Path,
+        *,
+        token: str | None = None,
+        q_bits: int | None = None,
+    ) -> int:
+        request = HubRequest(next(self._ids), kind, source, models_dir, token, q_bits)
+        self._tasks[request.task_id] = request
+        self.task_requested.emit(request)
+        return request.task_id
+
+    def cancel(self, task_id: int | None = None) -> None:
+        """Cancels one task, or all of them."""
+        for tid, request in self._tasks.items():
+            if task_id is None or tid == task_id:
+                request.cancel.set()
+
+    def shutdown(self, timeout_ms: int = 30_000) -> bool:
+        if not self._thread.isRunning():
+            return True
+        self.cancel()
+        self.shutdown_requested.emit()
+        return self._thread.wait(timeout_ms)
+
+    @Slot(object)
+    def _on_finished(self, result: HubResult) -> None:
+        self._tasks.pop(result.task_id, None)
+        self.finished.emit(result)
+
+    @Slot(object)
+    def _on_failed(self, failure: HubFailure) -> None:
+        self._tasks.pop(failure.task_id, None)
+        self.failed.emit(failure)

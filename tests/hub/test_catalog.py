@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.engine import ModelError
+from app.engine.tiny import build_model, model_config
+from app.hub.catalog import CatalogPair, load_catalog, recommend, suggest_drafts
+from app.hub.library import inspect_model
+from tests.conftest import TinyModels
+
+
+def _pair(name: str, memory_gb: float) -> CatalogPair:
+    return CatalogPair(name, "org/t", "org/d", memory_gb, memory_gb, ("MIT", "MIT"), "")
+
+
+def test_the_shipped_catalog_loads() -> None:
+    pairs = load_catalog()
+    assert len(pairs) >= 5
+    for pair in pairs:
+        for repo in (pair.target, pair.draft):
+            org, _, name = repo.partition("/")
+            assert org == "mlx-community" and name and "/" not in name
+        assert pair.target != pair.draft
+        assert all(license.strip() for license in pair.licenses)
+        assert 0 < pair.download_gb < pair.memory_gb
+        assert pair.name and pair.note
+
+
+def test_the_shipped_catalog_is_marked_unverified() -> None:
+    from app import resource_path
+
+    data = json.loads(resource_path("catalog.json").read_text())
+    assert data["verified"] is False
+    assert "model cards" in data["note"]
+
+
+def test_a_broken_catalog_raises_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "catalog.json"
+    bad.write_text("{")
+    with pytest.raises(ModelError, match=r"catalog\.json is unreadable") as info:
+        load_catalog(bad)
+    assert "\n" not in str(info.value)
+    bad.write_text(json.dumps({"pairs": [{"name": "x"}]}))
+    with pytest.raises(ModelError, match="pair 1 has no target"):
+        load_catalog(bad)
+    bad.write_text(json.dumps({"pairs": {}}))
+    with pytest.raises(ModelError, match="no list of pairs"):
+        load_catalog(bad)
+    with pytest.raises(ModelError, match="unreadable"):
+        load_catalog(tmp_path / "missing.json")
+
+
+def test_recommend_picks_the_largest_that_fits() -> None:
+    catalog = [_pair("small", 6.0), _pair("large", 48.0), _pair("medium", 23.0)]
+    assert recommend(catalog, 24 * 10**9).name == "medium"  # type: ignore[union-attr]
+    assert recommend(catalog, 100 * 10**9).name == "large"  # type: ignore[union-attr]
+    assert recommend(catalog, 6 * 10**9).name == "small"  # type: ignore[union-attr]
+    assert recommend(catalog, 5 * 10**9) is None
+    assert recommend([], 10**12) is None
+
+
+@pytest.fixture(scope="module")
+def small_draft(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shares the target's tokenizer and has under a quarter of its parameters."""
+    config = model_config(
+        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    config["tie_word_embeddings"] = True
+    root = tmp_path_factory.mktemp("catalog")
+    return build_model(root / "tiny-small", config, tokenizer_from=tiny.target, seed=5)
+
+
+def test_suggest_drafts(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> None:
+    broken = Path(shutil.copytree(small_draft, tmp_path / "broken"))
+    (broken / "model.safetensors").unlink()
+    library = [
+        inspect_model(p)
+        for p in (tiny.target, tiny.foreign, tiny.copy, tiny.draft, small_draft, broken)
+    ]
+    suggested = suggest_drafts(tiny.target, library)
+    # The foreign tokenizer, the target, its full-size copy and the broken folder
+    # are left out; the smallest compatible draft comes first.
+    assert [m.path for m in suggested] == [small_draft, tiny.draft]
+    params = [m.parameters or 0 for m in suggested]
+    assert params == sorted(params)
+
+
+def test_suggest_drafts_skips_a_candidate_that_breaks_during_the_check(
+    tiny: TinyModels, small_draft: Path, tmp_path: Path
+) -> None:
+    # Usable when scanned, unreadable by the time the pair is checked.
+    gone = Path(shutil.copytree(small_draft, tmp_path / "gone"))
+    info = inspect_model(gone)
+    shutil.rmtree(gone)
+    assert suggest_drafts(tiny.target, [info, inspect_model(small_draft)]) == [
+        inspect_model(small_draft)
+    ]
+
+
+def test_suggest_drafts_for_a_broken_target_is_empty(tiny: TinyModels, tmp_path: Path) -> None:
+    assert suggest_drafts(tmp_path / "missing", [inspect_model(tiny.draft)]) == []

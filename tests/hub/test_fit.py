@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.engine import ModelError
+from app.engine.tiny import model_config
+from app.hub.fit import (
+    MemoryFit,
+    kv_cache_bytes,
+    memory_fit,
+    total_memory_bytes,
+    usable_memory_bytes,
+)
+from app.hub.library import human_size
+from tests.conftest import TinyModels
+
+
+def _weights(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+
+
+def test_kv_cache_bytes_matches_a_hand_computation() -> None:
+    config = model_config("llama")  # 2 layers, 4 heads, 2 KV heads, hidden 64
+    # K and V × 2 layers × 2 KV heads × head size 64 / 4 × 100 tokens × 2 bytes
+    assert kv_cache_bytes(config, 100) == 2 * 2 * 2 * 16 * 100 * 2
+    assert kv_cache_bytes(config, 100, dtype_bytes=4) == 2 * 2 * 2 * 16 * 100 * 4
+
+
+def test_kv_cache_bytes_uses_head_dim_and_falls_back_to_all_heads() -> None:
+    config = {"num_hidden_layers": 3, "num_attention_heads": 8, "hidden_size": 512}
+    assert kv_cache_bytes(config, 10) == 2 * 3 * 8 * 64 * 10 * 2
+    config["head_dim"] = 128
+    config["num_key_value_heads"] = 1
+    assert kv_cache_bytes(config, 10) == 2 * 3 * 1 * 128 * 10 * 2
+
+
+def test_kv_cache_bytes_reads_text_config() -> None:
+    # Gemma 3 12B style: the language model's settings are nested.
+    text_config: dict[str, Any] = {
+        "num_hidden_layers": 48,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 256,
+        "hidden_size": 3840,
+    }
+    config = {"model_type": "gemma3", "text_config": text_config}
+    assert kv_cache_bytes(config, 8192) == 2 * 48 * 8 * 256 * 8192 * 2
+    # mlx-lm's gemma3 defaults apply when the nested config leaves heads out.
+    del text_config["num_attention_heads"]
+    del text_config["num_key_value_heads"]
+    assert kv_cache_bytes(config, 1) == 2 * 48 * 4 * 256 * 1 * 2
+
+
+def test_kv_cache_bytes_rejects_a_config_without_shape() -> None:
+    with pytest.raises(ModelError, match="attention shape"):
+        kv_cache_bytes({"model_type": "llama"}, 10)
+
+
+def test_memory_fit_with_plenty_of_memory(tiny: TinyModels) -> None:
+    fit = memory_fit(tiny.target, tiny.draft, context_length=1024, available=10**12)
+    assert isinstance(fit, MemoryFit)
+    weights = _weights(tiny.target) + _weights(tiny.draft)
+    target_kv = kv_cache_bytes(json.loads((tiny.target / "config.json").read_text()), 1024)
+    draft_kv = kv_cache_bytes(json.loads((tiny.draft / "config.json").read_text()), 1024)
+    assert fit.weights_bytes == weights
+    assert fit.kv_bytes == target_kv + draft_kv
+    assert fit.needed_bytes == int((weights + target_kv + draft_kv) * 1.1)
+    assert fit.available_bytes == 10**12
+    assert fit.fits
+    assert human_size(fit.needed_bytes) in fit.detail
+    assert "1,024 tokens" in fit.detail
+    assert "1000.0 GB usable" in fit.detail
+    assert "\n" not in fit.detail
+
+
+def test_memory_fit_refuses_with_little_memory(tiny: TinyModels) -> None:
+    fit = memory_fit(tiny.target, tiny.draft, available=2_000_000)
+    assert not fit.fits
+    assert fit.needed_bytes > 2_000_000
+    assert "2.0 MB usable" in fit.detail
+    assert f"{human_size(fit.needed_bytes - 2_000_000)} short" in fit.detail
+
+
+def test_memory_fit_caps_context_at_the_models_own(tiny: TinyModels) -> None:
+    # The tiny models are trained for 4,096 tokens.
+    fit = memory_fit(tiny.target, None, context_length=1_000_000, available=10**12)
+    config = json.loads((tiny.target / "config.json").read_text())
+    assert fit.kv_bytes == kv_cache_bytes(config, 4096)
+    assert fit.weights_bytes == _weights(tiny.target)
+    assert "4,096 tokens" in fit.detail
+
+
+def test_memory_fit_rejects_a_broken_folder(tiny: TinyModels, tmp_path: Path) -> None:
+    broken = Path(shutil.copytree(tiny.draft, tmp_path / "broken"))
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(ModelError, match=r"broken: config\.json is unreadable"):
+        memory_fit(tiny.target, broken, available=10**12)
+    with pytest.raises(ModelError, match="no such folder"):
+        memory_fit(tmp_path / "missing", None, available=10**12)
+
+
+def test_total_and_usable_memory() -> None:
+    total = total_memory_bytes()
+    assert total > 0
+    usable = usable_memory_bytes()
+    assert 0 < usable < total
+    assert usable_memory_bytes(total) < total
+    assert usable_memory_bytes(1) == 0  # never negative

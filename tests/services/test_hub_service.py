@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.services import HubFailure, HubResult, HubService
+from tests.conftest import TinyModels
+
+
+@pytest.fixture
+def hub(qtbot: QtBot):  # type: ignore[no-untyped-def]
+    service = HubService()
+    yield service
+    assert service.shutdown()
+
+
+def _gguf(tiny: TinyModels, tmp_path: Path) -> Path:
+    from tests.hub.test_gguf_import import tiny_tokenizer, weights_of, write_gguf
+
+    config = json.loads((tiny.target / "config.json").read_text())
+    return write_gguf(
+        tmp_path / "tiny.gguf", config, weights_of(tiny.target), tiny_tokenizer(tiny.target)
+    )
+
+
+def test_import_reports_progress_then_the_folder(
+    qtbot: QtBot, hub: HubService, tiny: TinyModels, tmp_path: Path
+) -> None:
+    gguf = _gguf(tiny, tmp_path)
+    seen: list[str] = []
+    hub.progressed.connect(lambda p: seen.append(threading.current_thread().name))
+    with qtbot.waitSignal(hub.finished, timeout=30_000) as blocker:
+        tid = hub.start("import-gguf", str(gguf), tmp_path / "models")
+    result: HubResult = blocker.args[0]
+    assert result.task_id == tid
+    assert Path(result.path) == tmp_path / "models" / "tiny"
+    assert (Path(result.path) / "config.json").is_file()
+    assert seen  # progress arrived, delivered on the UI thread
+    assert set(seen) == {threading.main_thread().name}
+    assert not hub.busy
+
+
+def test_cancel_stops_the_task(
+    qtbot: QtBot, hub: HubService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.hub import gguf_import
+
+    def slow(src, out, *, q_bits=None, cancel=None, progress=None):  # type: ignore[no-untyped-def]
+        for i in range(1000):
+            if cancel is not None and cancel.is_set():
+                raise gguf_import.ImportCancelled()
+            progress(gguf_import.ImportProgress("tensors", i, 1000))
+            time.sleep(0.01)
+        return out
+
+    monkeypatch.setattr(gguf_import, "import_gguf", slow)
+    with qtbot.waitSignal(hub.progressed, timeout=5_000):
+        tid = hub.start("import-gguf", str(tmp_path / "x.gguf"), tmp_path)
+    with qtbot.waitSignal(hub.failed, timeout=5_000) as blocker:
+        hub.cancel(tid)
+    failure: HubFailure = blocker.args[0]
+    assert failure.cancelled
+    assert failure.message == "Cancelled."
+
+
+def test_bad_input_fails_with_one_line(qtbot: QtBot, hub: HubService, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf")
+    with qtbot.waitSignal(hub.failed, timeout=10_000) as blocker:
+        hub.start("import-gguf", str(bad), tmp_path / "models")
+    failure: HubFailure = blocker.args[0]
+    assert not failure.cancelled
+    assert "\n" not in failure.message
+    assert not (tmp_path / "models" / "bad").exists()
