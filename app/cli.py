@@ -217,12 +217,17 @@ def _check_pair(args: argparse.Namespace) -> int:
     except ModelError as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 1
+    from app.hub.fit import memory_fit
+
+    fit = memory_fit(Path(args.target), Path(args.draft))
     if args.json:
         checks = [asdict(c) for c in verdict.checks]
-        print(json.dumps({"compatible": verdict.compatible, "checks": checks}, indent=2))
+        out = {"compatible": verdict.compatible, "checks": checks, "memory": asdict(fit)}
+        print(json.dumps(out, indent=2))
     else:
         print(format_verdict(verdict))
-    return 0 if verdict.compatible else 2
+        print(f"  {'✓' if fit.fits else '✗'} memory: {fit.detail}")
+    return 0 if verdict.compatible and fit.fits else 2
 
 
 def _models(args: argparse.Namespace) -> int:

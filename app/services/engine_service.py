@@ -14,7 +14,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -84,6 +85,17 @@ class EngineFailure:
     text: str = ""
 
 
+def _memory_fit(request: LoadRequest) -> Any:
+    """The pair's memory fit, or ``None`` when the folders cannot be judged (load says why)."""
+    from app.engine.loader import ModelError
+    from app.hub.fit import memory_fit
+
+    try:
+        return memory_fit(Path(request.target), Path(request.draft) if request.draft else None)
+    except (ModelError, OSError):
+        return None
+
+
 class EngineWorker(QObject):
     """Lives on the engine thread; every slot runs there."""
 
@@ -108,6 +120,10 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def _on_load_requested(self, request: LoadRequest) -> None:
+        fit = _memory_fit(request)
+        if fit is not None and not fit.fits:
+            self.failed.emit(EngineFailure(None, "load", f"This pair does not fit: {fit.detail}"))
+            return
         try:
             pair = self._load(request.target, request.draft)
         except ModelError as exc:

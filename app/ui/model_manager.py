@@ -249,6 +249,12 @@ class ModelManagerDialog(QDialog):
         except ModelError as exc:
             self.verdict_label.setText(f"✗ {exc}")
             return
+        from app.hub.fit import memory_fit
+
+        fit = memory_fit(Path(self.target), Path(self.draft))
+        if not fit.fits:
+            self.verdict_label.setText(f"✗ Does not fit in memory: {fit.detail}")
+            return
         if verdict.compatible and verdict.warnings:
             self.verdict_label.setText("✓ Compatible pair; " + "; ".join(verdict.warnings))
         elif verdict.compatible:

@@ -193,3 +193,25 @@ def test_shutdown_joins_the_thread(qtbot: QtBot) -> None:
     service.generate(HELLO, GenerationParams())
     assert service.shutdown(timeout_ms=5_000)
     assert service.shutdown()  # a second call is harmless
+
+
+def test_a_pair_that_does_not_fit_is_refused_before_loading(
+    qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.hub import fit
+
+    loads: list[str] = []
+
+    def load(target: str, draft: str | None) -> ModelPair:
+        loads.append(target)
+        return _fake_load(target, draft)
+
+    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None: 1_000)
+    service = make_service(EngineWorker(load=load))
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        service.load_pair(str(tiny.target), str(tiny.draft))
+    failure: EngineFailure = blocker.args[0]
+    assert failure.stage == "load"
+    assert failure.message.startswith("This pair does not fit: needs ")
+    assert "usable" in failure.message
+    assert loads == []

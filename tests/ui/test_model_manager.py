@@ -150,3 +150,17 @@ def test_token_field_explains_a_missing_keychain(
         assert dialog.token_edit.placeholderText().startswith("Token storage unavailable:")
     finally:
         keyring.set_keyring(previous)
+
+
+def test_verdict_says_when_a_pair_does_not_fit(
+    qtbot: QtBot, library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.hub import fit
+
+    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None: 1_000)
+    dialog = _dialog(qtbot, library, tmp_path)
+    _select(dialog, "tiny-llama")
+    qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
+    _select(dialog, "tiny-small")
+    qtbot.mouseClick(dialog.draft_button, Qt.MouseButton.LeftButton)
+    assert dialog.verdict_label.text().startswith("✗ Does not fit in memory: needs ")
