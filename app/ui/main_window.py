@@ -255,6 +255,8 @@ class MainWindow(QMainWindow):
 
     @Slot(str, str)
     def _on_load_requested(self, target: str, draft: str) -> None:
+        # A reply in flight stops first; its text so far is kept as usual.
+        self.service.stop()
         self.hide_error()
         self.model_bar.set_loading(True)
         self.pair_label.setText(f"Loading {target}…")

@@ -243,3 +243,19 @@ def test_model_manager_loads_the_chosen_pair(
         qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
     assert window.model_bar.target_edit.text() == str(models / "tiny-llama")
     assert window.pair_label.text() == "tiny-llama"
+
+
+def test_loading_a_pair_stops_the_reply_first(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(100_000, delay=0.002)))
+    _load(qtbot, window, "/models/first")
+    window.composer.editor.setPlainText("Long answer please")
+    with qtbot.waitSignal(window.service.tokens_generated, timeout=5_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    window.model_bar.target_edit.setText("/models/second")
+    with qtbot.waitSignals(
+        [window.service.generation_finished, window.service.pair_loaded], timeout=5_000
+    ):
+        qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
+    reply = window.store.messages(window.store.conversations()[0].id)[-1]
+    assert reply.finish_reason == "cancelled"
+    assert window.pair_label.text() == "second"
