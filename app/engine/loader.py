@@ -64,7 +64,7 @@ def read_config(path: Path) -> dict[str, Any]:
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{name}: config.json is unreadable ({_first_line(exc)})") from exc
+        raise ModelError(f"{name}: config.json is unreadable ({first_line(exc)})") from exc
     if not isinstance(config, dict) or not config.get("model_type"):
         raise ModelError(f"{name}: config.json names no model_type")
     model_type = str(config["model_type"])
@@ -93,7 +93,7 @@ def load_model(path: Path | str) -> LoadedModel:
         loaded = cast(tuple[Any, Any, dict[str, Any]], load(str(path), return_config=True))
         model, tokenizer, config = loaded
     except Exception as exc:  # mlx-lm raises many kinds for broken folders
-        raise ModelError(f"{path.name}: cannot load ({_first_line(exc)})") from exc
+        raise ModelError(f"{path.name}: cannot load ({first_line(exc)})") from exc
     return LoadedModel(path=path, model=model, tokenizer=tokenizer, config=config)
 
 
@@ -143,6 +143,7 @@ def free_memory() -> None:
     mx.clear_cache()
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception as one short line for the user."""
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]

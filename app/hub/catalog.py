@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from app import resource_path
-from app.engine.loader import ModelError
+from app.engine.loader import ModelError, first_line
 from app.hub.library import ModelInfo
 from app.hub.pair_check import check_pair
 
@@ -58,7 +58,7 @@ def load_catalog(path: Path | None = None) -> list[CatalogPair]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelError(f"{path.name} is unreadable ({_first_line(exc)})") from exc
+        raise ModelError(f"{path.name} is unreadable ({first_line(exc)})") from exc
     entries = data.get("pairs") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ModelError(f"{path.name} has no list of pairs")
@@ -69,9 +69,7 @@ def load_catalog(path: Path | None = None) -> list[CatalogPair]:
         except KeyError as exc:
             raise ModelError(f"{path.name}: pair {i + 1} has no {exc.args[0]}") from exc
         except (TypeError, ValueError) as exc:
-            raise ModelError(
-                f"{path.name}: pair {i + 1} is malformed ({_first_line(exc)})"
-            ) from exc
+            raise ModelError(f"{path.name}: pair {i + 1} is malformed ({first_line(exc)})") from exc
     return pairs
 
 
@@ -149,8 +147,3 @@ def _key(path: Path) -> Path:
         return path.expanduser().resolve()
     except OSError:
         return path
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

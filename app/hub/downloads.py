@@ -20,7 +20,6 @@ import importlib
 import json
 import os
 import queue
-import re
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.engine.loader import ModelError, read_config
+from app.hub.library import human_size
+from app.hub.secrets import scrub
 
 if TYPE_CHECKING:
     from huggingface_hub.hf_api import ExpandModelProperty_T
@@ -42,7 +43,6 @@ _STAGING_SUFFIX = ".download"
 # Where hf_hub_download keeps its per-file metadata and temporary files in a local_dir.
 _HF_STATE = Path(".cache") / "huggingface"
 # Anything shaped like a Hugging Face token, hidden from messages as a last resort.
-_TOKEN_SHAPE = re.compile(r"hf_[A-Za-z0-9]{8,}")
 _EXPAND: list[ExpandModelProperty_T] = ["downloads", "likes", "gated", "tags"]
 # Disk full, or over quota.
 _NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
@@ -450,8 +450,8 @@ def _require_space(models_dir: Path, staging: Path, files: list[_RemoteFile], re
         return  # cannot tell; a full disk still fails cleanly while writing
     if remaining > free:
         raise ModelError(
-            f"not enough disk space for {repo_id}: {_size_text(remaining)} to download, "
-            f"{_size_text(free)} free"
+            f"not enough disk space for {repo_id}: {human_size(remaining)} to download, "
+            f"{human_size(free)} free"
         )
 
 
@@ -592,10 +592,10 @@ def _translate(
     if isinstance(exc, _network_errors()):
         return ModelError("no network: cannot reach the Hugging Face Hub")
     if isinstance(exc, HFValidationError):
-        return ModelError(f"cannot {what}: {_first_line(exc, token)}")
+        return ModelError(f"cannot {what}: {scrub(exc, token, 300)}")
     if isinstance(exc, OSError):
         return _write_error(exc, name, folder.parent if folder else None, token)
-    return ModelError(f"cannot {what} ({_first_line(exc, token)})")
+    return ModelError(f"cannot {what} ({scrub(exc, token, 300)})")
 
 
 @functools.cache
@@ -633,19 +633,4 @@ def _write_error(
     where = f" in {folder}" if folder else ""
     if _is_disk_full(exc):
         return ModelError(f"not enough disk space to download {name}{where}")
-    return ModelError(f"cannot download {name} ({_first_line(exc, token)})")
-
-
-def _size_text(n: int) -> str:
-    if n >= 1_000_000_000:
-        return f"{n / 1e9:.1f} GB"
-    return f"{max(n, 0) / 1e6:.1f} MB"
-
-
-def _first_line(exc: BaseException, token: str | None = None) -> str:
-    text = str(exc).strip()
-    if token:
-        text = text.replace(token, "***")
-    # Hide before cutting, so a cut cannot leave a piece of a token behind.
-    text = _TOKEN_SHAPE.sub("hf_***", text)
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    return ModelError(f"cannot download {name} ({scrub(exc, token, 300)})")

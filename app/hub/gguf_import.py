@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.loader import ModelError, read_config
+from app.engine.loader import ModelError, first_line, read_config
 
 # Shards stay below 2 GB so every filesystem and the Hub's tooling accept them.
 _SHARD_BYTES = 2_000_000_000
@@ -326,10 +326,10 @@ def _open(path: Path) -> Any:
     try:
         return gguf.GGUFReader(path)
     except OSError as exc:
-        raise ModelError(f"{path.name}: cannot read the file ({_first_line(exc)})") from exc
+        raise ModelError(f"{path.name}: cannot read the file ({first_line(exc)})") from exc
     except Exception as exc:  # the reader fails in many ways on damaged files
         raise ModelError(
-            f"{path.name}: not a readable GGUF file, or truncated ({_first_line(exc)})"
+            f"{path.name}: not a readable GGUF file, or truncated ({first_line(exc)})"
         ) from exc
 
 
@@ -453,7 +453,7 @@ def _model_config(
         }
         rope_scaling = _rope_scaling(meta, p, rope_freqs, head_dim, theta, label)
     except (TypeError, ValueError) as exc:
-        raise ModelError(f"{label}: malformed model metadata ({_first_line(exc)})") from exc
+        raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
     if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads or head_dim % 2:
         raise ModelError(f"{label}: inconsistent attention metadata")
     if rope_scaling is not None:
@@ -562,7 +562,7 @@ def _dequantize_raw(t: Any, label: str) -> np.ndarray:
     except NotImplementedError as exc:
         raise ModelError(f"{label}: tensor type {t.tensor_type.name} is not supported") from exc
     except (ValueError, OSError) as exc:
-        raise ModelError(f"{label}: tensor {t.name} is unreadable ({_first_line(exc)})") from exc
+        raise ModelError(f"{label}: tensor {t.name} is unreadable ({first_line(exc)})") from exc
     return np.asarray(x, dtype=np.float32)
 
 
@@ -613,7 +613,7 @@ def _quantize(
         model, loaded = load_model(weights_dir, lazy=True)
         model, quantized = quantize_model(model, loaded, group_size=_GROUP_SIZE, bits=q_bits)
     except Exception as exc:  # mlx-lm raises many kinds for a config it cannot build
-        raise ModelError(f"cannot quantize the model ({_first_line(exc)})") from exc
+        raise ModelError(f"cannot quantize the model ({first_line(exc)})") from exc
     params: dict[str, Any] = dict(tree_flatten(model.parameters()))
     del model
     plan = [
@@ -1002,7 +1002,7 @@ def _partial_folder(target: Path) -> Iterator[Path]:
 def _write_error(exc: OSError, target: Path) -> ModelError:
     if exc.errno == errno.ENOSPC:
         return ModelError(f"not enough disk space to write {target.name} in {target.parent}")
-    return ModelError(f"cannot write {target.name} ({_first_line(exc)})")
+    return ModelError(f"cannot write {target.name} ({first_line(exc)})")
 
 
 def _move_into_place(partial: Path, target: Path) -> None:
@@ -1057,8 +1057,3 @@ def _int(value: Any) -> int:
 def _f32(value: Any) -> float:
     """A float32 metadata value as the shortest decimal that reads back the same."""
     return float(str(np.float32(value)))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

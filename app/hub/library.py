@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from platformdirs import user_data_dir
 
-from app.engine.loader import ModelError, read_config
+from app.engine.loader import ModelError, first_line, read_config
 
 Source = Literal["hf-cache", "tandem"]
 
@@ -124,7 +124,7 @@ def inspect_model(
             size_bytes=0,
             context_length=None,
             has_chat_template=False,
-            problem=f"{label}: cannot be read ({_first_line(exc)})",
+            problem=f"{label}: cannot be read ({first_line(exc)})",
         )
 
 
@@ -201,7 +201,7 @@ def _inspect(path: Path, source: Source, repo_id: str | None, label: str) -> Mod
             tok_config = _read_json(tok_file)
         except (OSError, ValueError) as exc:
             problem = problem or (
-                f"{label}: tokenizer_config.json is unreadable ({_first_line(exc)})"
+                f"{label}: tokenizer_config.json is unreadable ({first_line(exc)})"
             )
 
     quantization = _quantization(config)
@@ -442,11 +442,6 @@ def _hub_repo_id(path: Path) -> str | None:
     if snapshots.name == "snapshots" and repo.name.startswith("models--"):
         return repo.name.removeprefix("models--").replace("--", "/")
     return None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
 
 
 def human_size(n: int) -> str:

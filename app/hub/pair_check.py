@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import ModelError
-from app.hub.library import ModelInfo, _first_line, _hub_repo_id, inspect_model
+from app.engine.loader import ModelError, first_line
+from app.hub.library import ModelInfo, _hub_repo_id, inspect_model
 
 # A draft should be this much smaller than its target for speculation to pay off;
 # up to _MAX_DRAFT_SHARE it still can (Qwen2.5-Coder 0.5B is 35% of 1.5B and gives
@@ -152,7 +152,7 @@ def _read_json(file: Path, name: str, *, missing_ok: bool = False) -> dict[str, 
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelError(f"{name}: {file.name} is unreadable ({_first_line(exc)})") from exc
+        raise ModelError(f"{name}: {file.name} is unreadable ({first_line(exc)})") from exc
     if not isinstance(data, dict):
         raise ModelError(f"{name}: {file.name} is not a JSON object")
     return data
@@ -164,7 +164,7 @@ def _load_vocab(path: Path, name: str) -> _Vocab:
             return _vocab_from_tokenizers(path / "tokenizer.json")
         return _vocab_from_transformers(path)
     except Exception as exc:  # both libraries raise many kinds for broken files
-        raise ModelError(f"{name}: cannot read the tokenizer ({_first_line(exc)})") from exc
+        raise ModelError(f"{name}: cannot read the tokenizer ({first_line(exc)})") from exc
 
 
 def _vocab_from_tokenizers(file: Path) -> _Vocab:
@@ -255,7 +255,7 @@ def _check_caches(t: _Side, d: _Side) -> Check:
         try:
             trimmable = _cache_trimmable(side.config)
         except Exception as exc:  # mlx-lm model classes reject odd configs in many ways
-            return Check(name, False, f"cannot build the {side.role}'s model ({_first_line(exc)})")
+            return Check(name, False, f"cannot build the {side.role}'s model ({first_line(exc)})")
         if not trimmable:
             fixed.append(side)
     if not fixed:

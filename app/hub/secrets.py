@@ -37,7 +37,7 @@ def keyring_status() -> str | None:
     try:
         backend = keyring.get_keyring()
     except Exception as exc:  # backend discovery runs third-party plugins that fail in any way
-        return f"token storage is unavailable: the keychain did not start ({_reason(exc)})"
+        return f"token storage is unavailable: the keychain did not start ({scrub(exc)})"
     return _unusable(backend)
 
 
@@ -108,7 +108,7 @@ def _unusable(backend: KeyringBackend) -> str | None:
         try:
             chained = list(backend.backends)
         except Exception as exc:  # backend discovery runs third-party plugins
-            return f"token storage is unavailable: the keychain did not start ({_reason(exc)})"
+            return f"token storage is unavailable: the keychain did not start ({scrub(exc)})"
         if not chained:
             return "token storage is unavailable: no system keychain was found"
         # The chainer saves into its first backend, so that one decides.
@@ -125,13 +125,14 @@ def _failure(verb: str, exc: BaseException, token: str | None = None) -> str:
         return f"cannot {verb} the Hugging Face token: no system keychain was found"
     if isinstance(exc, keyring.errors.KeyringLocked):
         return f"cannot {verb} the Hugging Face token: the keychain is locked"
-    return f"cannot {verb} the Hugging Face token: the keychain failed ({_reason(exc, token)})"
+    return f"cannot {verb} the Hugging Face token: the keychain failed ({scrub(exc, token)})"
 
 
-def _reason(exc: BaseException, token: str | None = None) -> str:
+def scrub(exc: BaseException, token: str | None = None, limit: int = 200) -> str:
+    """An exception as one line with any Hugging Face token hidden."""
     text = str(exc).strip()
     if token:
         text = text.replace(token, "***")
     # Hide before cutting, so a cut cannot leave a piece of a token behind.
     text = _TOKEN_SHAPE.sub("hf_***", text)
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
