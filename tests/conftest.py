@@ -62,6 +62,19 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 
 
 @pytest.fixture(scope="session")
+def small_draft(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A draft sharing the target's tokenizer with under a quarter of its parameters."""
+    from app.engine.tiny import build_model, model_config
+
+    config = model_config(
+        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    config["tie_word_embeddings"] = True
+    root = tmp_path_factory.mktemp("small")
+    return build_model(root / "tiny-small", config, tokenizer_from=tiny.target, seed=4)
+
+
+@pytest.fixture(scope="session")
 def tiny_pair(tiny: TinyModels):
     """The target with its copy as draft, loaded once on the main thread."""
     from app.engine import load_pair

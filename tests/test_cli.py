@@ -156,15 +156,9 @@ def _tandem_in(
     )
 
 
-def test_check_pair_exit_codes(tiny: TinyModels, tmp_path: Path) -> None:
-    from app.engine.tiny import build_model, model_config
+def test_check_pair_exit_codes(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> None:
 
-    config = model_config(
-        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    config["tie_word_embeddings"] = True
-    small = build_model(tmp_path / "small", config, tokenizer_from=tiny.target)
-    ok = _tandem("check-pair", str(tiny.target), str(small))
+    ok = _tandem("check-pair", str(tiny.target), str(small_draft))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.startswith("compatible")
     bad = _tandem("check-pair", str(tiny.target), str(tiny.foreign), "--json")

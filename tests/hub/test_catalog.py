@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from app.engine import ModelError
-from app.engine.tiny import build_model, model_config
 from app.hub.catalog import CatalogPair, load_catalog, recommend, suggest_drafts
 from app.hub.library import inspect_model
 from tests.conftest import TinyModels
@@ -61,17 +60,6 @@ def test_recommend_picks_the_largest_that_fits() -> None:
     assert recommend(catalog, 6 * 10**9).name == "small"  # type: ignore[union-attr]
     assert recommend(catalog, 5 * 10**9) is None
     assert recommend([], 10**12) is None
-
-
-@pytest.fixture(scope="module")
-def small_draft(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shares the target's tokenizer and has under a quarter of its parameters."""
-    config = model_config(
-        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    config["tie_word_embeddings"] = True
-    root = tmp_path_factory.mktemp("catalog")
-    return build_model(root / "tiny-small", config, tokenizer_from=tiny.target, seed=5)
 
 
 def test_suggest_drafts(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> None:

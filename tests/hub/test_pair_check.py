@@ -23,17 +23,6 @@ CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def small_draft(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A draft that shares the target's tokenizer and has under a quarter of its parameters."""
-    config = model_config(
-        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    config["tie_word_embeddings"] = True
-    root = tmp_path_factory.mktemp("hub-pair")
-    return build_model(root / "tiny-small", config, tokenizer_from=tiny.target, seed=4)
-
-
 def _copy(src: Path, dst: Path) -> Path:
     return Path(shutil.copytree(src, dst))
 

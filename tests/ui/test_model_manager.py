@@ -8,22 +8,17 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.engine.tiny import build_model, model_config
 from app.ui.model_manager import ModelManagerDialog
 from tests.conftest import TinyModels
 
 
 @pytest.fixture
-def library(tiny: TinyModels, tmp_path: Path) -> Path:
+def library(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> Path:
     models = tmp_path / "models"
     models.mkdir()
     shutil.copytree(tiny.target, models / "tiny-llama")
     shutil.copytree(tiny.foreign, models / "tiny-foreign")
-    config = model_config(
-        "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    config["tie_word_embeddings"] = True
-    build_model(models / "tiny-small", config, tokenizer_from=tiny.target)
+    shutil.copytree(small_draft, models / "tiny-small")
     (models / "broken").mkdir()
     return models
 
