@@ -88,7 +88,7 @@ def test_version() -> None:
     assert r.stdout.startswith("tandem ")
 
 
-def test_generate_with_auto_k_lookup_and_sampling_options(tiny: TinyModels) -> None:
+def test_generate_with_auto_k_and_sampling_options(tiny: TinyModels) -> None:
     r = _tandem(
         "generate",
         "--model",
@@ -99,7 +99,6 @@ def test_generate_with_auto_k_lookup_and_sampling_options(tiny: TinyModels) -> N
         "auto",
         "--k-max",
         "5",
-        "--prompt-lookup",
         "--temp",
         "0.8",
         "--top-p",
@@ -110,8 +109,12 @@ def test_generate_with_auto_k_lookup_and_sampling_options(tiny: TinyModels) -> N
         "0.01",
         "--repetition-penalty",
         "1.1",
+        # Seeded, so the reply surely drafts; long enough for the plain step
+        # that measures the baseline (every 64th round when seeded).
+        "--seed",
+        "6",
         "--max-tokens",
-        "30",
+        "500",
         "--json",
         "Say something twice",
     )
@@ -125,10 +128,14 @@ def test_generate_with_auto_k_lookup_and_sampling_options(tiny: TinyModels) -> N
 
 def test_match_rule_is_selectable(tiny: TinyModels) -> None:
     common = ("--model", str(tiny.target), "--draft", str(tiny.copy), "--temp", "1.0")
-    r = _tandem("generate", *common, "--accept-rule", "match", "--max-tokens", "40", "--json", "Hi")
+    # A seed keeps the reply long enough to draft (unseeded, it may end at once).
+    args = ("--accept-rule", "match", "--seed", "0", "--max-tokens", "40", "--json", "Hi")
+    r = _tandem("generate", *common, *args)
     assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["drafted"] > 0
     # Two independent samples of the same distribution rarely agree every time.
-    assert json.loads(r.stdout)["acceptance"] < 1.0
+    assert out["acceptance"] < 1.0
 
 
 def test_bad_num_draft_is_refused() -> None:
