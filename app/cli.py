@@ -101,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
         help="verification attention: mlx-lm's, or over a bucketed key length (auto: on CUDA)",
     )
     bench.add_argument("--warmup", type=int, default=16, help="tokens of each warm-up run")
+    bench.add_argument(
+        "--no-fuse",
+        dest="bench_fuse",
+        action="store_false",
+        help="keep each layer's projections separate (as mlx-lm loads them)",
+    )
     bench.add_argument("--json", help="write the rows as JSON to this file")
     return parser
 
@@ -390,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         from app.engine import bench
 
-        args.model, args.draft = args.bench_model, args.bench_draft
+        args.model, args.draft, args.fuse = args.bench_model, args.bench_draft, args.bench_fuse
         return bench.main(args)
     if (
         sys.platform.startswith("linux")

@@ -313,6 +313,7 @@ def main(args: Any) -> int:
         "mlx": getattr(mx, "__version__", "?"),
         "attention": args.attention,
         "verify_attention": attention.resolve(args.attention),
+        "fused": args.fuse,
     }
     if args.synthetic:
         try:
@@ -323,9 +324,13 @@ def main(args: Any) -> int:
         dtype = getattr(mx, args.dtype)
         target = syn.build(t_shape, dtype=dtype)
         vocab = syn.config(t_shape)["vocab_size"]
-        draft_model: nn.Module | None = syn.build(
-            d_shape, miss=args.miss, vocab_size=vocab, dtype=dtype, seed=1
-        )
+        draft = syn.build(d_shape, miss=args.miss, vocab_size=vocab, dtype=dtype, seed=1)
+        if args.fuse:
+            from app.engine.fuse import fuse
+
+            fuse(target)
+            fuse(draft)
+        draft_model: nn.Module | None = draft
         prompts = [syn.prompt(t_shape)]
         meta.update(synthetic=args.synthetic, miss=args.miss, dtype=args.dtype)
     else:
@@ -333,7 +338,7 @@ def main(args: Any) -> int:
             log("tandem: bench needs --model DIR (and usually --draft DIR) or --synthetic T:D")
             return 2
         try:
-            pair = load_pair(args.model, args.draft)
+            pair = load_pair(args.model, args.draft, fuse=args.fuse)
         except IncompatiblePairError as exc:
             log(f"tandem: {exc}")
             return 2

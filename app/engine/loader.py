@@ -79,8 +79,13 @@ def read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def load_model(path: Path | str) -> LoadedModel:
+def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
     """Loads a model folder with mlx-lm; never reaches for the network.
+
+    Args:
+        path: The model folder.
+        fuse: Fuse each layer's projections (:mod:`app.engine.fuse`), which
+            makes a step cheaper and leaves its arithmetic as it was.
 
     Raises:
         ModelError: With a one-line reason.
@@ -94,6 +99,10 @@ def load_model(path: Path | str) -> LoadedModel:
         model, tokenizer, config = loaded
     except Exception as exc:  # mlx-lm raises many kinds for broken folders
         raise ModelError(f"{path.name}: cannot load ({first_line(exc)})") from exc
+    if fuse:
+        from app.engine.fuse import fuse as fuse_projections
+
+        fuse_projections(model)
     return LoadedModel(path=path, model=model, tokenizer=tokenizer, config=config)
 
 
@@ -118,17 +127,19 @@ def pair_problems(target: LoadedModel, draft: LoadedModel) -> list[str]:
     return problems
 
 
-def load_pair(target: Path | str, draft: Path | str | None = None) -> ModelPair:
+def load_pair(
+    target: Path | str, draft: Path | str | None = None, *, fuse: bool = True
+) -> ModelPair:
     """Loads a target and an optional draft and checks that they fit together.
 
     Raises:
         ModelError: A folder cannot be loaded.
         IncompatiblePairError: The two models cannot be paired.
     """
-    t = load_model(target)
+    t = load_model(target, fuse=fuse)
     if draft is None:
         return ModelPair(t)
-    d = load_model(draft)
+    d = load_model(draft, fuse=fuse)
     problems = pair_problems(t, d)
     if problems:
         raise IncompatiblePairError(f"{d.name} cannot draft for {t.name}: " + "; ".join(problems))
