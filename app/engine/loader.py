@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -128,18 +129,33 @@ def pair_problems(target: LoadedModel, draft: LoadedModel) -> list[str]:
 
 
 def load_pair(
-    target: Path | str, draft: Path | str | None = None, *, fuse: bool = True
+    target: Path | str,
+    draft: Path | str | None = None,
+    *,
+    fuse: bool = True,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> ModelPair:
     """Loads a target and an optional draft and checks that they fit together.
+
+    Args:
+        target: The target's folder.
+        draft: The draft's folder, if any.
+        fuse: Fuse projections (see :func:`load_model`).
+        progress: Called with (step, steps, what) before each step.
 
     Raises:
         ModelError: A folder cannot be loaded.
         IncompatiblePairError: The two models cannot be paired.
     """
+    steps = 1 if draft is None else 3
+    report = progress or (lambda _step, _steps, _what: None)
+    report(0, steps, f"Loading {Path(target).name}")
     t = load_model(target, fuse=fuse)
     if draft is None:
         return ModelPair(t)
+    report(1, steps, f"Loading {Path(draft).name}")
     d = load_model(draft, fuse=fuse)
+    report(2, steps, "Checking the pair")
     problems = pair_problems(t, d)
     if problems:
         raise IncompatiblePairError(f"{d.name} cannot draft for {t.name}: " + "; ".join(problems))

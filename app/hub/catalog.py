@@ -1,7 +1,8 @@
 """Recommended target and draft pairs, and draft suggestions from the library.
 
-The catalog lives in ``resources/catalog.json``. Its ``verified`` field stays
-``false`` until every repo id, size and license has been checked on the Hub.
+The catalog lives in ``resources/catalog.json``. Each pair lists the model
+cards or public code where its repo ids were checked (``sources``); the file is
+``verified`` only when every id was found.
 """
 
 from __future__ import annotations
@@ -114,6 +115,33 @@ def suggest_drafts(target: Path, library: list[ModelInfo]) -> list[ModelInfo]:
         if verdict.compatible:
             found.append(info)
     return sorted(found, key=lambda m: (m.parameters is None, m.parameters or 0, m.name.casefold()))
+
+
+def repo_of(info: ModelInfo) -> str | None:
+    """The Hub repo id of a library model: known for the cache, else from its folder.
+
+    Downloads land in ``<models>/<org>--<name>``, so that name gives the id back.
+    """
+    if info.repo_id:
+        return info.repo_id
+    org, sep, name = info.path.name.partition("--")
+    return f"{org}/{name}" if sep and org and name else None
+
+
+def catalog_drafts(target: ModelInfo, catalog: list[CatalogPair]) -> list[CatalogPair]:
+    """Catalog pairs whose target is ``target``, for drafts not yet downloaded."""
+    repo = repo_of(target)
+    if repo is None:
+        return []
+    return [p for p in catalog if p.target.casefold() == repo.casefold()]
+
+
+def installed(repo: str, library: list[ModelInfo]) -> ModelInfo | None:
+    """The library's usable copy of Hub repo ``repo``, if any."""
+    for info in library:
+        if info.usable and (repo_of(info) or "").casefold() == repo.casefold():
+            return info
+    return None
 
 
 def _pair(entry: Any) -> CatalogPair:

@@ -31,13 +31,23 @@ StreamFn = Callable[
     [ModelPair, Sequence[Message], GenerationParams, threading.Event],
     Iterator[Chunk | Finished],
 ]
-LoadFn = Callable[[str, str | None], ModelPair]
+# load(target, draft, progress=callback(step, steps, what)) -> pair
+LoadFn = Callable[..., ModelPair]
 
 
 @dataclass(frozen=True, slots=True)
 class LoadRequest:
     target: str
     draft: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadProgress:
+    """A pair is loading: ``step`` of ``steps`` done, ``text`` says what runs now."""
+
+    step: int
+    steps: int
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,7 @@ def _memory_fit(request: LoadRequest) -> Any:
 class EngineWorker(QObject):
     """Lives on the engine thread; every slot runs there."""
 
+    load_progressed = Signal(object)  # LoadProgress
     pair_loaded = Signal(object)  # PairInfo
     generation_started = Signal(int)
     tokens_generated = Signal(object)  # TokenBatch
@@ -120,12 +131,17 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def _on_load_requested(self, request: LoadRequest) -> None:
+        self.load_progressed.emit(LoadProgress(0, 1, "Checking memory"))
         fit = _memory_fit(request)
         if fit is not None and not fit.fits:
             self.failed.emit(EngineFailure(None, "load", f"This pair does not fit: {fit.detail}"))
             return
+
+        def report(step: int, steps: int, text: str) -> None:
+            self.load_progressed.emit(LoadProgress(step, steps, text))
+
         try:
-            pair = self._load(request.target, request.draft)
+            pair = self._load(request.target, request.draft, progress=report)
         except ModelError as exc:
             self.failed.emit(EngineFailure(None, "load", str(exc)))
             return
@@ -197,6 +213,7 @@ class EngineService(QObject):
     generate_requested = Signal(object)
     shutdown_requested = Signal()
 
+    load_progressed = Signal(object)
     pair_loaded = Signal(object)
     generation_started = Signal(int)
     tokens_generated = Signal(object)
@@ -214,6 +231,7 @@ class EngineService(QObject):
         self.load_requested.connect(self._worker._on_load_requested)
         self.generate_requested.connect(self._worker._on_generate_requested)
         self.shutdown_requested.connect(self._worker._on_shutdown_requested)
+        self._worker.load_progressed.connect(self.load_progressed)
         self._worker.pair_loaded.connect(self.pair_loaded)
         self._worker.generation_started.connect(self.generation_started)
         self._worker.tokens_generated.connect(self.tokens_generated)

@@ -8,23 +8,32 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QItemSelectionModel, QModelIndex, QSettings, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QListView,
     QMainWindow,
     QMessageBox,
+    QProgressBar,
     QPushButton,
     QSplitter,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from app.engine.loader import ModelError
 from app.engine.types import FinishReason, GenerationParams, Message, Origin, Stats
+from app.hub.catalog import CatalogPair
 from app.services import (
     EngineFailure,
     EngineService,
     GenerationResult,
+    HubFailure,
+    HubProgress,
+    HubResult,
     HubService,
+    LoadProgress,
     PairInfo,
     TokenBatch,
 )
@@ -33,6 +42,7 @@ from app.ui.composer import Composer
 from app.ui.conversation_model import ConversationIdRole, ConversationListModel
 from app.ui.model_bar import ModelBar
 from app.ui.model_manager import ModelManagerDialog
+from app.ui.onboarding import OnboardingView
 from app.ui.transcript import TranscriptView
 
 log = logging.getLogger(__name__)
@@ -95,6 +105,10 @@ class MainWindow(QMainWindow):
         self.error_banner.hide()
         self.composer = Composer()
         self.pair_label = QLabel("No model loaded")
+        self.load_progress = QProgressBar()
+        self.load_progress.setAccessibleName("Loading progress")
+        self.load_progress.setMaximumWidth(160)
+        self.load_progress.hide()
         self.tps_label = QLabel("")
         self.acceptance_label = QLabel("")
 
@@ -121,10 +135,16 @@ class MainWindow(QMainWindow):
         central_layout = QVBoxLayout(central)
         central_layout.setContentsMargins(0, 0, 0, 0)
         central_layout.addWidget(self.model_bar)
-        central_layout.addWidget(splitter, 1)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(splitter)
+        central_layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
+        self.onboarding: OnboardingView | None = None
+        self._onboarding_tasks: list[int] = []
+        self._onboarding_paths: dict[int, str] = {}
         status = self.statusBar()
         status.addWidget(self.pair_label, 1)
+        status.addPermanentWidget(self.load_progress)
         status.addPermanentWidget(self.tps_label)
         status.addPermanentWidget(self.acceptance_label)
         self._build_menus()
@@ -138,6 +158,7 @@ class MainWindow(QMainWindow):
         self.composer.stop_requested.connect(self._on_stop_requested)
         self.model_bar.load_requested.connect(self._on_load_requested)
         self.model_bar.models_requested.connect(self.open_model_manager)
+        service.load_progressed.connect(self._on_load_progressed)
         service.pair_loaded.connect(self._on_pair_loaded)
         service.tokens_generated.connect(self._on_tokens_generated)
         service.generation_finished.connect(self._on_generation_finished)
@@ -149,6 +170,8 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         if self.conversations.rowCount():
             self._select_row(0)
+        if not self.model_bar.target_edit.text().strip() and not self._library_has_models():
+            self.show_onboarding()
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -228,8 +251,138 @@ class MainWindow(QMainWindow):
     def hub(self) -> HubService:
         """The downloads and imports thread, started on first use."""
         if self._hub is None:
-            self._hub = HubService(self)
+            self.set_hub(HubService(self))
+        assert self._hub is not None
         return self._hub
+
+    def set_hub(self, hub: HubService) -> None:
+        """Uses ``hub`` for downloads and imports (tests pass a fake)."""
+        self._hub = hub
+        hub.progressed.connect(self._on_hub_progressed)
+        hub.finished.connect(self._on_hub_finished)
+        hub.failed.connect(self._on_hub_failed)
+
+    def models_dir(self) -> Path:
+        from app.hub import default_models_dir
+
+        return self._models_dir or default_models_dir()
+
+    def _library_has_models(self) -> bool:
+        from app.hub import scan_library
+
+        try:
+            return any(m.usable for m in scan_library(self.models_dir()))
+        except OSError:
+            return False
+
+    # First run
+
+    def show_onboarding(self) -> OnboardingView:
+        """Shows the first-run view in place of the chat, with the pair for this Mac."""
+        from app.hub.catalog import load_catalog, recommend
+        from app.hub.fit import usable_memory_bytes
+
+        try:
+            usable = usable_memory_bytes()
+        except OSError:
+            usable = 0
+        try:
+            pair = recommend(load_catalog(), usable)
+        except ModelError as exc:
+            log.warning("no catalog: %s", exc)
+            pair = None
+        view = OnboardingView(pair, usable)
+        view.download_requested.connect(self._on_onboarding_download_requested)
+        view.cancel_requested.connect(self._on_onboarding_cancel_requested)
+        view.import_requested.connect(self._on_onboarding_import_requested)
+        view.models_requested.connect(self.open_model_manager)
+        self.onboarding = view
+        self.pages.addWidget(view)
+        self.pages.setCurrentWidget(view)
+        return view
+
+    def _close_onboarding(self) -> None:
+        if self.onboarding is not None:
+            self.pages.setCurrentIndex(0)
+            self.pages.removeWidget(self.onboarding)
+            self.onboarding.deleteLater()
+            self.onboarding = None
+            self._onboarding_tasks, self._onboarding_paths = [], {}
+
+    def _stored_token(self) -> str | None:
+        from app.hub.secrets import TokenStoreError, get_token, keyring_status
+
+        if keyring_status() is not None:
+            return None
+        try:
+            return get_token()
+        except TokenStoreError:
+            return None
+
+    def start_onboarding_tasks(self, tasks: list[tuple[str, str]]) -> None:
+        """Runs downloads or imports one after another for the first-run view."""
+        assert self.onboarding is not None
+        token = self._stored_token()
+        self._onboarding_paths = {}
+        self._onboarding_tasks = [
+            self.hub.start(
+                kind,  # type: ignore[arg-type]
+                source,
+                self.models_dir(),
+                token=token if kind == "download" else None,
+            )
+            for kind, source in tasks
+        ]
+        self.onboarding.set_running(True)
+        self.onboarding.show_progress(1, len(tasks), 0.0, f"Starting {tasks[0][1]}…")
+
+    @Slot(object)
+    def _on_onboarding_download_requested(self, pair: CatalogPair) -> None:
+        self.start_onboarding_tasks([("download", pair.target), ("download", pair.draft)])
+
+    @Slot(str)
+    def _on_onboarding_import_requested(self, kind: str) -> None:
+        if kind == "import-gguf":
+            path, _ = QFileDialog.getOpenFileName(self, "Import GGUF", "", "GGUF files (*.gguf)")
+        else:
+            path = QFileDialog.getExistingDirectory(self, "Import an MLX model folder")
+        if path:
+            self.start_onboarding_tasks([(kind, path)])
+
+    @Slot()
+    def _on_onboarding_cancel_requested(self) -> None:
+        for task in self._onboarding_tasks:
+            self.hub.cancel(task)
+
+    @Slot(object)
+    def _on_hub_progressed(self, p: HubProgress) -> None:
+        if self.onboarding is None or p.task_id not in self._onboarding_tasks:
+            return
+        step = self._onboarding_tasks.index(p.task_id) + 1
+        fraction = p.done / p.total if p.total > 0 else 0.0
+        self.onboarding.show_progress(step, len(self._onboarding_tasks), fraction, p.text)
+
+    @Slot(object)
+    def _on_hub_finished(self, result: HubResult) -> None:
+        if self.onboarding is None or result.task_id not in self._onboarding_tasks:
+            return
+        self._onboarding_paths[result.task_id] = str(result.path)
+        if len(self._onboarding_paths) < len(self._onboarding_tasks):
+            return
+        paths = [self._onboarding_paths[t] for t in self._onboarding_tasks]
+        target, draft = paths[0], (paths[1] if len(paths) > 1 else "")
+        self.onboarding.show_progress(len(paths), len(paths), 1.0, "Loading the models…")
+        self._on_pair_chosen(target, draft)
+
+    @Slot(object)
+    def _on_hub_failed(self, failure: HubFailure) -> None:
+        if self.onboarding is None or failure.task_id not in self._onboarding_tasks:
+            return
+        for task in self._onboarding_tasks:  # a pair is no use without both
+            if task != failure.task_id and task not in self._onboarding_paths:
+                self.hub.cancel(task)
+        self._onboarding_tasks, self._onboarding_paths = [], {}
+        self.onboarding.show_message(failure.message)
 
     @Slot()
     def open_model_manager(self) -> ModelManagerDialog:
@@ -259,14 +412,24 @@ class MainWindow(QMainWindow):
         self.service.stop()
         self.hide_error()
         self.model_bar.set_loading(True)
-        self.pair_label.setText(f"Loading {target}…")
+        self.pair_label.setText(f"Loading {Path(target).name}…")
+        self.load_progress.setRange(0, 0)
+        self.load_progress.show()
         self.service.load_pair(target, draft or None)
+
+    @Slot(object)
+    def _on_load_progressed(self, p: LoadProgress) -> None:
+        self.load_progress.setRange(0, p.steps)
+        self.load_progress.setValue(p.step)
+        self.pair_label.setText(f"{p.text}…")
 
     @Slot(object)
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self._pair = info
         self.model_bar.set_loading(False)
+        self.load_progress.hide()
         self.pair_label.setText(info.label)
+        self._close_onboarding()
         self._save_settings(target=info.target, draft=info.draft)
 
     # Chat
@@ -335,7 +498,10 @@ class MainWindow(QMainWindow):
     def _on_failed(self, failure: EngineFailure) -> None:
         if failure.stage == "load":
             self.model_bar.set_loading(False)
+            self.load_progress.hide()
             self.pair_label.setText(self._pair.label if self._pair else "No model loaded")
+            if self.onboarding is not None:
+                self.onboarding.show_message(failure.message)
         elif failure.request_id == self._reply_request_id:
             self._save_reply(failure.text, "error", self._pair, None, ())
         self.show_error(failure.message)

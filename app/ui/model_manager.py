@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -31,10 +33,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.loader import ModelError
-from app.hub import ModelInfo, check_pair, delete_model, human_size, scan_library
+from app.hub import ModelInfo, check_pair, delete_model, human_size, inspect_model, scan_library
+from app.hub.catalog import catalog_drafts, installed, load_catalog, suggest_drafts
 from app.services.hub_service import HubFailure, HubProgress, HubResult, HubService, Kind
+from app.ui.memory_bar import MemoryBar
 
 ModelInfoRole = Qt.ItemDataRole.UserRole + 1
+DraftRole = Qt.ItemDataRole.UserRole + 2  # ("local", path) or ("catalog", repo id)
 
 
 def _params(n: int | None) -> str:
@@ -133,6 +138,19 @@ class ModelManagerDialog(QDialog):
         self.pair_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.verdict_label = QLabel()
         self.verdict_label.setWordWrap(True)
+        self.memory_bar = MemoryBar()
+        self.memory_bar.hide()
+        self.drafts_label = QLabel("Compatible drafts")
+        self.draft_list = QListWidget()
+        self.draft_list.setAccessibleName("Compatible drafts")
+        self.draft_list.setMaximumHeight(120)
+        self.draft_list.itemActivated.connect(self._on_draft_item_activated)
+        self.draft_list.currentItemChanged.connect(self._on_draft_item_changed)
+        self.use_draft_button = QPushButton("Use Draft")
+        self.use_draft_button.setEnabled(False)
+        self.use_draft_button.clicked.connect(self._on_use_draft_clicked)
+        self._library: list[ModelInfo] = []
+        self._draft_task: int | None = None
         self.target_button = QPushButton("Use as Target")
         self.draft_button = QPushButton("Use as Draft")
         self.no_draft_button = QPushButton("No Draft")
@@ -186,9 +204,20 @@ class ModelManagerDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel(f"Tandem's models folder: {models_dir}"))
         layout.addWidget(self.table, 1)
-        layout.addWidget(self.pair_label)
-        layout.addWidget(self.verdict_label)
         layout.addLayout(buttons)
+        pair_row = QHBoxLayout()
+        drafts = QVBoxLayout()
+        drafts.addWidget(self.drafts_label)
+        drafts.addWidget(self.draft_list)
+        drafts.addWidget(self.use_draft_button, 0, Qt.AlignmentFlag.AlignLeft)
+        pair_row.addLayout(drafts, 1)
+        verdict = QVBoxLayout()
+        verdict.addWidget(self.pair_label)
+        verdict.addWidget(self.verdict_label)
+        verdict.addWidget(self.memory_bar)
+        verdict.addStretch(1)
+        pair_row.addLayout(verdict, 1)
+        layout.addLayout(pair_row)
         hub_row = QHBoxLayout()
         for w in (self.download_button, self.import_button, self.import_folder_button):
             hub_row.addWidget(w)
@@ -205,7 +234,9 @@ class ModelManagerDialog(QDialog):
 
     @Slot()
     def refresh(self) -> None:
-        self.library.set_models(scan_library(self._models_dir, self._hf_cache_dir))
+        self._library = scan_library(self._models_dir, self._hf_cache_dir)
+        self.library.set_models(self._library)
+        self._update_drafts()
 
     def selected(self) -> ModelInfo | None:
         rows = self.table.selectionModel().selectedRows()
@@ -224,6 +255,67 @@ class ModelManagerDialog(QDialog):
         if (info := self.selected()) is not None:
             self.target = str(info.path)
             self._update_pair()
+            self._update_drafts()
+
+    def _target_info(self) -> ModelInfo | None:
+        if not self.target:
+            return None
+        for info in self._library:
+            if str(info.path) == self.target:
+                return info
+        return inspect_model(Path(self.target))
+
+    def _update_drafts(self) -> None:
+        """Lists the library's compatible drafts, then the catalog's to download."""
+        self.draft_list.clear()
+        target = self._target_info()
+        if target is None or not target.usable:
+            self.drafts_label.setText("Compatible drafts: choose a target first")
+            return
+        local = suggest_drafts(target.path, self._library)
+        for info in local:
+            item = QListWidgetItem(f"{info.repo_id or info.name}  ·  {human_size(info.size_bytes)}")
+            item.setData(DraftRole, ("local", str(info.path)))
+            self.draft_list.addItem(item)
+        try:
+            catalog = load_catalog()
+        except ModelError:
+            catalog = []
+        offered = 0
+        for pair in catalog_drafts(target, catalog):
+            if installed(pair.draft, self._library) is not None:
+                continue
+            item = QListWidgetItem(f"{pair.draft}  ·  recommended, not downloaded")
+            item.setData(DraftRole, ("catalog", pair.draft))
+            item.setToolTip(f"{pair.name}: {pair.note} License: {pair.licenses[1]}.")
+            self.draft_list.addItem(item)
+            offered += 1
+        name = target.repo_id or target.name
+        if local or offered:
+            self.drafts_label.setText(f"Compatible drafts for {name}")
+        else:
+            self.drafts_label.setText(f"No compatible draft for {name} in the library")
+
+    @Slot(QListWidgetItem, QListWidgetItem)
+    def _on_draft_item_changed(self, item: QListWidgetItem | None, _previous: Any) -> None:
+        kind = item.data(DraftRole)[0] if item is not None else None
+        self.use_draft_button.setEnabled(kind is not None)
+        self.use_draft_button.setText("Download Draft" if kind == "catalog" else "Use Draft")
+
+    @Slot()
+    def _on_use_draft_clicked(self) -> None:
+        if (item := self.draft_list.currentItem()) is not None:
+            self._on_draft_item_activated(item)
+
+    @Slot(QListWidgetItem)
+    def _on_draft_item_activated(self, item: QListWidgetItem) -> None:
+        kind, value = item.data(DraftRole)
+        if kind == "local":
+            self.draft = value
+            self._update_pair()
+        elif self.hub is not None and self._task is None:
+            self.start_task("download", value)
+            self._draft_task = self._task  # becomes the draft once downloaded
 
     @Slot()
     def _on_use_as_draft_clicked(self) -> None:
@@ -241,17 +333,27 @@ class ModelManagerDialog(QDialog):
         d = Path(self.draft).name if self.draft else "none"
         self.pair_label.setText(f"Target: {t}    Draft: {d}")
         self.load_button.setEnabled(bool(self.target))
-        if not (self.target and self.draft):
+        self.memory_bar.set_fit(None)
+        if not self.target:
             self.verdict_label.setText("")
-            return
-        try:
-            verdict = check_pair(Path(self.target), Path(self.draft))
-        except ModelError as exc:
-            self.verdict_label.setText(f"✗ {exc}")
             return
         from app.hub.fit import memory_fit
 
-        fit = memory_fit(Path(self.target), Path(self.draft))
+        try:
+            fit = memory_fit(Path(self.target), Path(self.draft) if self.draft else None)
+            verdict = check_pair(Path(self.target), Path(self.draft)) if self.draft else None
+        except (ModelError, OSError) as exc:
+            self.verdict_label.setText(f"✗ {exc}")
+            self.load_button.setEnabled(False)
+            return
+        self.memory_bar.set_fit(fit)
+        # A pair that cannot fit or cannot be paired is not offered for loading.
+        self.load_button.setEnabled(fit.fits and (verdict is None or verdict.compatible))
+        if verdict is None:
+            self.verdict_label.setText(
+                "No draft: plain decoding." if fit.fits else f"✗ Does not fit: {fit.detail}"
+            )
+            return
         if not fit.fits:
             self.verdict_label.setText(f"✗ Does not fit in memory: {fit.detail}")
             return
@@ -303,7 +405,7 @@ class ModelManagerDialog(QDialog):
             # No plaintext fallback: without a keychain there is no token field.
             self.token_edit.setEnabled(False)
             self.token_button.setEnabled(False)
-            self.token_edit.setPlaceholderText(f"Token storage unavailable: {reason}")
+            self.token_edit.setPlaceholderText(reason[:1].upper() + reason[1:])
             self.token_edit.setToolTip(reason)
             return
         try:
@@ -397,6 +499,10 @@ class ModelManagerDialog(QDialog):
         self._task = None
         self._set_running(False)
         self.progress_label.setText(f"Added {Path(result.path).name}")
+        if result.task_id == self._draft_task:
+            self._draft_task = None
+            self.draft = str(result.path)
+            self._update_pair()
         self.refresh()
 
     @Slot(object)

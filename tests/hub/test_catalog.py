@@ -29,12 +29,17 @@ def test_the_shipped_catalog_loads() -> None:
         assert pair.name and pair.note
 
 
-def test_the_shipped_catalog_is_marked_unverified() -> None:
+def test_every_shipped_pair_names_where_its_ids_were_checked() -> None:
     from app import resource_path
 
     data = json.loads(resource_path("catalog.json").read_text())
-    assert data["verified"] is False
+    assert data["verified"] is True
     assert "model cards" in data["note"]
+    for entry in data["pairs"]:
+        assert "unconfirmed" not in entry
+        assert entry["sources"]
+        for repo in (entry["target"], entry["draft"]):
+            assert repo.startswith("mlx-community/")
 
 
 def test_a_broken_catalog_raises_one_line(tmp_path: Path) -> None:
@@ -91,3 +96,23 @@ def test_suggest_drafts_skips_a_candidate_that_breaks_during_the_check(
 
 def test_suggest_drafts_for_a_broken_target_is_empty(tiny: TinyModels, tmp_path: Path) -> None:
     assert suggest_drafts(tmp_path / "missing", [inspect_model(tiny.draft)]) == []
+
+
+def test_catalog_drafts_match_the_target_by_repo_id_or_download_folder(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    from app.hub.catalog import catalog_drafts, installed, repo_of
+
+    folder = tmp_path / "org--t"
+    shutil.copytree(tiny.target, folder)
+    downloaded = inspect_model(folder)
+    cached = inspect_model(tiny.target, source="hf-cache", repo_id="ORG/T", name="ORG/T")
+    plain = inspect_model(tiny.target)
+    pairs = [_pair("a", 4), CatalogPair("b", "org/other", "org/d", 1, 2, ("MIT", "MIT"), "")]
+
+    assert repo_of(downloaded) == "org/t"
+    assert [p.name for p in catalog_drafts(downloaded, pairs)] == ["a"]
+    assert [p.name for p in catalog_drafts(cached, pairs)] == ["a"]
+    assert catalog_drafts(plain, pairs) == []  # a folder of unknown origin
+    assert installed("org/t", [plain, downloaded]) == downloaded
+    assert installed("org/d", [plain, downloaded]) is None

@@ -45,7 +45,7 @@ def make_service(qtbot: QtBot) -> Iterator:
         assert service.shutdown()
 
 
-def _fake_load(target: str, _draft: str | None) -> ModelPair:
+def _fake_load(target: str, _draft: str | None, progress=None) -> ModelPair:
     return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config={}))
 
 
@@ -175,10 +175,25 @@ def test_generating_without_a_pair_fails(qtbot: QtBot, make_service) -> None:
     assert blocker.args[0].message == "No model is loaded."
 
 
+def test_loading_a_real_pair_reports_each_step(
+    qtbot: QtBot, make_service, tiny: TinyModels
+) -> None:
+    service = make_service()
+    steps: list[tuple[int, int, str]] = []
+    service.load_progressed.connect(lambda p: steps.append((p.step, p.steps, p.text)))
+    _loaded(qtbot, service, str(tiny.target), str(tiny.draft))
+    assert steps == [
+        (0, 1, "Checking memory"),
+        (0, 3, "Loading tiny-llama"),
+        (1, 3, "Loading tiny-qwen2"),
+        (2, 3, "Checking the pair"),
+    ]
+
+
 def test_work_runs_on_the_engine_thread(qtbot: QtBot, make_service) -> None:
     seen: list[str] = []
 
-    def load(_t: str, _d: str | None) -> ModelPair:
+    def load(_t: str, _d: str | None, progress=None) -> ModelPair:
         seen.append(threading.current_thread().name)
         return _fake_load(_t, _d)
 
@@ -202,7 +217,7 @@ def test_a_pair_that_does_not_fit_is_refused_before_loading(
 
     loads: list[str] = []
 
-    def load(target: str, draft: str | None) -> ModelPair:
+    def load(target: str, draft: str | None, progress=None) -> ModelPair:
         loads.append(target)
         return _fake_load(target, draft)
 

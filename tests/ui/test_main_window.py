@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,10 +20,16 @@ from tests.services.test_engine_service import _fake_load, _scripted
 def make_window(qtbot: QtBot, tmp_path: Path) -> Iterator:
     made: list[tuple[MainWindow, EngineService, Store]] = []
 
-    def make(worker: EngineWorker | None = None) -> MainWindow:
+    def make(worker: EngineWorker | None = None, library: tuple[Path, ...] = ()) -> MainWindow:
+        models = tmp_path / "models"
+        models.mkdir(exist_ok=True)
+        for folder in library:
+            shutil.copytree(folder, models / folder.name, dirs_exist_ok=True)
         store = Store(tmp_path / "tandem.sqlite3")
         service = EngineService(worker)
-        window = MainWindow(store, service, SettingsFile(tmp_path / "settings.json"))
+        window = MainWindow(
+            store, service, SettingsFile(tmp_path / "settings.json"), models_dir=models
+        )
         qtbot.addWidget(window)
         window.show()
         made.append((window, service, store))
@@ -103,8 +110,9 @@ def test_ctrl_return_sends(qtbot: QtBot, make_window, tiny: TinyModels) -> None:
     assert len(window.store.conversations()) == 1
 
 
-def test_sending_without_a_model_explains(qtbot: QtBot, make_window) -> None:
-    window = make_window()
+def test_sending_without_a_model_explains(qtbot: QtBot, make_window, tiny: TinyModels) -> None:
+    window = make_window(library=(tiny.target,))  # models, but none loaded
+    assert window.onboarding is None
     window.composer.editor.setPlainText("Hello")
     qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
     assert window.error_banner.isVisible()
@@ -259,3 +267,25 @@ def test_loading_a_pair_stops_the_reply_first(qtbot: QtBot, make_window) -> None
     reply = window.store.messages(window.store.conversations()[0].id)[-1]
     assert reply.finish_reason == "cancelled"
     assert window.pair_label.text() == "second"
+
+
+def test_loading_shows_its_steps_in_the_status_bar(
+    qtbot: QtBot, make_window, tiny: TinyModels
+) -> None:
+    window = make_window()
+    texts: list[str] = []
+    window.service.load_progressed.connect(lambda _p: texts.append(window.pair_label.text()))
+    window.model_bar.target_edit.setText(str(tiny.target))
+    window.model_bar.draft_edit.setText(str(tiny.copy))
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
+        qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
+        assert window.load_progress.isVisible()
+    qtbot.waitUntil(lambda: len(texts) == 4)
+    assert texts == [
+        "Checking memory…",
+        "Loading tiny-llama…",
+        "Loading tiny-copy…",
+        "Checking the pair…",
+    ]
+    assert not window.load_progress.isVisible()
+    assert window.pair_label.text() == "tiny-llama + tiny-copy"

@@ -142,7 +142,7 @@ def test_token_field_explains_a_missing_keychain(
     try:
         dialog = _dialog(qtbot, library, tmp_path)
         assert not dialog.token_edit.isEnabled()
-        assert dialog.token_edit.placeholderText().startswith("Token storage unavailable:")
+        assert dialog.token_edit.placeholderText().startswith("Token storage is unavailable:")
     finally:
         keyring.set_keyring(previous)
 
@@ -159,3 +159,63 @@ def test_verdict_says_when_a_pair_does_not_fit(
     _select(dialog, "tiny-small")
     qtbot.mouseClick(dialog.draft_button, Qt.MouseButton.LeftButton)
     assert dialog.verdict_label.text().startswith("✗ Does not fit in memory: needs ")
+    # The bar shows it in red, and the pair cannot be loaded.
+    assert dialog.memory_bar.isVisible()
+    assert dialog.memory_bar.summary().startswith("Needs ")
+    assert "(does not fit)" in dialog.memory_bar.summary()
+    assert {c.name() for _, c in dialog.memory_bar.segments()} == {"#dc2626"}
+    assert not dialog.load_button.isEnabled()
+
+
+def test_memory_bar_draws_a_fitting_pair_to_scale(
+    qtbot: QtBot, library: Path, tmp_path: Path
+) -> None:
+    dialog = _dialog(qtbot, library, tmp_path)
+    assert not dialog.memory_bar.isVisible()  # nothing chosen yet
+    _select(dialog, "tiny-llama")
+    qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
+    assert dialog.memory_bar.isVisible()
+    assert dialog.verdict_label.text() == "No draft: plain decoding."
+    fit = dialog.memory_bar.fit
+    assert fit is not None and fit.fits
+    fractions = [f for f, _ in dialog.memory_bar.segments()]
+    assert abs(sum(fractions) - fit.needed_bytes / fit.available_bytes) < 1e-9
+    assert dialog.memory_bar.grab().width() > 0  # paints without error
+    assert dialog.load_button.isEnabled()
+
+
+def test_draft_list_offers_only_compatible_drafts(
+    qtbot: QtBot, library: Path, tmp_path: Path
+) -> None:
+    dialog = _dialog(qtbot, library, tmp_path)
+    assert dialog.draft_list.count() == 0
+    assert "choose a target first" in dialog.drafts_label.text()
+    _select(dialog, "tiny-llama")
+    qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
+    items = [dialog.draft_list.item(i).text() for i in range(dialog.draft_list.count())]
+    assert len(items) == 1 and items[0].startswith("tiny-small")  # not tiny-foreign
+    dialog.draft_list.setCurrentRow(0)
+    assert dialog.use_draft_button.text() == "Use Draft"
+    qtbot.mouseClick(dialog.use_draft_button, Qt.MouseButton.LeftButton)
+    assert dialog.draft == str(library / "tiny-small")
+    assert dialog.verdict_label.text() == "✓ Compatible pair"
+
+
+def test_draft_list_offers_the_catalog_draft_of_a_downloaded_target(
+    qtbot: QtBot, library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(library / "tiny-llama", library / "mlx-community--Qwen3-8B-4bit")
+    started: list[tuple[str, str]] = []
+    dialog = _dialog(qtbot, library, tmp_path)
+    dialog.hub = object()  # type: ignore[assignment]  # only needs to be present
+    monkeypatch.setattr(dialog, "start_task", lambda kind, source: started.append((kind, source)))
+    _select(dialog, "mlx-community--Qwen3-8B-4bit")
+    qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
+    rows = [dialog.draft_list.item(i) for i in range(dialog.draft_list.count())]
+    offered = [r for r in rows if "recommended, not downloaded" in r.text()]
+    assert [r.text().split()[0] for r in offered] == ["mlx-community/Qwen3-0.6B-4bit"]
+    assert "Apache-2.0" in offered[0].toolTip()
+    dialog.draft_list.setCurrentItem(offered[0])
+    assert dialog.use_draft_button.text() == "Download Draft"
+    qtbot.mouseClick(dialog.use_draft_button, Qt.MouseButton.LeftButton)
+    assert started == [("download", "mlx-community/Qwen3-0.6B-4bit")]

@@ -1,0 +1,142 @@
+"""The first-run view: an empty library gets the pair sized for this Mac."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.hub import human_size
+from app.hub.catalog import CatalogPair
+
+_GB = 1000**3
+
+
+class OnboardingView(QWidget):
+    """Recommends one catalog pair that fits, downloads it, or offers an import."""
+
+    download_requested = Signal(object)  # CatalogPair
+    cancel_requested = Signal()
+    import_requested = Signal(str)  # "import-gguf" or "import-folder"
+    models_requested = Signal()
+
+    def __init__(
+        self, pair: CatalogPair | None, usable_bytes: int, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.pair = pair
+        title = QLabel("Welcome to Tandem")
+        title.setStyleSheet("font-size: 22px; font-weight: 600;")
+        intro = QLabel(
+            "Tandem chats with a large target model and speeds it up with a small draft "
+            "model that proposes tokens for the target to check. Your model library is "
+            "empty: download a recommended pair, or import models you already have."
+        )
+        intro.setWordWrap(True)
+        self.pair_title = QLabel()
+        self.pair_title.setStyleSheet("font-size: 15px; font-weight: 600;")
+        self.pair_detail = QLabel()
+        self.pair_detail.setWordWrap(True)
+        self.pair_detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.download_button = QPushButton("Download Both")
+        self.download_button.setDefault(True)
+        self.download_button.setAccessibleName("Download the recommended pair")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setAccessibleName("Download progress")
+        self.progress_label = QLabel()
+        self.progress_label.setWordWrap(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.import_button = QPushButton("Import GGUF…")
+        self.import_folder_button = QPushButton("Import MLX Folder…")
+        self.models_button = QPushButton("Open Models…")
+
+        mem = human_size(usable_bytes)
+        if pair is None:
+            self.pair_title.setText("No recommended pair fits this Mac")
+            self.pair_detail.setText(
+                f"Models can use about {mem} here, less than the smallest recommended pair "
+                "needs. Import a smaller model, or choose one in Models…"
+            )
+            self.download_button.hide()
+        else:
+            self.pair_title.setText(f"Recommended for this Mac: {pair.name}")
+            licenses = (
+                pair.licenses[0]
+                if pair.licenses[0] == pair.licenses[1]
+                else f"{pair.licenses[0]} (target), {pair.licenses[1]} (draft)"
+            )
+            self.pair_detail.setText(
+                f"Target {pair.target}, draft {pair.draft}.\n"
+                f"About {pair.download_gb:g} GB to download; needs about {pair.memory_gb:g} GB "
+                f"of the {mem} models can use here.\n"
+                f"License: {licenses}. {pair.note}"
+            )
+
+        card = QFrame()
+        card.setFrameShape(QFrame.Shape.StyledPanel)
+        card_layout = QVBoxLayout(card)
+        card_layout.addWidget(self.pair_title)
+        card_layout.addWidget(self.pair_detail)
+        progress_row = QHBoxLayout()
+        progress_row.addWidget(self.progress, 1)
+        progress_row.addWidget(self.cancel_button)
+        card_layout.addLayout(progress_row)
+        card_layout.addWidget(self.progress_label)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.download_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.import_button)
+        buttons.addWidget(self.import_folder_button)
+        buttons.addWidget(self.models_button)
+        card_layout.addLayout(buttons)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(48, 36, 48, 36)
+        layout.addWidget(title)
+        layout.addWidget(intro)
+        layout.addSpacing(12)
+        layout.addWidget(card)
+        layout.addStretch(1)
+
+        self.download_button.clicked.connect(self._on_download_clicked)
+        self.cancel_button.clicked.connect(self.cancel_requested)
+        self.import_button.clicked.connect(lambda: self.import_requested.emit("import-gguf"))
+        self.import_folder_button.clicked.connect(
+            lambda: self.import_requested.emit("import-folder")
+        )
+        self.models_button.clicked.connect(self.models_requested)
+        self.set_running(False)
+
+    @Slot()
+    def _on_download_clicked(self) -> None:
+        if self.pair is not None:
+            self.download_requested.emit(self.pair)
+
+    def set_running(self, running: bool) -> None:
+        """Shows progress and Cancel while a download or import runs."""
+        self.progress.setVisible(running)
+        self.cancel_button.setVisible(running)
+        buttons = (self.download_button, self.import_button, self.import_folder_button)
+        for b in (*buttons, self.models_button):
+            b.setEnabled(not running)
+        if running:
+            self.progress.setValue(0)
+
+    def show_progress(self, step: int, steps: int, fraction: float, text: str) -> None:
+        """Progress of step ``step`` (1-based) of ``steps``, ``fraction`` of it done."""
+        done = (step - 1 + min(max(fraction, 0.0), 1.0)) / max(steps, 1)
+        self.progress.setValue(int(1000 * done))
+        prefix = f"{step} of {steps}: " if steps > 1 else ""
+        self.progress_label.setText(prefix + text)
+
+    def show_message(self, text: str) -> None:
+        self.set_running(False)
+        self.progress_label.setText(text)

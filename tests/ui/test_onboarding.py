@@ -1,0 +1,180 @@
+"""First run: an empty library shows the pair for this Mac, downloads it and loads it."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QObject, Qt, Signal
+from pytestqt.qtbot import QtBot
+
+from app.hub import fit
+from app.hub.catalog import load_catalog
+from app.services import EngineService, HubFailure, HubProgress, HubResult
+from app.store import SettingsFile, Store
+from app.ui.main_window import MainWindow
+from app.ui.onboarding import OnboardingView
+from tests.conftest import TinyModels
+
+GB = 1000**3
+
+
+class FakeHub(QObject):
+    """Records tasks; the test decides how they end."""
+
+    progressed = Signal(object)
+    finished = Signal(object)
+    failed = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[tuple[str, str, str | None]] = []
+        self.cancelled: list[int] = []
+
+    def start(self, kind, source, models_dir, *, token=None, q_bits=None) -> int:  # type: ignore[no-untyped-def]
+        self.started.append((kind, source, token))
+        return len(self.started)
+
+    def cancel(self, task_id: int | None = None) -> None:
+        assert task_id is not None
+        self.cancelled.append(task_id)
+
+    def shutdown(self, timeout_ms: int = 0) -> bool:
+        return True
+
+
+@pytest.fixture
+def window(qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MainWindow]:
+    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None: 10 * GB)
+    (tmp_path / "models").mkdir()
+    store = Store(tmp_path / "tandem.sqlite3")
+    service = EngineService()
+    w = MainWindow(
+        store, service, SettingsFile(tmp_path / "settings.json"), models_dir=tmp_path / "models"
+    )
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
+    assert service.shutdown()
+    store.close()
+
+
+def test_an_empty_library_gets_the_largest_pair_that_fits(window: MainWindow) -> None:
+    view = window.onboarding
+    assert view is not None and window.pages.currentWidget() is view
+    expected = max((p for p in load_catalog() if p.memory_gb <= 10), key=lambda p: p.memory_gb)
+    assert view.pair == expected
+    assert view.pair_title.text() == f"Recommended for this Mac: {expected.name}"
+    detail = view.pair_detail.text()
+    assert expected.target in detail and expected.draft in detail
+    assert f"{expected.download_gb:g} GB to download" in detail
+    assert "of the 10.0 GB models can use here" in detail
+    assert "License: " in detail
+    assert view.download_button.isVisible() and not view.progress.isVisible()
+
+
+def test_a_mac_too_small_for_every_pair_is_told_so(qtbot: QtBot) -> None:
+    view = OnboardingView(None, 2 * GB)
+    qtbot.addWidget(view)
+    view.show()
+    assert view.pair_title.text() == "No recommended pair fits this Mac"
+    assert "2.0 GB" in view.pair_detail.text()
+    assert not view.download_button.isVisible()
+    assert view.import_button.isEnabled() and view.models_button.isEnabled()
+
+
+def test_download_both_then_load_the_pair(
+    qtbot: QtBot, window: MainWindow, tiny: TinyModels, small_draft: Path, tmp_path: Path
+) -> None:
+    hub = FakeHub()
+    window.set_hub(hub)  # type: ignore[arg-type]
+    view = window.onboarding
+    assert view is not None and view.pair is not None
+    qtbot.mouseClick(view.download_button, Qt.MouseButton.LeftButton)
+    assert [(k, s) for k, s, _ in hub.started] == [
+        ("download", view.pair.target),
+        ("download", view.pair.draft),
+    ]
+    assert view.progress.isVisible() and not view.download_button.isEnabled()
+
+    hub.progressed.emit(HubProgress(1, "model.safetensors 2.0 of 4.0 GB", 2, 4))
+    assert view.progress.value() == 250  # half of the first of two
+    assert view.progress_label.text() == "1 of 2: model.safetensors 2.0 of 4.0 GB"
+    hub.progressed.emit(HubProgress(2, "model.safetensors 1 of 2 GB", 1, 2))
+    assert view.progress.value() == 750
+
+    target, draft = tmp_path / "models" / "t", tmp_path / "models" / "d"
+    shutil.copytree(tiny.target, target)
+    shutil.copytree(small_draft, draft)
+    hub.finished.emit(HubResult(1, str(target)))
+    assert window.onboarding is view  # still waiting for the draft
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
+        hub.finished.emit(HubResult(2, str(draft)))
+    assert window.onboarding is None and window.pages.currentIndex() == 0
+    assert window.model_bar.target_edit.text() == str(target)
+    assert window.model_bar.draft_edit.text() == str(draft)
+    assert window.pair_label.text() == "t + d"
+
+
+def test_a_failed_download_cancels_the_other_and_says_why(window: MainWindow) -> None:
+    hub = FakeHub()
+    window.set_hub(hub)  # type: ignore[arg-type]
+    view = window.onboarding
+    assert view is not None
+    view.download_button.click()
+    hub.failed.emit(HubFailure(1, "No network: the Hugging Face Hub cannot be reached."))
+    assert hub.cancelled == [2]
+    assert view.progress_label.text().startswith("No network")
+    assert view.download_button.isEnabled() and not view.progress.isVisible()
+    view.cancel_button.click()  # nothing left to cancel
+    assert hub.cancelled == [2]
+
+
+def test_cancel_stops_both_downloads(window: MainWindow) -> None:
+    hub = FakeHub()
+    window.set_hub(hub)  # type: ignore[arg-type]
+    view = window.onboarding
+    assert view is not None
+    view.download_button.click()
+    view.cancel_button.click()
+    assert hub.cancelled == [1, 2]
+
+
+def test_an_import_becomes_the_target(
+    qtbot: QtBot, window: MainWindow, tiny: TinyModels, tmp_path: Path, monkeypatch
+) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    hub = FakeHub()
+    window.set_hub(hub)  # type: ignore[arg-type]
+    view = window.onboarding
+    assert view is not None
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: ("/x/m.gguf", ""))
+    view.import_button.click()
+    assert hub.started == [("import-gguf", "/x/m.gguf", None)]
+    imported = tmp_path / "models" / "m"
+    shutil.copytree(tiny.target, imported)
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
+        hub.finished.emit(HubResult(1, str(imported)))
+    assert window.model_bar.target_edit.text() == str(imported)
+    assert window.model_bar.draft_edit.text() == ""
+
+
+def test_a_library_with_models_skips_the_first_run_view(
+    qtbot: QtBot, tmp_path: Path, tiny: TinyModels
+) -> None:
+    shutil.copytree(tiny.target, tmp_path / "models" / "tiny")
+    store = Store(tmp_path / "tandem.sqlite3")
+    service = EngineService()
+    try:
+        w = MainWindow(
+            store, service, SettingsFile(tmp_path / "s.json"), models_dir=tmp_path / "models"
+        )
+        qtbot.addWidget(w)
+        assert w.onboarding is None and w.pages.count() == 1
+    finally:
+        assert service.shutdown()
+        store.close()
