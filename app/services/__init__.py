@@ -11,7 +11,13 @@ from app.services.engine_service import (
     PairInfo,
     TokenBatch,
 )
-from app.services.hub_service import HubFailure, HubProgress, HubResult, HubService
+from app.services.hub_service import (
+    HubFailure,
+    HubProgress,
+    HubResult,
+    HubSearchResult,
+    HubService,
+)
 
 __all__ = [
     "EngineFailure",
@@ -22,6 +28,7 @@ __all__ = [
     "HubFailure",
     "HubProgress",
     "HubResult",
+    "HubSearchResult",
     "HubService",
     "LoadProgress",
     "LoadRequest",

@@ -1,4 +1,4 @@
-"""Downloads and imports on their own thread, never the engine's.
+"""Hub searches, downloads and imports on their own thread, never the engine's.
 
 The work is file I/O (and, for a re-quantizing import, MLX on this thread's own
 arrays), so it runs on a long-lived QThread of its own, one task at a time.
@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["download", "import-gguf", "import-folder"]
+Kind = Literal["download", "import-gguf", "import-folder", "search"]
 PROGRESS_INTERVAL = 0.1
 
 
@@ -36,10 +36,22 @@ class HubRequest:
 
 @dataclass(frozen=True, slots=True)
 class HubProgress:
+    """Progress of a task; a download also says how far its current file is."""
+
     task_id: int
     text: str
     done: int
     total: int
+    file: str | None = None
+    file_done: int = 0
+    file_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HubSearchResult:
+    task_id: int
+    query: str
+    repos: tuple[Any, ...]  # app.hub.downloads.RepoInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,7 @@ class HubWorker(QObject):
 
     progressed = Signal(object)  # HubProgress
     finished = Signal(object)  # HubResult
+    searched = Signal(object)  # HubSearchResult
     failed = Signal(object)  # HubFailure
 
     @Slot(object)
@@ -70,14 +83,20 @@ class HubWorker(QObject):
 
         last = 0.0
 
-        def report(text: str, done: int, total: int) -> None:
+        def report(text: str, done: int, total: int, *file: Any) -> None:
             nonlocal last
             now = time.monotonic()
             if now - last >= PROGRESS_INTERVAL or done >= total:
                 last = now
-                self.progressed.emit(HubProgress(request.task_id, text, done, total))
+                self.progressed.emit(HubProgress(request.task_id, text, done, total, *file))
 
         try:
+            if request.kind == "search":
+                from app.hub.downloads import search_models
+
+                repos = search_models(request.source, token=request.token)
+                self.searched.emit(HubSearchResult(request.task_id, request.source, tuple(repos)))
+                return
             path = self._run(request, report)
         except ModelError as exc:
             self.failed.emit(HubFailure(request.task_id, str(exc)))
@@ -98,7 +117,9 @@ class HubWorker(QObject):
                 r.models_dir,
                 token=r.token,
                 cancel=r.cancel,
-                progress=lambda p: report(p.file or r.source, p.done, p.total),
+                progress=lambda p: report(
+                    p.file or r.source, p.done, p.total, p.file, p.file_done, p.file_total
+                ),
             )
         if r.kind == "import-gguf":
             from app.hub.gguf_import import import_gguf
@@ -129,6 +150,7 @@ class HubService(QObject):
     shutdown_requested = Signal()
     progressed = Signal(object)
     finished = Signal(object)
+    searched = Signal(object)
     failed = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -143,6 +165,7 @@ class HubService(QObject):
         self.shutdown_requested.connect(self._worker._on_shutdown_requested)
         self._worker.progressed.connect(self.progressed)
         self._worker.finished.connect(self._on_finished)
+        self._worker.searched.connect(self._on_searched)
         self._worker.failed.connect(self._on_failed)
         self._thread.start()
 
@@ -164,6 +187,10 @@ class HubService(QObject):
         self.task_requested.emit(request)
         return request.task_id
 
+    def search(self, query: str, *, token: str | None = None) -> int:
+        """Searches mlx-community's models on the Hub; the answer comes on ``searched``."""
+        return self.start("search", query, Path(), token=token)
+
     def cancel(self, task_id: int | None = None) -> None:
         """Cancels one task, or all of them."""
         for tid, request in self._tasks.items():
@@ -181,6 +208,11 @@ class HubService(QObject):
     def _on_finished(self, result: HubResult) -> None:
         self._tasks.pop(result.task_id, None)
         self.finished.emit(result)
+
+    @Slot(object)
+    def _on_searched(self, result: HubSearchResult) -> None:
+        self._tasks.pop(result.task_id, None)
+        self.searched.emit(result)
 
     @Slot(object)
     def _on_failed(self, failure: HubFailure) -> None:

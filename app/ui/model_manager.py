@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
-    QInputDialog,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -35,11 +35,24 @@ from PySide6.QtWidgets import (
 from app.engine.loader import ModelError
 from app.hub import ModelInfo, check_pair, delete_model, human_size, inspect_model, scan_library
 from app.hub.catalog import catalog_drafts, installed, load_catalog, suggest_drafts
-from app.services.hub_service import HubFailure, HubProgress, HubResult, HubService, Kind
+from app.services.hub_service import (
+    HubFailure,
+    HubProgress,
+    HubResult,
+    HubSearchResult,
+    HubService,
+    Kind,
+)
 from app.ui.memory_bar import MemoryBar
 
 ModelInfoRole = Qt.ItemDataRole.UserRole + 1
 DraftRole = Qt.ItemDataRole.UserRole + 2  # ("local", path) or ("catalog", repo id)
+RepoRole = Qt.ItemDataRole.UserRole + 3
+REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.1f} K" if n >= 1e3 else str(n)
 
 
 def _params(n: int | None) -> str:
@@ -168,12 +181,30 @@ class ModelManagerDialog(QDialog):
         self.load_button.clicked.connect(self._on_load_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
 
-        # Downloads and imports run on the hub thread; the dialog only shows them.
-        self.download_button = QPushButton("Download…")
+        # Searches, downloads and imports run on the hub thread; the dialog only shows them.
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search mlx-community, or type a repo id (org/name)")
+        self.search_edit.setAccessibleName("Search the Hugging Face Hub")
+        self.search_edit.setClearButtonEnabled(True)
+        self.search_button = QPushButton("Search")
+        self.results = QListWidget()
+        self.results.setAccessibleName("Search results")
+        self.results.setMaximumHeight(120)
+        self.results.hide()
+        self._search: int | None = None
+        self.search_edit.returnPressed.connect(self._on_search_clicked)
+        self.search_edit.textChanged.connect(self._update_download_button)
+        self.search_button.clicked.connect(self._on_search_clicked)
+        self.results.currentItemChanged.connect(self._update_download_button)
+        self.results.itemActivated.connect(self._on_download_clicked)
+        self.download_button = QPushButton("Download")
         self.import_button = QPushButton("Import GGUF…")
         self.import_folder_button = QPushButton("Import Folder…")
         self.progress = QProgressBar()
         self.progress.setAccessibleName("Download or import progress")
+        self.file_progress = QProgressBar()
+        self.file_progress.setAccessibleName("Progress of the current file")
+        self.file_progress.setRange(0, 1000)
         self.progress_label = QLabel()
         self.cancel_button = QPushButton("Cancel")
         self.token_edit = QLineEdit()
@@ -188,9 +219,11 @@ class ModelManagerDialog(QDialog):
         self.token_button.clicked.connect(self._on_save_token_clicked)
         for b in (self.download_button, self.import_button, self.import_folder_button):
             b.setEnabled(hub is not None)
+        self.search_button.setEnabled(hub is not None)
         if hub is not None:
             hub.progressed.connect(self._on_hub_progressed)
             hub.finished.connect(self._on_hub_finished)
+            hub.searched.connect(self._on_hub_searched)
             hub.failed.connect(self._on_hub_failed)
         self._set_running(False)
         self._init_token()
@@ -218,11 +251,18 @@ class ModelManagerDialog(QDialog):
         verdict.addStretch(1)
         pair_row.addLayout(verdict, 1)
         layout.addLayout(pair_row)
+        search_row = QHBoxLayout()
+        search_row.addWidget(self.search_edit, 1)
+        search_row.addWidget(self.search_button)
+        search_row.addWidget(self.download_button)
+        search_row.addWidget(self.import_button)
+        search_row.addWidget(self.import_folder_button)
+        layout.addLayout(search_row)
+        layout.addWidget(self.results)
         hub_row = QHBoxLayout()
-        for w in (self.download_button, self.import_button, self.import_folder_button):
-            hub_row.addWidget(w)
+        hub_row.addWidget(self.progress_label, 1)
+        hub_row.addWidget(self.file_progress, 1)
         hub_row.addWidget(self.progress, 1)
-        hub_row.addWidget(self.progress_label)
         hub_row.addWidget(self.cancel_button)
         layout.addLayout(hub_row)
         token_row = QHBoxLayout()
@@ -445,9 +485,54 @@ class ModelManagerDialog(QDialog):
 
     def _set_running(self, running: bool) -> None:
         self.progress.setVisible(running)
+        self.file_progress.setVisible(False)  # until a download names a file
         self.cancel_button.setVisible(running)
-        for b in (self.download_button, self.import_button, self.import_folder_button):
+        for b in (self.import_button, self.import_folder_button):
             b.setEnabled(self.hub is not None and not running)
+        self._update_download_button()
+
+    def _repo_to_download(self) -> str | None:
+        """The selected search result, else a repo id typed into the search field."""
+        item = self.results.currentItem()
+        if item is not None and self.results.isVisible():
+            return str(item.data(RepoRole))
+        text = self.search_edit.text().strip()
+        return text if REPO_ID.match(text) else None
+
+    @Slot()
+    def _update_download_button(self) -> None:
+        ready = self.hub is not None and self._task is None
+        self.download_button.setEnabled(ready and self._repo_to_download() is not None)
+
+    @Slot()
+    def _on_search_clicked(self) -> None:
+        query = self.search_edit.text().strip()
+        if self.hub is None:
+            return
+        if REPO_ID.match(query):  # a full repo id needs no search
+            self._on_download_clicked()
+            return
+        self._search = self.hub.search(query, token=self._token())
+        self.progress_label.setText(f"Searching for “{query}”…" if query else "Searching…")
+
+    @Slot(object)
+    def _on_hub_searched(self, result: HubSearchResult) -> None:
+        if result.task_id != self._search:
+            return
+        self._search = None
+        self.results.clear()
+        for repo in result.repos:
+            gated = "  ·  license must be accepted on huggingface.co" if repo.gated else ""
+            text = f"{repo.repo_id}  ·  {_count(repo.downloads)} downloads{gated}"
+            item = QListWidgetItem(text)
+            item.setData(RepoRole, repo.repo_id)
+            self.results.addItem(item)
+        self.results.setVisible(bool(result.repos))
+        found = len(result.repos)
+        self.progress_label.setText(
+            f"{found} model{'s' if found != 1 else ''} found" if found else "No models found"
+        )
+        self._update_download_button()
 
     def start_task(self, kind: Kind, source: str, q_bits: int | None = None) -> None:
         assert self.hub is not None
@@ -459,11 +544,9 @@ class ModelManagerDialog(QDialog):
 
     @Slot()
     def _on_download_clicked(self) -> None:
-        repo, ok = QInputDialog.getText(
-            self, "Download Model", "Hugging Face repo id (for example mlx-community/…):"
-        )
-        if ok and repo.strip():
-            self.start_task("download", repo.strip())
+        repo = self._repo_to_download()
+        if repo is not None and self.hub is not None and self._task is None:
+            self.start_task("download", repo)
 
     @Slot()
     def _on_import_clicked(self) -> None:
@@ -486,11 +569,18 @@ class ModelManagerDialog(QDialog):
     def _on_hub_progressed(self, p: HubProgress) -> None:
         if p.task_id != self._task:
             return
-        scale = max(p.total, 1)
         # Byte counts overflow a QProgressBar's int; show per mille.
         self.progress.setRange(0, 1000)
-        self.progress.setValue(int(1000 * p.done / scale))
-        self.progress_label.setText(p.text)
+        self.progress.setValue(int(1000 * p.done / max(p.total, 1)))
+        if p.file is not None and p.file_total > 0:
+            self.file_progress.show()
+            self.file_progress.setValue(int(1000 * p.file_done / p.file_total))
+            self.file_progress.setFormat(f"{p.file} %p%")
+            self.progress.setFormat(f"{human_size(p.done)} of {human_size(p.total)}")
+            self.progress_label.setText(f"Downloading {p.file}")
+        else:
+            self.progress.setFormat("%p%")
+            self.progress_label.setText(p.text)
 
     @Slot(object)
     def _on_hub_finished(self, result: HubResult) -> None:
@@ -507,6 +597,10 @@ class ModelManagerDialog(QDialog):
 
     @Slot(object)
     def _on_hub_failed(self, failure: HubFailure) -> None:
+        if failure.task_id == self._search:
+            self._search = None
+            self.progress_label.setText(failure.message)
+            return
         if failure.task_id != self._task:
             return
         self._task = None

@@ -77,3 +77,52 @@ def test_bad_input_fails_with_one_line(qtbot: QtBot, hub: HubService, tmp_path: 
     assert not failure.cancelled
     assert "\n" not in failure.message
     assert not (tmp_path / "models" / "bad").exists()
+
+
+def test_search_answers_on_its_own_signal(
+    qtbot: QtBot, hub: HubService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.hub import downloads
+    from app.services import HubSearchResult
+
+    found = [downloads.RepoInfo("mlx-community/m", 5, 1, False, ())]
+    calls: list[tuple[str, str | None, str]] = []
+
+    def search(query: str, *, token: str | None = None) -> list[downloads.RepoInfo]:
+        calls.append((query, token, threading.current_thread().name))
+        return found
+
+    monkeypatch.setattr(downloads, "search_models", search)
+    with qtbot.waitSignal(hub.searched, timeout=10_000) as blocker:
+        tid = hub.search("m", token="hf_x")
+    result: HubSearchResult = blocker.args[0]
+    assert result == HubSearchResult(tid, "m", tuple(found))
+    assert calls[0][:2] == ("m", "hf_x") and calls[0][2] != threading.main_thread().name
+    assert not hub.busy
+
+
+def test_download_progress_carries_the_current_file(
+    qtbot: QtBot, hub: HubService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.hub import downloads
+    from app.services import HubProgress, hub_service
+
+    def download(repo, models_dir, *, token=None, cancel=None, progress=None):  # type: ignore[no-untyped-def]
+        progress(downloads.DownloadProgress(repo, None, 0, 0, 0, 30))
+        progress(downloads.DownloadProgress(repo, "model.safetensors", 10, 20, 10, 30))
+        progress(downloads.DownloadProgress(repo, None, 0, 0, 30, 30))
+        return models_dir / "m"
+
+    monkeypatch.setattr(downloads, "download_model", download)
+    monkeypatch.setattr(hub_service, "PROGRESS_INTERVAL", 0.0)
+    seen: list[HubProgress] = []
+    hub.progressed.connect(seen.append)
+    with qtbot.waitSignal(hub.finished, timeout=10_000):
+        hub.start("download", "org/m", tmp_path)
+    qtbot.waitUntil(lambda: len(seen) == 3)
+    assert [(p.file, p.file_done, p.file_total, p.done) for p in seen] == [
+        (None, 0, 0, 0),
+        ("model.safetensors", 10, 20, 10),
+        (None, 0, 0, 30),
+    ]
+    assert seen[1].text == "model.safetensors" and seen[2].text == "org/m"

@@ -126,7 +126,9 @@ def test_failed_download_says_why(qtbot: QtBot, library: Path, tmp_path: Path) -
         with qtbot.waitSignal(hub.failed, timeout=30_000):
             dialog.start_task("download", "mlx-community/Nope-4bit")
         assert "no network" in dialog.progress_label.text()
-        assert dialog.download_button.isEnabled()
+        assert dialog.import_button.isEnabled()
+        dialog.search_edit.setText("mlx-community/Nope-4bit")
+        assert dialog.download_button.isEnabled()  # free to try again
     finally:
         assert hub.shutdown()
 
@@ -219,3 +221,85 @@ def test_draft_list_offers_the_catalog_draft_of_a_downloaded_target(
     assert dialog.use_draft_button.text() == "Download Draft"
     qtbot.mouseClick(dialog.use_draft_button, Qt.MouseButton.LeftButton)
     assert started == [("download", "mlx-community/Qwen3-0.6B-4bit")]
+
+
+def _hub_dialog(qtbot: QtBot, library: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    from tests.ui.conftest import FakeHub
+
+    hub = FakeHub()
+    dialog = ModelManagerDialog(library, hf_cache_dir=tmp_path / "hf", hub=hub)  # type: ignore[arg-type]
+    qtbot.addWidget(dialog)
+    dialog.show()
+    return dialog, hub
+
+
+def test_search_lists_repos_and_downloads_the_chosen_one(
+    qtbot: QtBot, library: Path, tmp_path: Path
+) -> None:
+    from app.hub.downloads import RepoInfo
+    from app.services import HubSearchResult
+
+    dialog, hub = _hub_dialog(qtbot, library, tmp_path)
+    assert not dialog.download_button.isEnabled() and not dialog.results.isVisible()
+    dialog.search_edit.setText("qwen 0.5b")
+    qtbot.mouseClick(dialog.search_button, Qt.MouseButton.LeftButton)
+    assert hub.started == [("search", "qwen 0.5b", None)]
+    assert dialog.progress_label.text() == "Searching for “qwen 0.5b”…"
+    repos = (
+        RepoInfo("mlx-community/Qwen2.5-0.5B-Instruct-4bit", 1_234_567, 10, False, ()),
+        RepoInfo("mlx-community/Llama-3.2-1B-Instruct-4bit", 900, 3, True, ()),
+    )
+    hub.searched.emit(HubSearchResult(99, "stale", ()))  # another search's answer
+    assert not dialog.results.isVisible()
+    hub.searched.emit(HubSearchResult(1, "qwen 0.5b", repos))
+    assert dialog.results.isVisible() and dialog.results.count() == 2
+    assert dialog.progress_label.text() == "2 models found"
+    assert dialog.results.item(0).text().endswith("1.2 M downloads")
+    assert "license must be accepted" in dialog.results.item(1).text()
+    dialog.results.setCurrentRow(0)
+    assert dialog.download_button.isEnabled()
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    assert hub.started[-1] == ("download", "mlx-community/Qwen2.5-0.5B-Instruct-4bit", None)
+    assert not dialog.download_button.isEnabled()  # one download at a time
+
+
+def test_a_typed_repo_id_downloads_without_a_search(
+    qtbot: QtBot, library: Path, tmp_path: Path
+) -> None:
+    dialog, hub = _hub_dialog(qtbot, library, tmp_path)
+    dialog.search_edit.setText("some-org/Some.Model-4bit")
+    assert dialog.download_button.isEnabled()
+    dialog.search_edit.setText("not a repo id")
+    assert not dialog.download_button.isEnabled()
+    dialog.search_edit.setText("some-org/Some.Model-4bit")
+    qtbot.keyClick(dialog.search_edit, Qt.Key.Key_Return)
+    assert hub.started == [("download", "some-org/Some.Model-4bit", None)]
+
+
+def test_a_failed_search_says_why(qtbot: QtBot, library: Path, tmp_path: Path) -> None:
+    from app.services import HubFailure
+
+    dialog, hub = _hub_dialog(qtbot, library, tmp_path)
+    dialog.search_edit.setText("llama")
+    dialog.search_button.click()
+    hub.failed.emit(HubFailure(1, "No network: the Hugging Face Hub cannot be reached."))
+    assert dialog.progress_label.text().startswith("No network")
+    assert not dialog.progress.isVisible()
+
+
+def test_download_shows_the_file_and_the_total(qtbot: QtBot, library: Path, tmp_path: Path) -> None:
+    from app.services import HubProgress
+
+    dialog, hub = _hub_dialog(qtbot, library, tmp_path)
+    dialog.start_task("download", "org/m")
+    assert dialog.progress.isVisible() and not dialog.file_progress.isVisible()
+    gb = 1000**3
+    hub.progressed.emit(
+        HubProgress(1, "model.safetensors", 3 * gb, 4 * gb, "model.safetensors", gb, 2 * gb)
+    )
+    assert dialog.file_progress.isVisible()
+    assert dialog.file_progress.value() == 500
+    assert dialog.file_progress.format() == "model.safetensors %p%"
+    assert dialog.progress.value() == 750
+    assert dialog.progress.format() == "3.0 GB of 4.0 GB"
+    assert dialog.progress_label.text() == "Downloading model.safetensors"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.hub import fit
@@ -17,32 +17,9 @@ from app.store import SettingsFile, Store
 from app.ui.main_window import MainWindow
 from app.ui.onboarding import OnboardingView
 from tests.conftest import TinyModels
+from tests.ui.conftest import FakeHub
 
 GB = 1000**3
-
-
-class FakeHub(QObject):
-    """Records tasks; the test decides how they end."""
-
-    progressed = Signal(object)
-    finished = Signal(object)
-    failed = Signal(object)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.started: list[tuple[str, str, str | None]] = []
-        self.cancelled: list[int] = []
-
-    def start(self, kind, source, models_dir, *, token=None, q_bits=None) -> int:  # type: ignore[no-untyped-def]
-        self.started.append((kind, source, token))
-        return len(self.started)
-
-    def cancel(self, task_id: int | None = None) -> None:
-        assert task_id is not None
-        self.cancelled.append(task_id)
-
-    def shutdown(self, timeout_ms: int = 0) -> bool:
-        return True
 
 
 @pytest.fixture
