@@ -126,3 +126,43 @@ def test_download_progress_carries_the_current_file(
         (None, 0, 0, 30),
     ]
     assert seen[1].text == "model.safetensors" and seen[2].text == "org/m"
+
+
+EXIT_SCRIPT = """
+import sys
+from pathlib import Path
+from PySide6.QtCore import QCoreApplication, QTimer
+from app.services import HubService
+
+app = QCoreApplication(sys.argv)
+hub = HubService()
+hub.finished.connect(lambda r: (print("imported", r.path), app.quit()))
+hub.failed.connect(lambda f: (print("failed", f.message), app.quit()))
+hub.start("import-gguf", sys.argv[1], Path(sys.argv[2]), q_bits=8)
+QTimer.singleShot(60_000, app.quit)
+app.exec()
+print("joined", hub.shutdown())
+"""
+
+
+def test_exit_is_clean_after_a_requantizing_import(tiny: TinyModels, tmp_path: Path) -> None:
+    """MLX ran on the hub thread; joining it must leave nothing for exit to trip on."""
+    import os
+    import subprocess
+    import sys
+
+    gguf = _gguf(tiny, tmp_path)
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run(
+        [sys.executable, str(script), str(gguf), str(tmp_path / "models")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "imported" in out and "joined True" in out
+    assert "terminate called" not in out
