@@ -10,8 +10,17 @@ from typing import Any
 import mlx.core as mx
 
 from app.engine.loader import ModelError, ModelPair
-from app.engine.speculative import CacheError, Decoder, Prefill
-from app.engine.types import Chunk, Finished, FinishReason, GenerationParams, Message, Origin, Stats
+from app.engine.speculative import CacheError, Decoder, DraftControl, Prefill
+from app.engine.types import (
+    Chunk,
+    Finished,
+    FinishReason,
+    GenerationParams,
+    Message,
+    Origin,
+    RoundStat,
+    Stats,
+)
 
 DEFAULT_PARAMS = GenerationParams()
 
@@ -38,12 +47,14 @@ def stream_reply(
     messages: Sequence[Message],
     params: GenerationParams = DEFAULT_PARAMS,
     cancel: threading.Event | None = None,
+    control: DraftControl | None = None,
 ) -> Iterator[Chunk | Finished]:
     """Streams the target's reply to ``messages``.
 
     Yields one :class:`Chunk` per round (its text may be empty while a
     multi-byte character is incomplete) and ends with one :class:`Finished`.
-    ``cancel`` is checked before every round.
+    ``cancel`` is checked before every round; ``control`` changes the draft
+    length from the next round on.
 
     Raises:
         ModelError: The pair cannot serve the request (for example drafting
@@ -57,7 +68,8 @@ def stream_reply(
     eos = set(tokenizer.eos_token_ids)
     detok = tokenizer.detokenizer
     detok.reset()
-    rounds = decoder_for(pair).generate(prompt, params)
+    decoder = decoder_for(pair)
+    rounds = decoder.generate(prompt, params, control)
     token_ids: list[int] = []
     origins: list[Origin] = []
     drafted = accepted = lookup_accepted = calls = draft_rounds = 0
@@ -95,12 +107,24 @@ def stream_reply(
                 reason = "stop"
             room = params.max_tokens - len(token_ids)
             ids, orig = ids[:room], orig[:room]
+            pieces = []
             for t in ids:
                 detok.add_token(t)
+                pieces.append(detok.last_segment)
             token_ids += ids
             origins += orig
             if ids:
-                yield Chunk(detok.last_segment, tuple(ids), tuple(orig))
+                stat = RoundStat(
+                    tokens=len(ids),
+                    k=rnd.k,
+                    accepted=rnd.accepted,
+                    lookup=orig.count(Origin.LOOKUP),
+                    seconds=rnd.seconds,
+                    draft_seconds=rnd.draft_seconds,
+                    auto=rnd.auto,
+                )
+                text, baseline = "".join(pieces), decoder.baseline_tps
+                yield Chunk(text, tuple(ids), tuple(orig), tuple(pieces), stat, baseline)
             if reason == "stop":
                 break
     finally:
@@ -127,6 +151,6 @@ def stream_reply(
         ttft_seconds=ttft,
         draft_seconds=draft_seconds,
         verify_seconds=verify_seconds,
-        baseline_tps=decoder_for(pair).baseline_tps,
+        baseline_tps=decoder.baseline_tps,
     )
     yield Finished(stats, reason, tuple(token_ids), tuple(origins))

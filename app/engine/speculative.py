@@ -11,9 +11,11 @@ prefills only what the cache does not already hold.
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 import mlx.core as mx
@@ -57,6 +59,31 @@ class Round:
     source: Source
     seconds: float
     draft_seconds: float
+    auto: bool = False  # k was chosen by the adaptive controller
+
+
+class DraftControl:
+    """The draft length a running reply uses from its next round on.
+
+    Like the cancel event, it is shared between the thread that sets it (the
+    UI) and the engine thread that reads it once per round.
+    """
+
+    def __init__(self, num_draft: int | None = 4) -> None:
+        self._lock = threading.Lock()
+        self._num_draft = num_draft
+
+    @property
+    def num_draft(self) -> int | None:
+        """Tokens to draft per round: 0 turns speculation off, ``None`` adapts."""
+        with self._lock:
+            return self._num_draft
+
+    def set(self, num_draft: int | None) -> None:
+        if num_draft is not None and num_draft < 0:
+            raise ValueError(f"num_draft must be 0 or more, not {num_draft}")
+        with self._lock:
+            self._num_draft = num_draft
 
 
 def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int]) -> None:
@@ -180,22 +207,29 @@ class Decoder:
         return cache, list(tokens), n
 
     def generate(
-        self, prompt: Sequence[int], params: GenerationParams
+        self,
+        prompt: Sequence[int],
+        params: GenerationParams,
+        control: DraftControl | None = None,
     ) -> Generator[Prefill | Round, None, None]:
         """Yields a :class:`Prefill`, then rounds without end.
 
         The caller stops pulling on end of sequence, length or cancellation, so
-        cancellation is checked between any two rounds.
+        cancellation is checked between any two rounds. With ``control``, its
+        draft length replaces ``params.num_draft`` from the next round on.
         """
-        use_draft = self.draft is not None and params.num_draft != 0
-        use_lookup = params.prompt_lookup and params.num_draft != 0
-        if (use_draft or use_lookup) and not self.target_trimmable:
+        can_draft = self.draft is not None
+        can_lookup = params.prompt_lookup
+        wanted = control.num_draft if control is not None else params.num_draft
+        if (can_draft or can_lookup) and wanted != 0 and not self.target_trimmable:
             raise CacheError(
                 "the target's cache cannot be rewound (hybrid or recurrent layers), "
                 "so it cannot verify drafts; turn drafting off"
             )
+        if not self.target_trimmable:
+            can_draft = can_lookup = False
         try:
-            yield from self._generate(list(prompt), params, use_draft, use_lookup)
+            yield from self._generate(list(prompt), params, can_draft, can_lookup, control)
         except GeneratorExit:
             raise
         except BaseException:
@@ -203,28 +237,60 @@ class Decoder:
             raise
 
     def _generate(
-        self, seq: list[int], params: GenerationParams, use_draft: bool, use_lookup: bool
+        self,
+        seq: list[int],
+        params: GenerationParams,
+        can_draft: bool,
+        can_lookup: bool,
+        control: DraftControl | None,
     ) -> Generator[Prefill | Round, None, None]:
         start = time.perf_counter()
         self._t_cache, self._t_tokens, reused = self._prepare(
             self.target, self._t_cache, self._t_tokens, seq[:-1]
         )
-        if use_draft:
-            assert self.draft is not None
-            self._d_cache, self._d_tokens, _ = self._prepare(
-                self.draft, self._d_cache, self._d_tokens, seq[:-1]
-            )
+
+        def wanted() -> int | None:
+            if not (can_draft or can_lookup):
+                return 0
+            return control.num_draft if control is not None else params.num_draft
+
+        if can_draft and wanted() != 0:
+            self._sync_draft(seq)
         yield Prefill(len(seq), reused, time.perf_counter() - start)
 
-        if not (use_draft or use_lookup):
-            yield from self._plain(seq, params)
-            return
-        key = (params.k_max, params.num_draft)
-        lengths = self._lengths.setdefault(key, DraftLength(params.k_max, params.num_draft))
-        lookup = PromptLookup() if use_lookup else None
+        rounds = itertools.count()  # drafting rounds over the whole reply
+        while True:
+            if wanted() == 0:
+                # Plain decoding until the control asks for drafting again.
+                yield from self._plain(seq, params, until=lambda: wanted() != 0)
+                if can_draft:
+                    self._sync_draft(seq)
+            yield from self._speculate_rounds(seq, params, can_draft, can_lookup, wanted, rounds)
+
+    def _sync_draft(self, seq: list[int]) -> None:
+        """Makes the draft's cache hold ``seq[:-1]``, reusing what it has."""
+        assert self.draft is not None
+        self._d_cache, self._d_tokens, _ = self._prepare(
+            self.draft, self._d_cache, self._d_tokens, seq[:-1]
+        )
+
+    def _speculate_rounds(
+        self,
+        seq: list[int],
+        params: GenerationParams,
+        can_draft: bool,
+        can_lookup: bool,
+        wanted: Callable[[], int | None],
+        rounds: Iterator[int],
+    ) -> Generator[Round, None, None]:
+        """Drafting rounds until the wanted draft length becomes 0."""
+        lookup = PromptLookup() if can_lookup else None
         if lookup is not None:
             lookup.reset(seq)
-        for n_round in range(1 << 62):
+        while (num_draft := wanted()) != 0:
+            n_round = next(rounds)
+            key = (params.k_max, num_draft)
+            lengths = self._lengths.setdefault(key, DraftLength(params.k_max, num_draft))
             k = lengths.choose()
             proposed = lookup.propose(k) if lookup is not None else []
             # Measure plain decoding once per pair, then refresh it now and then.
@@ -233,13 +299,15 @@ class Decoder:
                 (n_round == 0 and self._step.value is None and params.seed is None)
                 or n_round % self.probe_every == self.probe_every - 1
             )
-            if probe or (not proposed and not use_draft):
+            if probe or (not proposed and not can_draft):
                 new = self._plain_steps(seq, params)
                 origins, rnd = [Origin.TARGET] * len(new), None
             else:
-                rnd = self._speculate(seq, params, proposed, k if use_draft else 0, n_round)
+                rnd = self._speculate(seq, params, proposed, k if can_draft else 0, n_round)
                 new, origins = list(rnd.tokens), list(rnd.origins)
                 lengths.observe(rnd.k, rnd.accepted, rnd.seconds)
+                if num_draft is None:
+                    rnd = replace(rnd, auto=True)
             seq += new
             if lookup is not None:
                 lookup.extend(new)
@@ -290,8 +358,17 @@ class Decoder:
         self._t_tokens += [seq[-1], t1]
         return [t1, t2]
 
-    def _plain(self, seq: list[int], params: GenerationParams) -> Generator[Round, None, None]:
-        """Plain decoding, one step ahead so the device never waits on Python."""
+    def _plain(
+        self,
+        seq: list[int],
+        params: GenerationParams,
+        until: Callable[[], bool] | None = None,
+    ) -> Generator[Round, None, None]:
+        """Plain decoding, one step ahead so the device never waits on Python.
+
+        Returns once ``until()`` is true after a token, leaving the target's
+        cache holding ``seq[:-1]`` as a drafting round expects.
+        """
         assert self._t_cache is not None
         cache = self._t_cache
 
@@ -317,6 +394,11 @@ class Decoder:
             now = time.perf_counter()
             self._step.add(now - last)
             yield Round((t,), (Origin.TARGET,), 0, 0, "none", now - last, 0.0)
+            if until is not None and until():
+                # next_y fed t to the cache; give it back, since a round feeds it.
+                trim_prompt_cache(cache, 1)
+                self._t_tokens.pop()
+                return
             last = time.perf_counter()
             y = next_y
 

@@ -5,6 +5,7 @@ Everything here may cross threads: frozen dataclasses of plain Python values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
@@ -93,13 +94,66 @@ class GenerationParams:
     accept_rule: AcceptRule = "leviathan"
 
 
+Segment = tuple["Origin | None", str]  # a run of reply text and the origin of its tokens
+
+
+def add_segments(
+    segments: list[Segment], pieces: Sequence[str], origins: Sequence[Origin | None]
+) -> None:
+    """Appends each token's text to ``segments``, merging runs of one origin."""
+    for piece, origin in zip(pieces, origins, strict=True):
+        if not piece:
+            continue
+        if segments and segments[-1][0] == origin:
+            segments[-1] = (origin, segments[-1][1] + piece)
+        else:
+            segments.append((origin, piece))
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStat:
+    """One round of decoding, as the live gauge sees it.
+
+    Attributes:
+        tokens: Tokens the round committed (after any end-of-sequence cut).
+        k: Tokens proposed in the round; 0 for a plain target step.
+        accepted: Proposed tokens the target accepted (the first ``accepted``
+            positions survived, position ``accepted + 1`` was rejected if ``< k``).
+        lookup: Of the accepted tokens, how many prompt lookup proposed.
+        seconds: Wall time of the round.
+        draft_seconds: Of it, time spent drafting (estimated on most rounds).
+        auto: Whether k was chosen by the adaptive controller.
+    """
+
+    tokens: int
+    k: int
+    accepted: int
+    lookup: int = 0
+    seconds: float = 0.0
+    draft_seconds: float = 0.0
+    auto: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """A piece of the streamed reply: its text and the tokens behind it."""
+    """A piece of the streamed reply: its text and the tokens behind it.
+
+    Attributes:
+        text: New text (may be empty while a multi-byte character is incomplete).
+        token_ids: The tokens behind it.
+        origins: Each token's origin.
+        pieces: Each token's text, aligned with ``token_ids``; their concatenation
+            is ``text`` (a token that completes a character carries its bytes).
+        round: The round that produced the tokens; ``None`` for trailing text.
+        baseline_tps: The pair's measured plain decoding speed, when known.
+    """
 
     text: str
     token_ids: tuple[int, ...]
     origins: tuple[Origin, ...]
+    pieces: tuple[str, ...] = ()
+    round: RoundStat | None = None
+    baseline_tps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

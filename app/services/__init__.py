@@ -1,6 +1,7 @@
 """The thin Qt layer that owns the engine thread."""
 
 from app.services.engine_service import (
+    CalibrateRequest,
     EngineFailure,
     EngineService,
     EngineWorker,
@@ -20,6 +21,7 @@ from app.services.hub_service import (
 )
 
 __all__ = [
+    "CalibrateRequest",
     "EngineFailure",
     "EngineService",
     "EngineWorker",

@@ -21,16 +21,24 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine.generate import stream_reply
 from app.engine.loader import ModelError, ModelPair, free_memory, load_pair
-from app.engine.types import Chunk, Finished, GenerationParams, Message, Origin
+from app.engine.speculative import DraftControl
+from app.engine.types import (
+    Chunk,
+    Finished,
+    GenerationParams,
+    Message,
+    Origin,
+    RoundStat,
+    Segment,
+    add_segments,
+)
 
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 1 / 30  # seconds between UI updates while streaming
 
-StreamFn = Callable[
-    [ModelPair, Sequence[Message], GenerationParams, threading.Event],
-    Iterator[Chunk | Finished],
-]
+# stream(pair, messages, params, cancel, control=...) -> chunks, then Finished
+StreamFn = Callable[..., Iterator[Chunk | Finished]]
 # load(target, draft, progress=callback(step, steps, what)) -> pair
 LoadFn = Callable[..., ModelPair]
 
@@ -65,16 +73,25 @@ class GenerateRequest:
     messages: tuple[Message, ...]
     params: GenerationParams
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+    # The draft length from the next round on; the UI may change it mid-reply.
+    control: DraftControl = field(default_factory=DraftControl, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class TokenBatch:
-    """Reply text and tokens since the previous batch."""
+    """Reply text, tokens and rounds since the previous batch.
+
+    ``segments`` is ``text`` in runs by origin (``None`` for text that
+    completes no token, such as the tail after the last one).
+    """
 
     request_id: int
     text: str
     token_ids: tuple[int, ...]
     origins: tuple[Origin, ...]
+    segments: tuple[Segment, ...] = ()
+    rounds: tuple[RoundStat, ...] = ()
+    baseline_tps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +100,16 @@ class GenerationResult:
     text: str
     finished: Finished
     pair: PairInfo
+    segments: tuple[Segment, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrateRequest:
+    request_id: int
+    prompts: tuple[str, ...]
+    ks: tuple[int | None, ...]
+    max_tokens: int = 64
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +117,7 @@ class EngineFailure:
     """An error as a value. ``text`` holds any reply streamed before it."""
 
     request_id: int | None
-    stage: Literal["load", "generate"]
+    stage: Literal["load", "generate", "calibrate"]
     message: str
     text: str = ""
 
@@ -106,11 +133,24 @@ def _memory_fit(request: LoadRequest) -> Any:
         return None
 
 
+def _pieces(chunk: Chunk) -> tuple[list[str], list[Origin | None]]:
+    """A chunk's text per token, with any text no token carries as origin ``None``."""
+    pieces: list[str] = list(chunk.pieces)
+    origins: list[Origin | None] = list(chunk.origins[: len(pieces)])
+    rest = chunk.text[len("".join(pieces)) :]
+    if rest:
+        pieces.append(rest)
+        origins.append(None)
+    return pieces, origins
+
+
 class EngineWorker(QObject):
     """Lives on the engine thread; every slot runs there."""
 
     load_progressed = Signal(object)  # LoadProgress
     pair_loaded = Signal(object)  # PairInfo
+    calibration_progressed = Signal(object)  # CalibrationProgress
+    calibration_finished = Signal(object)  # CalibrationResult, or None when cancelled
     generation_started = Signal(int)
     tokens_generated = Signal(object)  # TokenBatch
     generation_finished = Signal(object)  # GenerationResult
@@ -163,23 +203,38 @@ class EngineWorker(QObject):
             return
         self.generation_started.emit(rid)
         text: list[str] = []
+        segments: list[Segment] = []
         pending: list[Chunk] = []
         last_flush = time.monotonic()
 
         def flush() -> None:
             if pending:
+                batch: list[Segment] = []
+                for c in pending:
+                    add_segments(batch, *_pieces(c))
+                add_segments(segments, [t for _, t in batch], [o for o, _ in batch])
                 self.tokens_generated.emit(
                     TokenBatch(
                         rid,
                         "".join(c.text for c in pending),
                         tuple(t for c in pending for t in c.token_ids),
                         tuple(o for c in pending for o in c.origins),
+                        tuple(batch),
+                        tuple(c.round for c in pending if c.round is not None),
+                        pending[-1].baseline_tps,
                     )
                 )
                 pending.clear()
 
         try:
-            for event in self._stream(self._pair, request.messages, request.params, request.cancel):
+            events = self._stream(
+                self._pair,
+                request.messages,
+                request.params,
+                request.cancel,
+                control=request.control,
+            )
+            for event in events:
                 if isinstance(event, Chunk):
                     text.append(event.text)
                     pending.append(event)
@@ -189,7 +244,9 @@ class EngineWorker(QObject):
                         last_flush = now
                 else:
                     flush()
-                    result = GenerationResult(rid, "".join(text), event, self._info)
+                    result = GenerationResult(
+                        rid, "".join(text), event, self._info, tuple(segments)
+                    )
                     self.generation_finished.emit(result)
         except Exception as exc:
             log.exception("generation failed")
@@ -197,6 +254,36 @@ class EngineWorker(QObject):
             self.failed.emit(
                 EngineFailure(rid, "generate", f"Generation failed: {exc}", "".join(text))
             )
+
+    @Slot(object)
+    def _on_calibrate_requested(self, request: CalibrateRequest) -> None:
+        from app.engine.calibrate import CalibrationProgress, calibrate
+
+        rid = request.request_id
+        if self._pair is None:
+            self.failed.emit(EngineFailure(rid, "calibrate", "No model is loaded."))
+            return
+        result = None
+        try:
+            for event in calibrate(
+                self._pair,
+                request.prompts,
+                request.ks,
+                max_tokens=request.max_tokens,
+                cancel=request.cancel,
+            ):
+                if isinstance(event, CalibrationProgress):
+                    self.calibration_progressed.emit(event)
+                else:
+                    result = event
+        except (ModelError, ValueError) as exc:
+            self.failed.emit(EngineFailure(rid, "calibrate", str(exc)))
+            return
+        except Exception as exc:
+            log.exception("calibration failed")
+            self.failed.emit(EngineFailure(rid, "calibrate", f"Calibration failed: {exc}"))
+            return
+        self.calibration_finished.emit(result)
 
     @Slot()
     def _on_shutdown_requested(self) -> None:
@@ -211,10 +298,13 @@ class EngineService(QObject):
 
     load_requested = Signal(object)
     generate_requested = Signal(object)
+    calibrate_requested = Signal(object)
     shutdown_requested = Signal()
 
     load_progressed = Signal(object)
     pair_loaded = Signal(object)
+    calibration_progressed = Signal(object)
+    calibration_finished = Signal(object)
     generation_started = Signal(int)
     tokens_generated = Signal(object)
     generation_finished = Signal(object)
@@ -224,15 +314,19 @@ class EngineService(QObject):
         super().__init__(parent)
         self._ids = itertools.count(1)
         self._current: GenerateRequest | None = None
+        self._calibration: CalibrateRequest | None = None
         self._thread = QThread()
         self._thread.setObjectName("tandem-engine")
         self._worker = worker or EngineWorker()
         self._worker.moveToThread(self._thread)
         self.load_requested.connect(self._worker._on_load_requested)
         self.generate_requested.connect(self._worker._on_generate_requested)
+        self.calibrate_requested.connect(self._worker._on_calibrate_requested)
         self.shutdown_requested.connect(self._worker._on_shutdown_requested)
         self._worker.load_progressed.connect(self.load_progressed)
         self._worker.pair_loaded.connect(self.pair_loaded)
+        self._worker.calibration_progressed.connect(self.calibration_progressed)
+        self._worker.calibration_finished.connect(self._on_calibration_finished)
         self._worker.generation_started.connect(self.generation_started)
         self._worker.tokens_generated.connect(self.tokens_generated)
         self._worker.generation_finished.connect(self._on_generation_finished)
@@ -241,23 +335,43 @@ class EngineService(QObject):
 
     @property
     def busy(self) -> bool:
-        """Whether a reply is being generated."""
-        return self._current is not None
+        """Whether a reply is being generated or a calibration runs."""
+        return self._current is not None or self._calibration is not None
+
+    def calibrate(
+        self, prompts: Sequence[str], ks: Sequence[int | None], max_tokens: int = 64
+    ) -> int:
+        """Queues a draft-length sweep on the loaded pair; returns its request id."""
+        request = CalibrateRequest(next(self._ids), tuple(prompts), tuple(ks), max_tokens)
+        self._calibration = request
+        self.calibrate_requested.emit(request)
+        return request.request_id
+
+    def cancel_calibration(self) -> None:
+        if self._calibration is not None:
+            self._calibration.cancel.set()
 
     def load_pair(self, target: str, draft: str | None = None) -> None:
         self.load_requested.emit(LoadRequest(target, draft))
 
     def generate(self, messages: Sequence[Message], params: GenerationParams) -> int:
         """Queues a reply and returns its request id."""
-        request = GenerateRequest(next(self._ids), tuple(messages), params)
+        control = DraftControl(params.num_draft)
+        request = GenerateRequest(next(self._ids), tuple(messages), params, control=control)
         self._current = request
         self.generate_requested.emit(request)
         return request.request_id
 
+    def set_draft_length(self, num_draft: int | None) -> None:
+        """Changes the current reply's draft length from its next round on."""
+        if self._current is not None:
+            self._current.control.set(num_draft)
+
     def stop(self) -> None:
-        """Stops the current reply within one engine round."""
+        """Stops the current reply within one engine round, and any calibration."""
         if self._current is not None:
             self._current.cancel.set()
+        self.cancel_calibration()
 
     def shutdown(self, timeout_ms: int = 30_000) -> bool:
         """Stops generation, releases the models on their thread and joins it."""
@@ -274,7 +388,14 @@ class EngineService(QObject):
         self.generation_finished.emit(result)
 
     @Slot(object)
+    def _on_calibration_finished(self, result: object) -> None:
+        self._calibration = None
+        self.calibration_finished.emit(result)
+
+    @Slot(object)
     def _on_failed(self, failure: EngineFailure) -> None:
         if self._current is not None and self._current.request_id == failure.request_id:
             self._current = None
+        if self._calibration is not None and self._calibration.request_id == failure.request_id:
+            self._calibration = None
         self.failed.emit(failure)

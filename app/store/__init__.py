@@ -1,7 +1,7 @@
 """Persistence of conversations, free of Qt."""
 
 from app.store.db import Conversation, Store, StoredMessage, default_data_dir
-from app.store.settings import Settings, SettingsFile, write_atomic
+from app.store.settings import Settings, SettingsFile, pair_key, write_atomic
 
 __all__ = [
     "Conversation",
@@ -10,5 +10,6 @@ __all__ = [
     "Store",
     "StoredMessage",
     "default_data_dir",
+    "pair_key",
     "write_atomic",
 ]

@@ -18,10 +18,10 @@ from typing import Any
 
 import platformdirs
 
-from app.engine.types import Origin, Role, Stats
+from app.engine.types import Origin, Role, Segment, Stats
 
 APP_NAME = "Tandem"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS messages (
     draft TEXT,
     finish_reason TEXT,
     stats TEXT,
-    origins TEXT
+    origins TEXT,
+    segments TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
@@ -73,6 +74,7 @@ class StoredMessage:
     finish_reason: str | None = None
     stats: Stats | None = None
     origins: tuple[Origin, ...] = field(default=())
+    segments: tuple[Segment, ...] = field(default=())
 
 
 class Store:
@@ -87,9 +89,18 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         # executescript commits on its own, so it runs outside _transaction.
-        self._db.executescript(
-            f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
-        )
+        self._db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Brings a database of an older version up to this one, in place."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        with self._transaction() as db:
+            columns = {r["name"] for r in db.execute("PRAGMA table_info(messages)")}
+            if "segments" not in columns:  # version 1 kept no text by origin
+                db.execute("ALTER TABLE messages ADD COLUMN segments TEXT")
+            if version != SCHEMA_VERSION:
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
         self._db.close()
@@ -152,15 +163,26 @@ class Store:
         finish_reason: str | None = None,
         stats: Stats | None = None,
         origins: tuple[Origin, ...] = (),
+        segments: tuple[Segment, ...] = (),
     ) -> StoredMessage:
-        """Appends a message and marks the conversation as just used."""
+        """Appends a message and marks the conversation as just used.
+
+        ``segments`` is the text in runs by the origin of its tokens, so an old
+        reply can be shown coloured again.
+        """
         now = time.time()
         stats_json = json.dumps(stats.as_dict()) if stats is not None else None
         origin_codes = "".join(o.code for o in origins) or None
+        segments_json = (
+            json.dumps([[o.code if o is not None else "", t] for o, t in segments])
+            if segments
+            else None
+        )
         with self._transaction() as db:
             cur = db.execute(
                 "INSERT INTO messages (conversation_id, role, content, created_at, target, "
-                "draft, finish_reason, stats, origins) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "draft, finish_reason, stats, origins, segments) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conversation_id,
                     role,
@@ -171,6 +193,7 @@ class Store:
                     finish_reason,
                     stats_json,
                     origin_codes,
+                    segments_json,
                 ),
             )
             db.execute(
@@ -188,7 +211,36 @@ class Store:
             finish_reason,
             stats,
             origins,
+            segments,
         )
+
+    def message(self, message_id: int) -> StoredMessage | None:
+        row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        return _message(row) if row is not None else None
+
+    def pair_totals(self, target: str, draft: str | None) -> tuple[int, int]:
+        """Accepted and drafted tokens over every saved reply of a pair."""
+        rows = self._db.execute(
+            "SELECT stats FROM messages WHERE role = 'assistant' AND target = ? "
+            "AND draft IS ? AND stats IS NOT NULL",
+            (target, draft),
+        )
+        accepted = drafted = 0
+        for (raw,) in rows:
+            try:
+                data = json.loads(raw)
+                accepted += int(data.get("accepted", 0))
+                drafted += int(data.get("drafted", 0))
+            except (ValueError, TypeError, AttributeError):
+                continue  # one damaged row must not hide the rest
+        return accepted, drafted
+
+    def recent_prompts(self, limit: int = 20) -> list[str]:
+        """The user's latest messages across conversations, oldest first."""
+        rows = self._db.execute(
+            "SELECT content FROM messages WHERE role = 'user' ORDER BY id DESC LIMIT ?", (limit,)
+        )
+        return [r[0] for r in rows][::-1]
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self._db.execute(
@@ -202,4 +254,15 @@ def _message(row: sqlite3.Row) -> StoredMessage:
     raw_stats = data.pop("stats")
     stats = Stats.from_dict(json.loads(raw_stats)) if raw_stats else None
     codes = data.pop("origins") or ""
-    return StoredMessage(**data, stats=stats, origins=tuple(Origin.from_code(c) for c in codes))
+    segments: tuple[Segment, ...] = ()
+    try:
+        raw = json.loads(data.pop("segments") or "[]")
+        segments = tuple((Origin.from_code(c) if c else None, str(t)) for c, t in raw)
+    except (ValueError, TypeError):
+        pass  # a damaged column loses the colours, not the message
+    return StoredMessage(
+        **data,
+        stats=stats,
+        origins=tuple(Origin.from_code(c) for c in codes),
+        segments=segments,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,10 @@ class Settings:
     prompt_lookup: bool = False
     temperature: float = 0.0
     max_tokens: int = 1024
+    colour_tokens: bool = True
+    show_speculation_panel: bool = True
+    # The fastest fixed k a calibration found, per "target|draft".
+    best_k: dict[str, int] = field(default_factory=dict)
 
     def updated(self, **changes: Any) -> Settings:
         return replace(self, **changes)
@@ -51,7 +55,16 @@ def _fits(value: Any, default: Any) -> bool:
         return value is None or isinstance(value, str)
     if isinstance(default, float):
         return isinstance(value, int | float)
+    if isinstance(default, dict):
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and type(v) is int and v >= 0 for k, v in value.items()
+        )
     return isinstance(value, type(default))
+
+
+def pair_key(target: str, draft: str | None) -> str:
+    """The key of a pair in :attr:`Settings.best_k`."""
+    return f"{target}|{draft or ''}"
 
 
 class SettingsFile:

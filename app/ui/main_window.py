@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
-from PySide6.QtCore import QByteArray, QItemSelectionModel, QModelIndex, QSettings, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import QByteArray, QItemSelectionModel, QModelIndex, QSettings, Qt, Slot
+from PySide6.QtGui import QAction, QCloseEvent, QCursor, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -22,8 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.live import LiveStats
 from app.engine.loader import ModelError
-from app.engine.types import FinishReason, GenerationParams, Message, Origin, Stats
+from app.engine.types import FinishReason, GenerationParams, Message, Origin, Segment, Stats
 from app.hub.catalog import CatalogPair
 from app.services import (
     EngineFailure,
@@ -37,15 +39,19 @@ from app.services import (
     PairInfo,
     TokenBatch,
 )
-from app.store import Settings, SettingsFile, Store
+from app.store import Settings, SettingsFile, Store, pair_key
 from app.ui.composer import Composer
 from app.ui.conversation_model import ConversationIdRole, ConversationListModel
 from app.ui.model_bar import ModelBar
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.onboarding import OnboardingView
+from app.ui.speculation_panel import SpeculationPanel
+from app.ui.stats_popover import StatsPopover
 from app.ui.transcript import TranscriptView
 
 log = logging.getLogger(__name__)
+
+TUNE_K_MAX = 8  # a sweep runs every k up to this, then auto
 
 
 def format_stats(stats: Stats) -> tuple[str, str]:
@@ -84,6 +90,9 @@ class MainWindow(QMainWindow):
         self._reply_conversation_id: int | None = None
         self._reply_request_id: int | None = None
         self._reply_text: list[str] = []
+        self._reply_segments: list[Segment] = []
+        self.live = LiveStats()
+        self.tune_dialog: Any = None
 
         self.model_bar = ModelBar(self._settings)
         self.conversations = ConversationListModel(store, self)
@@ -96,6 +105,9 @@ class MainWindow(QMainWindow):
         self.delete_button = QPushButton("Delete")
         self.delete_button.setAccessibleName("Delete conversation")
         self.transcript = TranscriptView()
+        self.transcript.colour = self._settings.colour_tokens
+        self.panel = SpeculationPanel(self._settings)
+        self.panel.setVisible(self._settings.show_speculation_panel)
         self.error_banner = QLabel()
         self.error_banner.setObjectName("errorBanner")
         self.error_banner.setWordWrap(True)
@@ -129,8 +141,9 @@ class MainWindow(QMainWindow):
         splitter = QSplitter()
         splitter.addWidget(left)
         splitter.addWidget(right)
+        splitter.addWidget(self.panel)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([220, 700])
+        splitter.setSizes([220, 640, 260])
         central = QWidget()
         central_layout = QVBoxLayout(central)
         central_layout.setContentsMargins(0, 0, 0, 0)
@@ -158,6 +171,13 @@ class MainWindow(QMainWindow):
         self.composer.stop_requested.connect(self._on_stop_requested)
         self.model_bar.load_requested.connect(self._on_load_requested)
         self.model_bar.models_requested.connect(self.open_model_manager)
+        self.panel.draft_length_changed.connect(self._on_draft_length_changed)
+        self.panel.colour_toggled.connect(self._on_colour_toggled)
+        self.panel.tune_requested.connect(self.open_tune_dialog)
+        self.transcript.stats_requested.connect(self._on_stats_requested)
+        service.generation_started.connect(self._on_generation_started)
+        service.calibration_progressed.connect(self._on_calibration_progressed)
+        service.calibration_finished.connect(self._on_calibration_finished)
         service.load_progressed.connect(self._on_load_progressed)
         service.pair_loaded.connect(self._on_pair_loaded)
         service.tokens_generated.connect(self._on_tokens_generated)
@@ -183,6 +203,16 @@ class MainWindow(QMainWindow):
         models.setShortcut(QKeySequence("Ctrl+Shift+M"))
         models.triggered.connect(self.open_model_manager)
         file_menu.addAction(models)
+        view_menu = self.menuBar().addMenu("&View")
+        self.panel_action = QAction("&Speculation Panel", self)
+        self.panel_action.setCheckable(True)
+        self.panel_action.setChecked(self._settings.show_speculation_panel)
+        self.panel_action.setShortcut(QKeySequence("Ctrl+Alt+S"))
+        self.panel_action.toggled.connect(self._on_panel_toggled)
+        view_menu.addAction(self.panel_action)
+        tune = QAction("&Tune Draft Length…", self)
+        tune.triggered.connect(self.open_tune_dialog)
+        view_menu.addAction(tune)
         quit_action = QAction("&Quit Tandem", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.setMenuRole(QAction.MenuRole.QuitRole)
@@ -217,7 +247,7 @@ class MainWindow(QMainWindow):
         self.transcript.show_messages(self.store.messages(conversation_id))
         if self._reply_conversation_id == conversation_id:
             self.transcript.begin_reply()
-            self.transcript.append_text("".join(self._reply_text))
+            self.transcript.append_segments(self._reply_segments)
 
     @Slot()
     def _on_delete_conversation_requested(self) -> None:
@@ -430,6 +460,12 @@ class MainWindow(QMainWindow):
         self.load_progress.hide()
         self.pair_label.setText(info.label)
         self._close_onboarding()
+        self.live.reset_pair()
+        self.live.set_lifetime(*self.store.pair_totals(info.target, info.draft))
+        self.panel.gauge.set_snapshot(self.live.snapshot())
+        best = self._settings.best_k.get(pair_key(info.target, info.draft))
+        if best is not None:  # the calibrated k is this pair's default
+            self.panel.set_num_draft(best)
         self._save_settings(target=info.target, draft=info.draft)
 
     # Chat
@@ -438,7 +474,7 @@ class MainWindow(QMainWindow):
         return GenerationParams(
             max_tokens=self._settings.max_tokens,
             temperature=self.model_bar.temp_spin.value(),
-            num_draft=self.model_bar.num_draft(),
+            num_draft=self.panel.num_draft(),
             prompt_lookup=self.model_bar.lookup_check.isChecked(),
         )
 
@@ -462,12 +498,13 @@ class MainWindow(QMainWindow):
         history = [Message(m.role, m.content) for m in self.store.messages(cid)]
         self._reply_conversation_id = cid
         self._reply_text = []
+        self._reply_segments = []
         self.transcript.begin_reply()
         self.composer.set_busy(True)
         self._reply_request_id = self.service.generate(history, self.params())
         self._save_settings(
-            num_draft=self.model_bar.k_spin.value(),
-            auto_draft=self.model_bar.auto_check.isChecked(),
+            num_draft=self.panel.k_slider.value(),
+            auto_draft=self.panel.auto_check.isChecked(),
             prompt_lookup=self.model_bar.lookup_check.isChecked(),
             temperature=self.model_bar.temp_spin.value(),
         )
@@ -481,15 +518,22 @@ class MainWindow(QMainWindow):
         if batch.request_id != self._reply_request_id:
             return
         self._reply_text.append(batch.text)
+        self._reply_segments += batch.segments
         if self._conversation_id == self._reply_conversation_id:
-            self.transcript.append_text(batch.text)
+            self.transcript.append_segments(batch.segments)
+        # Batches arrive at most about 30 times a second: one repaint each.
+        self.live.add(batch.rounds, batch.baseline_tps)
+        if self.panel.isVisible():
+            self.panel.gauge.set_snapshot(self.live.snapshot())
 
     @Slot(object)
     def _on_generation_finished(self, result: GenerationResult) -> None:
         if result.request_id != self._reply_request_id:
             return
         f = result.finished
-        self._save_reply(result.text, f.finish_reason, result.pair, f.stats, f.origins)
+        self._save_reply(
+            result.text, f.finish_reason, result.pair, f.stats, f.origins, result.segments
+        )
         tps, acceptance = format_stats(f.stats)
         self.tps_label.setText(tps)
         self.acceptance_label.setText(acceptance)
@@ -502,8 +546,15 @@ class MainWindow(QMainWindow):
             self.pair_label.setText(self._pair.label if self._pair else "No model loaded")
             if self.onboarding is not None:
                 self.onboarding.show_message(failure.message)
+        elif failure.stage == "calibrate":
+            if self.tune_dialog is not None:
+                self.tune_dialog.show_error(failure.message)
+            self.composer.set_busy(False)
+            return
         elif failure.request_id == self._reply_request_id:
-            self._save_reply(failure.text, "error", self._pair, None, ())
+            self._save_reply(
+                failure.text, "error", self._pair, None, (), tuple(self._reply_segments)
+            )
         self.show_error(failure.message)
 
     def _save_reply(
@@ -513,16 +564,21 @@ class MainWindow(QMainWindow):
         pair: PairInfo | None,
         stats: Stats | None,
         origins: tuple[Origin, ...],
+        segments: tuple[Segment, ...] = (),
     ) -> None:
         cid = self._reply_conversation_id
         self._reply_request_id = None
         self._reply_conversation_id = None
         self._reply_text = []
+        self._reply_segments = []
         self.composer.set_busy(False)
         if cid is None or self.store.conversation(cid) is None:
             return
+        saved = None
         if text or reason != "error":
-            self.store.add_message(
+            if "".join(t for _, t in segments) != text:
+                segments = ()  # partial runs would colour the wrong text
+            saved = self.store.add_message(
                 cid,
                 "assistant",
                 text,
@@ -531,12 +587,101 @@ class MainWindow(QMainWindow):
                 finish_reason=reason,
                 stats=stats,
                 origins=origins,
+                segments=segments,
             )
         self.conversations.refresh()
         if cid == self._conversation_id:
             self._select_row(self.conversations.row_of(cid))
             note = {"cancelled": "Stopped.", "error": "Interrupted by an error."}.get(reason, "")
-            self.transcript.end_reply(note)
+            stats_id = saved.id if saved is not None and stats is not None else None
+            self.transcript.end_reply(note, stats_id)
+
+    # Speculation panel
+
+    @Slot(int)
+    def _on_generation_started(self, request_id: int) -> None:
+        if request_id == self._reply_request_id:
+            self.live.begin_message()
+
+    @Slot(object)
+    def _on_draft_length_changed(self, num_draft: int | None) -> None:
+        # The reply in flight takes it from its next round.
+        self.service.set_draft_length(num_draft)
+        self._save_settings(
+            num_draft=self.panel.k_slider.value(), auto_draft=self.panel.auto_check.isChecked()
+        )
+
+    @Slot(bool)
+    def _on_colour_toggled(self, on: bool) -> None:
+        self.transcript.colour = on
+        self._save_settings(colour_tokens=on)
+        if self._conversation_id is not None and self._reply_request_id is None:
+            self._show_conversation(self._conversation_id)
+
+    @Slot(bool)
+    def _on_panel_toggled(self, on: bool) -> None:
+        self.panel.setVisible(on)
+        if on:
+            self.panel.gauge.set_snapshot(self.live.snapshot())
+        self._save_settings(show_speculation_panel=on)
+
+    @Slot(int)
+    def _on_stats_requested(self, message_id: int) -> StatsPopover | None:
+        m = self.store.message(message_id)
+        if m is None or m.stats is None:
+            return None
+        popover = StatsPopover(m.stats, m.target, m.draft, self)
+        popover.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        popover.show_at(QCursor.pos())
+        return popover
+
+    @Slot()
+    def open_tune_dialog(self) -> Any:
+        """Opens the draft-length calibration for the loaded pair."""
+        from app.engine.bench import default_prompts
+        from app.ui.tune_dialog import TuneDialog
+
+        if self._pair is None:
+            self.show_error("Load a model pair first, then tune its draft length.")
+            return None
+        if self._pair.draft is None and not self.model_bar.lookup_check.isChecked():
+            self.show_error("Tuning needs a draft model: load a pair with a draft.")
+            return None
+        dialog = TuneDialog(
+            self._pair.label, self.store.recent_prompts(), default_prompts(), parent=self
+        )
+        dialog.run_requested.connect(self._on_tune_run_requested)
+        dialog.cancel_requested.connect(self.service.cancel_calibration)
+        dialog.best_k_chosen.connect(self.panel.set_num_draft)
+        self.tune_dialog = dialog
+        dialog.open()
+        return dialog
+
+    @Slot(object)
+    def _on_tune_run_requested(self, prompts: list[str]) -> None:
+        if self.service.busy:
+            self.tune_dialog.show_error("Wait for the reply to finish, or stop it, then run.")
+            return
+        self.composer.set_busy(True)
+        self.service.calibrate(prompts, [*range(0, TUNE_K_MAX + 1), None])
+
+    @Slot(object)
+    def _on_calibration_progressed(self, progress: Any) -> None:
+        if self.tune_dialog is not None:
+            self.tune_dialog.show_progress(progress)
+
+    @Slot(object)
+    def _on_calibration_finished(self, result: Any) -> None:
+        self.composer.set_busy(False)
+        if self.tune_dialog is not None:
+            if result is None:
+                self.tune_dialog.set_running(False)
+            else:
+                self.tune_dialog.show_result(result)
+        if result is not None and self._pair is not None:
+            best = dict(self._settings.best_k)
+            best[pair_key(self._pair.target, self._pair.draft)] = result.best_k
+            self._save_settings(best_k=best)
 
     # Errors
 

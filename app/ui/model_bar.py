@@ -1,4 +1,4 @@
-"""The model bar: choose a target and an optional draft folder, k and temperature."""
+"""The model bar: choose a target and an optional draft folder, lookup and temperature."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
-    QSpinBox,
     QToolButton,
     QWidget,
 )
@@ -35,17 +34,6 @@ class ModelBar(QWidget):
         self.models_button = QPushButton("Models…")
         self.models_button.setAccessibleName("Open the model library")
         self.models_button.clicked.connect(self.models_requested)
-        self.k_spin = QSpinBox()
-        self.k_spin.setRange(0, 12)
-        self.k_spin.setValue(settings.num_draft)
-        self.k_spin.setAccessibleName("Draft tokens per round")
-        self.k_spin.setToolTip("Draft tokens per round (k); 0 turns speculation off")
-        self.auto_check = QCheckBox("Auto")
-        self.auto_check.setChecked(settings.auto_draft)
-        self.auto_check.setAccessibleName("Adapt draft length")
-        self.auto_check.setToolTip("Pick k each round from measured acceptance and cost")
-        self.auto_check.toggled.connect(lambda on: self.k_spin.setEnabled(not on))
-        self.k_spin.setEnabled(not settings.auto_draft)
         self.lookup_check = QCheckBox("Lookup")
         self.lookup_check.setChecked(settings.prompt_lookup)
         self.lookup_check.setAccessibleName("Prompt lookup drafting")
@@ -71,9 +59,6 @@ class ModelBar(QWidget):
             layout.addWidget(browse)
         layout.addWidget(self.load_button)
         layout.addWidget(self.models_button)
-        layout.addWidget(QLabel("k"))
-        layout.addWidget(self.k_spin)
-        layout.addWidget(self.auto_check)
         layout.addWidget(self.lookup_check)
         layout.addWidget(QLabel("Temp"))
         layout.addWidget(self.temp_spin)
@@ -96,10 +81,6 @@ class ModelBar(QWidget):
         target = self.target_edit.text().strip()
         if target:
             self.load_requested.emit(target, self.draft_edit.text().strip())
-
-    def num_draft(self) -> int | None:
-        """The chosen k; ``None`` when it adapts."""
-        return None if self.auto_check.isChecked() else self.k_spin.value()
 
     def set_loading(self, loading: bool) -> None:
         self.load_button.setEnabled(not loading)

@@ -122,3 +122,32 @@ def test_without_draft_every_token_is_the_targets(tiny: TinyModels, plain) -> No
     assert set(f.origins) == {Origin.TARGET}
     assert f.stats.drafted == 0
     assert f.stats.acceptance is None
+
+
+def test_each_chunk_carries_its_tokens_text_and_round(tiny_pair) -> None:
+    chunks, f = _run(tiny_pair, PROMPTS[1], max_tokens=30, num_draft=3)
+    token_chunks = [c for c in chunks if c.token_ids]
+    for c in token_chunks:
+        assert len(c.pieces) == len(c.token_ids) and "".join(c.pieces) == c.text
+        assert c.round is not None and c.round.tokens == len(c.token_ids)
+        assert c.round.k in (0, 3) and 0 <= c.round.accepted <= c.round.k
+    # The rounds add up to the message's stats.
+    rounds = [c.round for c in token_chunks if c.round is not None]
+    assert sum(r.k for r in rounds) == f.stats.drafted
+    assert sum(r.accepted for r in rounds) == f.stats.accepted
+    assert sum(r.tokens for r in rounds) == f.stats.tokens
+
+
+def test_a_control_changes_k_mid_stream(tiny_pair) -> None:
+    from app.engine.speculative import DraftControl
+
+    control = DraftControl(2)
+    ks: list[int] = []
+    for event in stream_reply(
+        tiny_pair, PROMPTS[0], GenerationParams(max_tokens=40, seed=0), control=control
+    ):
+        if isinstance(event, Chunk) and event.round is not None:
+            ks.append(event.round.k)
+            if len(ks) == 3:
+                control.set(5)
+    assert set(ks[:3]) <= {0, 2} and 5 in ks[3:] and 2 not in ks[4:]

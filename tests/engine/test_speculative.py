@@ -318,3 +318,57 @@ def test_fit_vocab_cuts_or_pads() -> None:
     padded = fit_vocab(x, 5)
     assert padded.shape == (1, 5)
     assert mx.exp(padded).tolist()[0][3:] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: bool) -> None:
+    from app.engine.speculative import DraftControl
+
+    pair = models["noisy"]
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, num_draft=0)
+    control = DraftControl(3)
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    decoder.probe_every = 0
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(prompt_lookup=lookup), control)
+    assert isinstance(next(gen), Prefill)
+    # Each phase runs a few rounds: drafting at 3, off, adaptive, off again, 5.
+    phases: list[tuple[int | None, list[Round]]] = []
+    out: list[int] = []
+    for setting in (3, 0, None, 0, 5):
+        control.set(setting)
+        rounds = [next(gen) for _ in range(4)]
+        phases.append((setting, rounds))
+        out += [t for r in rounds for t in r.tokens]
+    gen.close()
+    assert out == want[: len(out)]
+    for setting, rounds in phases:
+        if setting == 0:
+            assert all(r.k == 0 and len(r.tokens) == 1 for r in rounds)
+        else:
+            # The first round after a switch already drafts.
+            assert all(r.k > 0 for r in rounds), setting
+            assert all(r.auto == (setting is None) for r in rounds)
+        if setting == 5:
+            assert all(r.k == 5 for r in rounds if r.source == "draft")
+
+
+def test_a_control_that_starts_at_zero_drafts_once_raised(models) -> None:
+    from app.engine.speculative import DraftControl
+
+    pair = models["copy"]
+    control = DraftControl(0)
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(), control)
+    next(gen)
+    assert next(gen).k == 0
+    control.set(4)
+    rounds = [next(gen) for _ in range(3)]
+    gen.close()
+    assert [r.k for r in rounds] == [4, 4, 4] and all(r.accepted == 4 for r in rounds)
+
+
+def test_draft_control_rejects_a_negative_length() -> None:
+    from app.engine.speculative import DraftControl
+
+    with pytest.raises(ValueError):
+        DraftControl().set(-1)

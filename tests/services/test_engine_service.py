@@ -55,6 +55,7 @@ def _scripted(chunks: int, delay: float = 0.0, fail_at: int | None = None):
         _messages: Sequence[Message],
         _params: GenerationParams,
         cancel: threading.Event,
+        control=None,
     ) -> Iterator[Chunk | Finished]:
         ids = []
         reason = "length"
@@ -230,3 +231,79 @@ def test_a_pair_that_does_not_fit_is_refused_before_loading(
     assert failure.message.startswith("This pair does not fit: needs ")
     assert "usable" in failure.message
     assert loads == []
+
+
+def test_batches_and_result_carry_text_by_origin_and_rounds(
+    qtbot: QtBot, make_service, tiny: TinyModels
+) -> None:
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
+    batches: list[TokenBatch] = []
+    service.tokens_generated.connect(batches.append)
+    with qtbot.waitSignal(service.generation_finished, timeout=20_000) as blocker:
+        service.generate(HELLO, GenerationParams(max_tokens=40, num_draft=3))
+    result: GenerationResult = blocker.args[0]
+    for b in batches:
+        assert "".join(text for _, text in b.segments) == b.text
+    assert "".join(text for _, text in result.segments) == result.text
+    # Adjacent runs differ in origin, and every drafted token shows up as one.
+    assert all(a[0] != b[0] for a, b in zip(result.segments[:-1], result.segments[1:], strict=True))
+    rounds = [r for b in batches for r in b.rounds]
+    assert sum(r.tokens for r in rounds) == result.finished.stats.tokens
+    assert sum(r.accepted for r in rounds) == result.finished.stats.accepted
+
+
+def test_draft_length_changes_for_the_reply_in_flight(qtbot: QtBot, make_service) -> None:
+    seen: list[int | None] = []
+
+    def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+        seen.append(control.num_draft)
+        while control.num_draft != 7 and not cancel.is_set():
+            time.sleep(0.001)
+        seen.append(control.num_draft)
+        yield Finished(Stats(), "stop", (), ())
+
+    service = make_service(EngineWorker(load=_fake_load, stream=stream))
+    _loaded(qtbot, service)
+    with qtbot.waitSignal(service.generation_finished, timeout=5_000):
+        with qtbot.waitSignal(service.generation_started, timeout=5_000):
+            service.generate(HELLO, GenerationParams(num_draft=2))
+        service.set_draft_length(7)
+    assert seen == [2, 7]
+
+
+def test_calibration_runs_on_the_engine_thread_and_reports(
+    qtbot: QtBot, make_service, tiny: TinyModels
+) -> None:
+    from app.engine.calibrate import CalibrationResult
+
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
+    progress: list[str] = []
+    service.calibration_progressed.connect(lambda p: progress.append(p.text))
+    with qtbot.waitSignal(service.calibration_finished, timeout=60_000) as blocker:
+        service.calibrate(["Say hi.", "Count to three."], (0, 2, None), max_tokens=8)
+        assert service.busy
+    result: CalibrationResult = blocker.args[0]
+    assert [p.k for p in result.points] == [0, 2, None]
+    assert result.best_k in (0, 2)
+    assert len(progress) == 1 + 3 * 2  # a warm-up, then each k on each prompt
+    assert not service.busy
+
+
+def test_a_cancelled_calibration_finishes_without_a_result(
+    qtbot: QtBot, make_service, tiny: TinyModels
+) -> None:
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
+    service.calibration_progressed.connect(lambda _p: service.cancel_calibration())
+    with qtbot.waitSignal(service.calibration_finished, timeout=60_000) as blocker:
+        service.calibrate(["Say hi."], (0, 1, 2), max_tokens=8)
+    assert blocker.args[0] is None and not service.busy
+
+
+def test_calibration_without_a_pair_fails_as_a_value(qtbot: QtBot, make_service) -> None:
+    service = make_service()
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        service.calibrate(["x"], (0, 1))
+    assert blocker.args[0].stage == "calibrate" and not service.busy

@@ -76,3 +76,80 @@ def test_rename(tmp_path: Path) -> None:
     store.rename_conversation(c.id, "new")
     assert store.conversation(c.id) is not None
     assert store.conversations()[0].title == "new"
+
+
+def test_segments_round_trip(tmp_path: Path) -> None:
+    from app.engine.types import Origin
+
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation()
+    segments = ((Origin.DRAFT, "Hello"), (Origin.BONUS, ","), (None, " wörld"))
+    store.add_message(c.id, "assistant", "Hello, wörld", segments=segments)
+    store.add_message(c.id, "user", "plain")
+    reply, user = store.messages(c.id)
+    assert reply.segments == segments
+    assert user.segments == ()
+    store.close()
+
+
+def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript(
+        """
+        CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL,
+            created_at REAL NOT NULL, updated_at REAL NOT NULL);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL,
+            role TEXT NOT NULL, content TEXT NOT NULL, created_at REAL NOT NULL,
+            target TEXT, draft TEXT, finish_reason TEXT, stats TEXT, origins TEXT);
+        INSERT INTO conversations VALUES (1, 'Old chat', 1.0, 1.0);
+        INSERT INTO messages (conversation_id, role, content, created_at, origins)
+            VALUES (1, 'assistant', 'kept', 1.0, 'td');
+        PRAGMA user_version=1;
+        """
+    )
+    old.close()
+    store = Store(path)
+    [m] = store.messages(1)
+    assert (m.content, m.segments, len(m.origins)) == ("kept", (), 2)
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == 2
+    store.add_message(1, "assistant", "new", segments=((None, "new"),))
+    assert store.messages(1)[-1].segments == ((None, "new"),)
+    store.close()
+
+
+def test_damaged_segments_lose_colours_not_the_message(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation()
+    m = store.add_message(c.id, "assistant", "text")
+    store._db.execute("UPDATE messages SET segments = '{bad' WHERE id = ?", (m.id,))
+    [back] = store.messages(c.id)
+    assert back.content == "text" and back.segments == ()
+    store.close()
+
+
+def test_pair_totals_and_recent_prompts(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation()
+    store.add_message(c.id, "user", "first")
+    for accepted, drafted, draft in ((3, 4, "d"), (5, 8, "d"), (9, 9, "other"), (1, 2, None)):
+        store.add_message(
+            c.id,
+            "assistant",
+            "r",
+            target="t",
+            draft=draft,
+            stats=Stats(drafted=drafted, accepted=accepted),
+        )
+    store.add_message(c.id, "user", "second")
+    store.add_message(c.id, "assistant", "no stats", target="t", draft="d")
+    assert store.pair_totals("t", "d") == (8, 12)
+    assert store.pair_totals("t", None) == (1, 2)
+    assert store.pair_totals("x", "d") == (0, 0)
+    assert store.recent_prompts() == ["first", "second"]
+    assert store.recent_prompts(limit=1) == ["second"]
+    m = store.messages(c.id)[1]
+    assert store.message(m.id) == m and store.message(10_000) is None
+    store.close()

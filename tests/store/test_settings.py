@@ -55,3 +55,19 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Mon
         write_atomic(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_best_k_per_pair_round_trips_and_bad_values_are_dropped(tmp_path: Path) -> None:
+    import json
+
+    from app.store import pair_key
+
+    f = SettingsFile(tmp_path / "s.json")
+    key = pair_key("/m/t", "/m/d")
+    f.save(Settings().updated(best_k={key: 5}, colour_tokens=False))
+    back = f.load()
+    assert back.best_k == {key: 5} and not back.colour_tokens
+    assert pair_key("/m/t", None) == "/m/t|"
+    (tmp_path / "s.json").write_text(json.dumps({"best_k": {key: "five"}, "num_draft": 3}))
+    back = f.load()
+    assert back.best_k == {} and back.num_draft == 3

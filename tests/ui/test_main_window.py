@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
+from app.engine.types import Finished, Origin, Stats
 from app.services import EngineService, EngineWorker
 from app.store import SettingsFile, Store
 from app.ui.main_window import MainWindow
@@ -59,7 +60,7 @@ def test_reply_streams_in_and_is_saved(qtbot: QtBot, make_window, tiny: TinyMode
     window = make_window()
     _load(qtbot, window, str(tiny.target), str(tiny.copy))
     assert window.pair_label.text() == "tiny-llama + tiny-copy"
-    window.model_bar.k_spin.setValue(3)
+    window.panel.k_slider.setValue(3)
     _send(qtbot, window, "Write a haiku about the sea.")
 
     [conversation] = window.store.conversations()
@@ -73,7 +74,9 @@ def test_reply_streams_in_and_is_saved(qtbot: QtBot, make_window, tiny: TinyMode
     assert (reply.target, reply.draft) == (str(tiny.target), str(tiny.copy))
     shown = window.transcript.toPlainText()
     assert "Write a haiku about the sea." in shown
-    assert shown.rstrip().endswith(reply.content.rstrip())
+    # The reply, then the link to its statistics.
+    assert shown.endswith("\nStats…")
+    assert shown.removesuffix("\nStats…").rstrip().endswith(reply.content.rstrip())
     assert "tok/s" in window.tps_label.text()
     assert window.acceptance_label.text().startswith("100% accepted")
     assert window.composer.editor.toPlainText() == ""
@@ -199,9 +202,9 @@ def test_auto_k_and_lookup_reach_the_engine_and_are_remembered(
 ) -> None:
     window = make_window()
     _load(qtbot, window, str(tiny.target), str(tiny.copy))
-    window.model_bar.auto_check.setChecked(True)
+    window.panel.auto_check.setChecked(True)
     window.model_bar.lookup_check.setChecked(True)
-    assert not window.model_bar.k_spin.isEnabled()
+    assert not window.panel.k_slider.isEnabled()
     _send(qtbot, window, "Repeat: one two three, one two three")
     reply = window.store.messages(window.store.conversations()[0].id)[-1]
     assert reply.stats is not None
@@ -212,7 +215,7 @@ def test_auto_k_and_lookup_reach_the_engine_and_are_remembered(
     assert "× plain" in window.tps_label.text()
     window.close()
     again = make_window()
-    assert again.model_bar.auto_check.isChecked()
+    assert again.panel.auto_check.isChecked()
     assert again.model_bar.lookup_check.isChecked()
 
 
@@ -289,3 +292,196 @@ def test_loading_shows_its_steps_in_the_status_bar(
     ]
     assert not window.load_progress.isVisible()
     assert window.pair_label.text() == "tiny-llama + tiny-copy"
+
+
+# Speculation panel, colouring and stats, driven by a scripted engine.
+
+SCRIPT = ((4, 4), (4, 2), (4, 0), (0, 0))  # (k, accepted) per round
+
+
+def _rounds(script=SCRIPT, seen_k: list | None = None, hold=None):  # type: ignore[no-untyped-def]
+    """A stream that plays rounds; ``seen_k`` records the control's k before each."""
+    from app.engine.types import Chunk, RoundStat
+
+    def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+        ids: list[int] = []
+        origins: list[Origin] = []
+        for i, (k, accepted) in enumerate(script):
+            if hold is not None:
+                hold(i)
+            if seen_k is not None:
+                seen_k.append(control.num_draft)
+            if cancel.is_set():
+                break
+            orig = [Origin.DRAFT] * accepted
+            orig.append(
+                Origin.TARGET if k == 0 else Origin.BONUS if accepted == k else Origin.CORRECTION
+            )
+            pieces = tuple(f"r{i}t{j} " for j in range(len(orig)))
+            rnd = RoundStat(len(orig), k, accepted, seconds=0.01)
+            ids += range(len(orig))
+            origins += orig
+            yield Chunk("".join(pieces), tuple(range(len(orig))), tuple(orig), pieces, rnd, 50.0)
+        drafted = sum(k for k, _ in script)
+        accepted = sum(a for _, a in script)
+        stats = Stats(
+            tokens=len(ids),
+            drafted=drafted,
+            accepted=accepted,
+            target_calls=len(script),
+            draft_rounds=sum(1 for k, _ in script if k),
+            num_draft=params.num_draft,
+            k_min=4,
+            k_max=4,
+            generation_seconds=0.04,
+            baseline_tps=50.0,
+        )
+        yield Finished(stats, "stop", tuple(ids), tuple(origins))
+
+    return stream
+
+
+def test_gauge_shows_the_rounds_the_engine_sent(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    _send(qtbot, window, "Hello")
+    snap = window.panel.gauge.snapshot()
+    assert snap is not None
+    # 6 of 12 drafted tokens accepted; 10 tokens in 0.04 s against a 50 tok/s baseline.
+    assert snap.message_acceptance == 0.5 and snap.rolling_acceptance == 0.5
+    assert snap.tokens == 10 and abs(snap.tps - 250.0) < 1e-6
+    assert snap.position_acceptance[:4] == (2 / 3, 2 / 3, 1 / 3, 1 / 3)
+    summary = window.panel.gauge.summary()
+    assert summary.startswith("Acceptance 50% (message 50%, lifetime 50%)")
+    assert "250.0 tok/s" in summary and "5.00× plain" in summary
+
+
+def test_reply_is_coloured_by_origin_and_keeps_its_colours(qtbot: QtBot, make_window) -> None:
+    from PySide6.QtGui import QTextCursor
+
+    from app.ui.transcript import ORIGIN_COLORS
+
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    _send(qtbot, window, "Hello")
+
+    def background_of(word: str) -> object:
+        doc = window.transcript.document()
+        cursor = doc.find(word)
+        assert not cursor.isNull(), word
+        c = QTextCursor(doc)
+        c.setPosition(cursor.selectionStart() + 1)
+        fmt = c.charFormat()
+        return fmt.background().color() if fmt.hasProperty(fmt.Property.BackgroundBrush) else None
+
+    assert background_of("r0t0") == ORIGIN_COLORS[Origin.DRAFT]
+    assert background_of("r0t4") == ORIGIN_COLORS[Origin.BONUS]
+    assert background_of("r1t2") == ORIGIN_COLORS[Origin.CORRECTION]
+    assert background_of("r3t0") is None  # a plain target step
+    [conversation] = window.store.conversations()
+    reply = window.store.messages(conversation.id)[1]
+    assert "".join(t for _, t in reply.segments) == reply.content
+    # Shown again from the store, with the same colours; the toggle turns them off.
+    window._show_conversation(conversation.id)
+    assert background_of("r1t2") == ORIGIN_COLORS[Origin.CORRECTION]
+    window.panel.colour_check.setChecked(False)
+    assert background_of("r1t2") is None
+    assert (
+        window.settings_file_colour() is False if hasattr(window, "settings_file_colour") else True
+    )
+
+
+def test_k_slider_applies_to_the_reply_in_flight(qtbot: QtBot, make_window) -> None:
+    import threading
+
+    seen: list[int | None] = []
+    gate = threading.Event()
+
+    def hold(i: int) -> None:
+        if i == 2:  # the UI changes k while the third round waits
+            gate.wait(5)
+
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds(seen_k=seen, hold=hold)))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    window.panel.k_slider.setValue(4)
+    window.composer.editor.setPlainText("Hello")
+    with qtbot.waitSignal(window.service.generation_finished, timeout=10_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(seen) >= 2)
+        window.panel.k_slider.setValue(7)
+        window.panel.auto_check.setChecked(True)
+        gate.set()
+    assert seen[0] == 4 and seen[-1] is None
+    assert window.panel.k_value.text() == "k: auto"
+    assert window._settings.auto_draft and window._settings.num_draft == 7
+
+
+def test_stats_link_opens_the_replys_statistics(qtbot: QtBot, make_window) -> None:
+    from PySide6.QtCore import QUrl
+
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    _send(qtbot, window, "Hello")
+    [conversation] = window.store.conversations()
+    reply = window.store.messages(conversation.id)[1]
+    opened: list[object] = []
+    window.transcript.stats_requested.connect(
+        lambda mid: opened.append(window._on_stats_requested(mid))
+    )
+    window.transcript.anchorClicked.emit(QUrl(f"stats:{reply.id}"))
+    [popover] = opened
+    rows = dict(popover.rows)  # type: ignore[attr-defined]
+    assert rows["Acceptance"] == "50% (6 of 12)"
+    assert rows["Tokens per target call"] == "2.50"
+    assert rows["Speed-up"] == "5.00× plain"
+    assert rows["Pair"] == "target + draft"
+    popover.close()  # type: ignore[attr-defined]
+
+
+def test_hiding_the_panel_stops_gauge_updates(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    window.panel_action.setChecked(False)
+    assert not window.panel.isVisible()
+    before = window.panel.gauge.snapshot()
+    _send(qtbot, window, "Hello")
+    assert window.panel.gauge.snapshot() is before  # no repaint work while hidden
+    window.panel_action.setChecked(True)
+    snap = window.panel.gauge.snapshot()
+    assert snap is not None and snap.message_acceptance == 0.5
+
+
+def test_tune_runs_a_sweep_saves_the_best_k_and_charts_it(
+    qtbot: QtBot, make_window, tiny: TinyModels, tmp_path: Path
+) -> None:
+    from app.store import pair_key
+
+    window = make_window()
+    _load(qtbot, window, str(tiny.target), str(tiny.copy))
+    dialog = window.open_tune_dialog()
+    assert dialog is not None
+    with qtbot.waitSignal(window.service.calibration_finished, timeout=120_000) as blocker:
+        qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+        assert window.service.busy and not window.composer.send_button.isEnabled()
+    result = blocker.args[0]
+    assert [p.k for p in result.points] == [*range(9), None]
+    key = pair_key(str(tiny.target), str(tiny.copy))
+    assert window._settings.best_k == {key: result.best_k}
+    assert SettingsFile(tmp_path / "settings.json").load().best_k == {key: result.best_k}
+    assert dialog.calibration == result
+    png = tmp_path / "sweep.png"
+    assert dialog.export_png(str(png)) and png.stat().st_size > 1000
+    assert window.composer.send_button.isEnabled()
+    # Next time the pair loads, its calibrated k is the default.
+    window.panel.set_num_draft(12)
+    _load(qtbot, window, str(tiny.target), str(tiny.copy))
+    assert window.panel.num_draft() == result.best_k
+
+
+def test_tune_needs_a_pair_with_a_draft(qtbot: QtBot, make_window, tiny: TinyModels) -> None:
+    window = make_window(library=(tiny.target,))
+    assert window.open_tune_dialog() is None
+    assert window.error_banner.text().startswith("Load a model pair first")
+    _load(qtbot, window, str(tiny.target))
+    assert window.open_tune_dialog() is None
+    assert window.error_banner.text().startswith("Tuning needs a draft model")

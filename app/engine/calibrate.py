@@ -1,0 +1,335 @@
+"""Calibration: sweep the draft length k on a loaded pair and find the fastest.
+
+The sweep runs :func:`~app.engine.generate.stream_reply` exactly as a chat turn
+does, for each k over the same prompts, so the numbers are the ones the user
+will see. It is a generator of immutable events, like ``stream_reply``: the
+caller runs it on the engine thread and forwards the events to the UI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from app.engine.bench import default_prompts
+from app.engine.generate import stream_reply
+from app.engine.loader import ModelPair
+from app.engine.types import Finished, GenerationParams, Message, Stats
+
+DEFAULT_K_MAX = 8
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPoint:
+    """The measurements of one draft length over all prompts.
+
+    Attributes:
+        k: The draft length; 0 is plain decoding and ``None`` adaptive ("auto").
+        tps: Generated tokens over generation seconds, all prompts together.
+        acceptance: Accepted over drafted tokens; ``None`` when nothing was drafted.
+        mean_k: Drafted tokens per drafting round; ``None`` without drafting rounds.
+        tokens: Tokens generated over all prompts.
+        seconds: Generation seconds over all prompts (prompt processing left out).
+    """
+
+    k: int | None
+    tps: float
+    acceptance: float | None
+    mean_k: float | None
+    tokens: int
+    seconds: float
+
+    @property
+    def label(self) -> str:
+        """``"auto"`` or the k, for tables and legends."""
+        return "auto" if self.k is None else str(self.k)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "label": self.label}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CalibrationPoint:
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationProgress:
+    """Sent before each measured run (and once before the warm-up).
+
+    Attributes:
+        done: Runs finished so far.
+        total: Runs of the whole sweep.
+        text: What runs next, for a status line.
+    """
+
+    done: int
+    total: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationResult:
+    """The outcome of a sweep.
+
+    Attributes:
+        points: One point per k, in the order they were asked for.
+        best_k: The fixed k (0 included) with the highest speed; ties go to
+            the smaller k. Never ``None``, so it can be stored as a setting.
+        baseline_tps: Plain decoding speed: the k = 0 point when measured,
+            else the decoder's own estimate, else ``None``.
+        prompts: Prompts each k ran on.
+        max_tokens: Token budget of each run.
+        pair: Label of the pair, for the export.
+    """
+
+    points: tuple[CalibrationPoint, ...]
+    best_k: int
+    baseline_tps: float | None
+    prompts: int
+    max_tokens: int
+    pair: str = ""
+
+    def point(self, k: int | None) -> CalibrationPoint | None:
+        """The point of ``k`` (``None`` for auto), if it was measured."""
+        return next((p for p in self.points if p.k == k), None)
+
+    @property
+    def best(self) -> CalibrationPoint:
+        """The point of :attr:`best_k`."""
+        point = self.point(self.best_k)
+        assert point is not None
+        return point
+
+    def speedup(self, point: CalibrationPoint) -> float | None:
+        """``point``'s speed over plain decoding, when both are known."""
+        if not self.baseline_tps or not point.tps:
+            return None
+        return point.tps / self.baseline_tps
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values; :meth:`from_dict` reads them back."""
+        return {
+            "pair": self.pair,
+            "best_k": self.best_k,
+            "baseline_tps": self.baseline_tps,
+            "prompts": self.prompts,
+            "max_tokens": self.max_tokens,
+            "points": [{**p.as_dict(), "speedup": self.speedup(p)} for p in self.points],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CalibrationResult:
+        return cls(
+            points=tuple(CalibrationPoint.from_dict(p) for p in data["points"]),
+            best_k=int(data["best_k"]),
+            baseline_tps=data.get("baseline_tps"),
+            prompts=int(data["prompts"]),
+            max_tokens=int(data["max_tokens"]),
+            pair=str(data.get("pair", "")),
+        )
+
+
+def save_json(result: CalibrationResult, path: Path | str) -> None:
+    """Writes ``result`` as JSON so that readers see the old or the new file, never half."""
+    # The engine sits below the store, so it cannot borrow store.write_atomic.
+    path = Path(path)
+    data = json.dumps(result.as_dict(), indent=2).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_json(path: Path | str) -> CalibrationResult:
+    """Reads a result that :func:`save_json` wrote."""
+    return CalibrationResult.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def recent_prompts(recent: Sequence[str], limit: int = 5) -> list[str]:
+    """The last ``limit`` distinct non-blank prompts of ``recent`` (oldest first)."""
+    out: list[str] = []
+    for text in reversed(recent):
+        text = text.strip()
+        if text and text not in out:
+            out.append(text)
+        if len(out) == limit:
+            break
+    return out[::-1]
+
+
+def prompt_set(recent: Sequence[str], limit: int = 5) -> list[str]:
+    """Prompts to calibrate on: the user's own, else the built-in set.
+
+    Args:
+        recent: The user's prompts, oldest first.
+        limit: Most prompts to return.
+
+    Returns:
+        The last ``limit`` distinct non-blank prompts of ``recent``, or the
+        first ``limit`` of ``resources/prompts.json`` when fewer than two remain
+        (one prompt says too little about a workload).
+    """
+    own = recent_prompts(recent, limit)
+    return own if len(own) >= 2 else default_prompts()[:limit]
+
+
+def pick_best(points: Sequence[CalibrationPoint]) -> int:
+    """The fixed k with the highest speed; ties go to the smaller k.
+
+    Raises:
+        ValueError: No point has a fixed k.
+    """
+    fixed = [p for p in points if p.k is not None]
+    if not fixed:
+        raise ValueError("no fixed draft length was measured")
+    best = max(fixed, key=lambda p: (p.tps, -(p.k or 0)))
+    assert best.k is not None
+    return best.k
+
+
+def calibrate(
+    pair: ModelPair,
+    prompts: Sequence[str],
+    ks: Sequence[int | None],
+    *,
+    max_tokens: int = 64,
+    temperature: float = 0.0,
+    seed: int = 0,
+    cancel: threading.Event | None = None,
+) -> Iterator[CalibrationProgress | CalibrationResult]:
+    """Measures decoding speed for each draft length in ``ks``.
+
+    Every k runs on every prompt as a fresh one-message chat. A short warm-up
+    run of each k comes first and is not measured, so the first k does not pay
+    for kernel compilation and cache allocation. The pair's decoder is shared
+    with chat, so its caches afterwards hold a calibration prompt.
+
+    Args:
+        pair: A loaded pair with a draft model.
+        prompts: User messages to run.
+        ks: Draft lengths: 0 is plain decoding, ``None`` adaptive. Duplicates
+            are measured once.
+        max_tokens: Token budget of each run.
+        temperature: Sampling temperature; 0 is greedy.
+        seed: Sampler seed of every run, so each k sees the same draws.
+        cancel: Checked before every run and between rounds; once set, the
+            sweep ends without a result.
+
+    Yields:
+        A :class:`CalibrationProgress` before the warm-up and before each
+        measured run, then one :class:`CalibrationResult`.
+
+    Raises:
+        ValueError: ``prompts`` or ``ks`` is empty, ``ks`` has no fixed k or
+            a negative one, or the pair has no draft model (raised at once,
+            not on the first ``next``).
+        ModelError: The pair cannot draft (from ``stream_reply``).
+    """
+    prompts = [p for p in prompts if p.strip()]
+    ks = list(dict.fromkeys(ks))
+    if not prompts:
+        raise ValueError("calibration needs at least one prompt")
+    if not ks:
+        raise ValueError("calibration needs at least one draft length")
+    if all(k is None for k in ks):
+        raise ValueError("calibration needs at least one fixed draft length")
+    if any(k is not None and k < 0 for k in ks):
+        raise ValueError("draft lengths cannot be negative")
+    if pair.draft is None:
+        raise ValueError("calibration needs a draft model")
+    return _sweep(pair, prompts, ks, max_tokens, temperature, seed, cancel)
+
+
+def _sweep(
+    pair: ModelPair,
+    prompts: list[str],
+    ks: list[int | None],
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    cancel: threading.Event | None,
+) -> Iterator[CalibrationProgress | CalibrationResult]:
+    # Auto adapts within [1, k_max]; give it the sweep's range to choose from.
+    k_max = max((k for k in ks if k), default=DEFAULT_K_MAX)
+    total = len(ks) * len(prompts)
+
+    def run(k: int | None, prompt: str, tokens: int) -> Stats | None:
+        params = GenerationParams(
+            num_draft=k, k_max=k_max, max_tokens=tokens, temperature=temperature, seed=seed
+        )
+        last = None
+        for event in stream_reply(pair, [Message("user", prompt)], params, cancel):
+            last = event
+        assert isinstance(last, Finished)
+        return None if last.finish_reason == "cancelled" else last.stats
+
+    def cancelled() -> bool:
+        return cancel is not None and cancel.is_set()
+
+    if cancelled():
+        return
+    yield CalibrationProgress(0, total, "warming up")
+    for k in ks:
+        if cancelled() or run(k, prompts[0], min(WARMUP_TOKENS, max_tokens)) is None:
+            return
+
+    points: list[CalibrationPoint] = []
+    baseline: float | None = None
+    done = 0
+    for k in ks:
+        runs: list[Stats] = []
+        for i, prompt in enumerate(prompts):
+            if cancelled():
+                return
+            label = "auto" if k is None else str(k)
+            yield CalibrationProgress(done, total, f"k = {label}, prompt {i + 1} of {len(prompts)}")
+            # A cancel set in answer to the event ends the run before its prefill.
+            stats = run(k, prompt, max_tokens)
+            if stats is None:
+                return
+            runs.append(stats)
+            baseline = stats.baseline_tps or baseline
+            done += 1
+        points.append(_point(k, runs))
+    if cancelled():
+        return
+    plain = next((p for p in points if p.k == 0), None)
+    yield CalibrationResult(
+        points=tuple(points),
+        best_k=pick_best(points),
+        baseline_tps=plain.tps if plain is not None else baseline,
+        prompts=len(prompts),
+        max_tokens=max_tokens,
+        pair=pair.label,
+    )
+
+
+def _point(k: int | None, runs: Sequence[Stats]) -> CalibrationPoint:
+    """Aggregates runs as totals, so long replies weigh more than short ones."""
+    tokens = sum(s.tokens for s in runs)
+    seconds = sum(s.generation_seconds for s in runs)
+    drafted = sum(s.drafted for s in runs)
+    rounds = sum(s.draft_rounds for s in runs)
+    return CalibrationPoint(
+        k=k,
+        tps=tokens / seconds if seconds > 0 else 0.0,
+        acceptance=sum(s.accepted for s in runs) / drafted if drafted else None,
+        mean_k=drafted / rounds if rounds else None,
+        tokens=tokens,
+        seconds=seconds,
+    )

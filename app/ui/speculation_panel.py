@@ -1,0 +1,117 @@
+"""The side panel: the live gauge, the draft length and the token colour legend."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.types import Origin
+from app.store import Settings
+from app.ui.gauge import GaugeWidget
+from app.ui.transcript import ORIGIN_COLORS, ORIGIN_LABELS
+
+K_MAX = 12
+
+
+def k_label(num_draft: int | None) -> str:
+    """What the slider's value means, in words."""
+    if num_draft is None:
+        return "k: auto"
+    return "k: off" if num_draft == 0 else f"k: {num_draft}"
+
+
+class SpeculationPanel(QWidget):
+    """Shows speculation at work and sets how far the draft runs ahead."""
+
+    draft_length_changed = Signal(object)  # int, or None when k adapts
+    colour_toggled = Signal(bool)
+    tune_requested = Signal()
+
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("speculationPanel")
+        self.gauge = GaugeWidget()
+        self.k_slider = QSlider(Qt.Orientation.Horizontal)
+        self.k_slider.setRange(0, K_MAX)
+        self.k_slider.setPageStep(1)
+        self.k_slider.setTickPosition(QSlider.TickPosition.TicksBelow)
+        self.k_slider.setTickInterval(1)
+        self.k_slider.setValue(min(settings.num_draft, K_MAX))
+        self.k_slider.setAccessibleName("Draft tokens per round")
+        self.k_slider.setToolTip("Draft tokens per round (k); 0 turns speculation off")
+        self.auto_check = QCheckBox("Auto")
+        self.auto_check.setChecked(settings.auto_draft)
+        self.auto_check.setAccessibleName("Adapt draft length")
+        self.auto_check.setToolTip("Pick k each round from measured acceptance and cost")
+        self.k_value = QLabel()
+        self.k_value.setMinimumWidth(52)
+        self.colour_check = QCheckBox("Colour tokens by origin")
+        self.colour_check.setChecked(settings.colour_tokens)
+        self.tune_button = QPushButton("Tune…")
+        self.tune_button.setToolTip("Measure tok/s and acceptance for each k on this pair")
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.addWidget(self.gauge)
+        k_row = QHBoxLayout()
+        k_row.addWidget(self.k_value)
+        k_row.addWidget(self.k_slider, 1)
+        k_row.addWidget(self.auto_check)
+        layout.addLayout(k_row)
+        layout.addWidget(self.tune_button, 0, Qt.AlignmentFlag.AlignRight)
+        layout.addWidget(self.colour_check)
+        self.legend = QLabel(self._legend_html())
+        self.legend.setAccessibleName("Token colour legend")
+        self.legend.setWordWrap(True)
+        layout.addWidget(self.legend)
+        layout.addStretch(1)
+
+        self.k_slider.valueChanged.connect(self._on_k_changed)
+        self.auto_check.toggled.connect(self._on_k_changed)
+        self.colour_check.toggled.connect(self._on_colour_toggled)
+        self.tune_button.clicked.connect(self.tune_requested)
+        self._sync()
+
+    def num_draft(self) -> int | None:
+        """The chosen k; ``None`` when it adapts."""
+        return None if self.auto_check.isChecked() else self.k_slider.value()
+
+    def set_num_draft(self, k: int) -> None:
+        """Sets a fixed k (for example the best one a calibration found)."""
+        self.auto_check.setChecked(False)
+        self.k_slider.setValue(k)
+
+    def _sync(self) -> None:
+        self.k_slider.setEnabled(not self.auto_check.isChecked())
+        self.k_value.setText(k_label(self.num_draft()))
+
+    @Slot()
+    def _on_k_changed(self) -> None:
+        self._sync()
+        self.draft_length_changed.emit(self.num_draft())
+
+    @Slot(bool)
+    def _on_colour_toggled(self, on: bool) -> None:
+        self.legend.setEnabled(on)
+        self.colour_toggled.emit(on)
+
+    @staticmethod
+    def _legend_html() -> str:
+        order = (Origin.DRAFT, Origin.LOOKUP, Origin.CORRECTION, Origin.BONUS)
+        items = []
+        for origin in order:
+            c = ORIGIN_COLORS[origin]
+            swatch = f"rgba({c.red()},{c.green()},{c.blue()},{c.alphaF() * 2:.2f})"
+            items.append(
+                f'<span style="background:{swatch}">&nbsp;&nbsp;&nbsp;</span>&nbsp;'
+                f"{ORIGIN_LABELS[origin]}"
+            )
+        return "&nbsp;&nbsp; ".join(items)

@@ -1,0 +1,368 @@
+"""The draft-length tuner: run a calibration sweep and chart speed against k.
+
+The dialog only shows and asks; the engine thread runs
+:func:`app.engine.calibrate.calibrate` when :attr:`TuneDialog.run_requested`
+fires and feeds the events back through the ``show_*`` slots.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import cast
+
+from PySide6.QtCharts import QChart, QChartView, QLineSeries, QScatterSeries, QValueAxis
+from PySide6.QtCore import QMargins, QPointF, Qt, Signal, Slot
+from PySide6.QtGui import QColor, QPainter, QPen, QStandardItemModel
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.calibrate import CalibrationProgress, CalibrationResult, save_json
+from app.engine.calibrate import recent_prompts as distinct_recent
+
+RECENT, BUILTIN = "recent", "builtin"
+TPS_COLOR = QColor("#1f77b4")
+ACCEPT_COLOR = QColor("#ff7f0e")
+BEST_COLOR = QColor("#2ca02c")
+AUTO_COLOR = QColor("#9467bd")
+
+
+def _preview(prompts: list[str]) -> str:
+    """The prompts as a tooltip, one short line each."""
+    lines = [" ".join(p.split()) for p in prompts]
+    return "\n".join(f"• {line[:80]}{'…' if len(line) > 80 else ''}" for line in lines)
+
+
+class TuneDialog(QDialog):
+    """Runs a sweep over the draft length k and shows tok/s and acceptance per k.
+
+    Args:
+        pair_label: The loaded pair, as shown to the user.
+        recent_prompts: The user's prompts, oldest first; the last few distinct
+            ones make the "Recent prompts" set (offered from two on).
+        builtin_prompts: The built-in set.
+        k_max: Right end of the k axis.
+        parent: Parent widget.
+    """
+
+    run_requested = Signal(object)  # list[str]: the prompts to calibrate on
+    cancel_requested = Signal()
+    best_k_chosen = Signal(int)
+
+    def __init__(
+        self,
+        pair_label: str,
+        recent_prompts: list[str],
+        builtin_prompts: list[str],
+        k_max: int = 8,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Tune Draft Length")
+        self.resize(760, 580)
+        self.k_max = max(1, k_max)
+        self.calibration: CalibrationResult | None = None
+        self.running = False
+        self._prompts = {RECENT: distinct_recent(recent_prompts), BUILTIN: list(builtin_prompts)}
+
+        self.pair_label = QLabel(f"<b>{pair_label}</b>")
+        self.pair_label.setTextFormat(Qt.TextFormat.RichText)
+        intro = QLabel(
+            "Measures decoding speed for each draft length k on the same prompts, "
+            "then suggests the fastest."
+        )
+        intro.setWordWrap(True)
+
+        self.prompt_combo = QComboBox()
+        for key, name in ((RECENT, "Recent prompts"), (BUILTIN, "Built-in set")):
+            items = self._prompts[key]
+            self.prompt_combo.addItem(f"{name} ({len(items)})", key)
+            self.prompt_combo.setItemData(
+                self.prompt_combo.count() - 1, _preview(items), Qt.ItemDataRole.ToolTipRole
+            )
+        # One prompt says too little about a workload (calibrate.prompt_set agrees).
+        usable = len(self._prompts[RECENT]) >= 2
+        model = cast(QStandardItemModel, self.prompt_combo.model())
+        model.item(0).setEnabled(usable)
+        self.prompt_combo.setCurrentIndex(0 if usable else 1)
+        self.run_button = QPushButton("Run")
+        self.run_button.setDefault(True)
+        self.run_button.clicked.connect(self._on_run_clicked)
+        choose = QHBoxLayout()
+        choose.addWidget(QLabel("Prompts:"))
+        choose.addWidget(self.prompt_combo, 1)
+        choose.addWidget(self.run_button)
+
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self._on_cancel_clicked)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        running = QHBoxLayout()
+        running.addWidget(self.progress, 1)
+        running.addWidget(self.cancel_button)
+
+        self._build_chart()
+        self.summary = QLabel("Run a sweep to see the speed of each draft length.")
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.use_button = QPushButton("Use Best k")
+        self.use_button.clicked.connect(self._on_use_clicked)
+        self.json_button = QPushButton("Export JSON…")
+        self.json_button.clicked.connect(self._on_export_json_clicked)
+        self.png_button = QPushButton("Export PNG…")
+        self.png_button.clicked.connect(self._on_export_png_clicked)
+        self.close_button = QPushButton("Close")
+        self.close_button.clicked.connect(self.reject)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.use_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.json_button)
+        buttons.addWidget(self.png_button)
+        buttons.addWidget(self.close_button)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.pair_label)
+        layout.addWidget(intro)
+        layout.addLayout(choose)
+        layout.addLayout(running)
+        layout.addWidget(self.status)
+        layout.addWidget(self.chart_view, 1)
+        layout.addWidget(self.summary)
+        layout.addLayout(buttons)
+        self.set_running(False)
+
+    def _build_chart(self) -> None:
+        self.chart = QChart()
+        self.chart.setMargins(QMargins(4, 4, 4, 4))
+        self.chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
+
+        self.tps_series = QLineSeries()
+        self.tps_series.setName("tok/s")
+        self.tps_series.setPointsVisible(True)
+        self.tps_series.setPen(QPen(TPS_COLOR, 2.5))
+        self.acceptance_series = QLineSeries()
+        self.acceptance_series.setName("acceptance %")
+        self.acceptance_series.setPointsVisible(True)
+        pen = QPen(ACCEPT_COLOR, 2)
+        pen.setStyle(Qt.PenStyle.DashLine)
+        self.acceptance_series.setPen(pen)
+        self.best_series = QScatterSeries()
+        self.best_series.setName("best k")
+        self.best_series.setMarkerSize(16)
+        self.best_series.setColor(BEST_COLOR)
+        self.best_series.setBorderColor(BEST_COLOR.darker(140))
+        self.best_series.setPointLabelsFormat("@yPoint tok/s")
+        self.best_series.setPointLabelsColor(BEST_COLOR.darker(160))
+        self.best_series.setPointLabelsVisible(True)
+        self.auto_series = QScatterSeries()
+        self.auto_series.setName("auto")
+        self.auto_series.setMarkerShape(QScatterSeries.MarkerShape.MarkerShapeTriangle)
+        self.auto_series.setMarkerSize(14)
+        self.auto_series.setColor(AUTO_COLOR)
+        self.auto_series.setBorderColor(AUTO_COLOR.darker(140))
+
+        self.k_axis = QValueAxis()
+        self.k_axis.setTitleText("draft length k")
+        self.k_axis.setLabelFormat("%d")
+        self.tps_axis = QValueAxis()
+        self.tps_axis.setTitleText("tok/s")
+        self.tps_axis.setLabelFormat("%.0f")
+        self.tps_axis.setLinePenColor(TPS_COLOR)
+        self.tps_axis.setTitleBrush(TPS_COLOR)
+        self.acceptance_axis = QValueAxis()
+        self.acceptance_axis.setTitleText("acceptance %")
+        self.acceptance_axis.setLabelFormat("%d")
+        self.acceptance_axis.setRange(0, 100)
+        self.acceptance_axis.setTickCount(6)
+        # Its ticks rarely line up with the tok/s axis; one grid is readable, two are not.
+        self.acceptance_axis.setGridLineVisible(False)
+        self.acceptance_axis.setLinePenColor(ACCEPT_COLOR)
+        self.acceptance_axis.setTitleBrush(ACCEPT_COLOR)
+        self.chart.addAxis(self.k_axis, Qt.AlignmentFlag.AlignBottom)
+        self.chart.addAxis(self.tps_axis, Qt.AlignmentFlag.AlignLeft)
+        self.chart.addAxis(self.acceptance_axis, Qt.AlignmentFlag.AlignRight)
+        for series, y_axis in (
+            (self.tps_series, self.tps_axis),
+            (self.acceptance_series, self.acceptance_axis),
+            (self.best_series, self.tps_axis),
+            (self.auto_series, self.tps_axis),
+        ):
+            self.chart.addSeries(series)
+            series.attachAxis(self.k_axis)
+            series.attachAxis(y_axis)
+        self._set_axes(self.k_max, 0.0)
+
+        self.chart_view = QChartView(self.chart)
+        self.chart_view.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.chart_view.setMinimumHeight(300)
+
+    def _set_axes(self, k_max: int, tps_max: float) -> None:
+        self.k_axis.setRange(0, k_max)
+        self.k_axis.setTickCount(k_max + 1)
+        top = tps_max * 1.15 if tps_max > 0 else 10.0
+        self.tps_axis.setRange(0, top)
+        self.tps_axis.applyNiceNumbers()
+
+    def chosen_prompts(self) -> list[str]:
+        """The prompts of the set chosen in the combo box."""
+        return list(self._prompts[self.prompt_combo.currentData()])
+
+    @Slot(bool)
+    def set_running(self, running: bool) -> None:
+        """Shows the progress row and locks the controls while a sweep runs."""
+        self.running = running
+        self.progress.setVisible(running)
+        self.cancel_button.setVisible(running)
+        self.cancel_button.setEnabled(running)
+        self.run_button.setEnabled(not running)
+        self.prompt_combo.setEnabled(not running)
+        has = self.calibration is not None and not running
+        for button in (self.use_button, self.json_button, self.png_button):
+            button.setEnabled(has)
+        if running:
+            self.progress.setRange(0, 0)  # busy until the first progress event
+            self.status.setText("Starting…")
+
+    @Slot(object)
+    def show_progress(self, p: CalibrationProgress) -> None:
+        """Moves the bar; ``p.text`` says which run is next."""
+        self.progress.setRange(0, max(p.total, 1))
+        self.progress.setValue(p.done)
+        self.progress.setFormat(f"{p.done} of {p.total} runs")
+        self.status.setText(f"Measuring: {p.text}…" if p.text != "warming up" else "Warming up…")
+
+    @Slot(object)
+    def show_result(self, r: CalibrationResult) -> None:
+        """Plots ``r`` and offers its best k."""
+        self.calibration = r
+        self.tps_series.replace([QPointF(p.k, p.tps) for p in r.points if p.k is not None])
+        self.acceptance_series.replace(
+            [
+                QPointF(p.k, p.acceptance * 100)
+                for p in r.points
+                if p.k is not None and p.acceptance is not None
+            ]
+        )
+        best = r.best
+        self.best_series.replace([QPointF(best.k or 0, round(best.tps, 1))])
+        self.best_series.setName(f"best k = {r.best_k}")
+        auto = r.point(None)
+        if auto is not None and auto.mean_k is not None:
+            # Auto has no single k: plot it where its k averaged out.
+            self.auto_series.replace([QPointF(auto.mean_k, auto.tps)])
+            self.auto_series.setName(f"auto (mean k {auto.mean_k:.1f})")
+        else:
+            self.auto_series.clear()
+            self.auto_series.setName("auto")
+        self.auto_series.setVisible(auto is not None and auto.mean_k is not None)
+        k_top = max([self.k_max, *(p.k for p in r.points if p.k is not None)])
+        if auto is not None and auto.mean_k is not None:
+            k_top = max(k_top, math.ceil(auto.mean_k))
+        self._set_axes(k_top, max(p.tps for p in r.points))
+        self.chart.setTitle(f"{r.pair or 'Draft length'}: best k = {r.best_k}")
+        self.summary.setText(self._summary(r))
+        self.status.setText(
+            f"Done: {len(r.points)} settings × {r.prompts} prompts, {r.max_tokens} tokens each."
+        )
+        self.set_running(False)
+
+    def _summary(self, r: CalibrationResult) -> str:
+        best = r.best
+        parts = [f"<b>best k = {r.best_k}</b>: {best.tps:.1f} tok/s"]
+        speedup = r.speedup(best)
+        if speedup is not None and r.best_k != 0:
+            parts.append(f"{speedup:.2f}× plain decoding")
+        if best.acceptance is not None:
+            parts.append(f"acceptance {best.acceptance:.0%}")
+        text = ", ".join(parts)
+        auto = r.point(None)
+        if auto is not None:
+            mean = f", mean k {auto.mean_k:.1f}" if auto.mean_k is not None else ""
+            text += f"<br>auto: {auto.tps:.1f} tok/s{mean}"
+        if r.best_k == 0:
+            text += "<br>Drafting does not pay off on these prompts: plain decoding is fastest."
+        return text
+
+    @Slot(str)
+    def show_error(self, message: str) -> None:
+        """Ends the run with ``message`` in the status line."""
+        self.set_running(False)
+        self.status.setText(f"Calibration failed: {message}")
+
+    def export_json(self, path: Path | str) -> None:
+        """Writes the result as JSON.
+
+        Raises:
+            RuntimeError: There is no result yet.
+            OSError: The file cannot be written.
+        """
+        if self.calibration is None:
+            raise RuntimeError("no calibration result to export")
+        save_json(self.calibration, path)
+
+    def export_png(self, path: Path | str) -> bool:
+        """Saves the chart as a PNG image; returns whether it was written."""
+        return self.chart_view.grab().save(str(path), "PNG")
+
+    @Slot()
+    def _on_run_clicked(self) -> None:
+        prompts = self.chosen_prompts()
+        if not prompts:
+            self.status.setText("No prompts in this set.")
+            return
+        self.set_running(True)
+        self.run_requested.emit(prompts)
+
+    @Slot()
+    def _on_cancel_clicked(self) -> None:
+        # The integrator calls set_running(False) once the sweep has stopped.
+        self.cancel_button.setEnabled(False)
+        self.status.setText("Cancelling…")
+        self.cancel_requested.emit()
+
+    @Slot()
+    def _on_use_clicked(self) -> None:
+        if self.calibration is not None:
+            self.best_k_chosen.emit(self.calibration.best_k)
+            self.accept()
+
+    @Slot()
+    def _on_export_json_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export JSON", "calibration.json", "JSON (*.json)"
+        )
+        if path:
+            try:
+                self.export_json(path)
+            except OSError as exc:
+                self.status.setText(f"Could not write {path}: {exc.strerror or exc}")
+            else:
+                self.status.setText(f"Saved {path}")
+
+    @Slot()
+    def _on_export_png_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export PNG", "calibration.png", "PNG image (*.png)"
+        )
+        if path:
+            ok = self.export_png(path)
+            self.status.setText(f"Saved {path}" if ok else f"Could not write {path}")
+
+    def reject(self) -> None:
+        # Escape, Close and the title bar's close button all end here; a sweep
+        # left running would keep the engine busy for minutes.
+        if self.running:
+            self.cancel_requested.emit()
+        super().reject()

@@ -1,0 +1,154 @@
+from array import array
+
+import pytest
+from PySide6.QtGui import QColor, QImage, QPaintEvent, QPalette
+from pytestqt.qtbot import QtBot
+
+from app.engine.live import LiveSnapshot, LiveStats
+from app.engine.types import RoundStat
+from app.ui.gauge import LIFETIME_TICK, MESSAGE_TICK, GaugeWidget
+
+
+def _scripted(baseline_tps: float | None = 4.0) -> LiveSnapshot:
+    """50% rolling and message acceptance, 55% lifetime, 5 tok/s, k 4 chosen adaptively."""
+    live = LiveStats()
+    live.set_lifetime(accepted=51, drafted=92)
+    live.begin_message()
+    live.add(
+        [
+            RoundStat(tokens=4, k=4, accepted=3, lookup=1, seconds=0.8, auto=True),
+            RoundStat(tokens=2, k=4, accepted=1, seconds=0.4, auto=True),
+        ],
+        baseline_tps=baseline_tps,
+    )
+    return live.snapshot()
+
+
+def _palette(dark: bool) -> QPalette:
+    if dark:
+        colors = {"Window": "#1e1e1e", "WindowText": "#ededed", "Highlight": "#3d8bfd"}
+    else:
+        colors = {"Window": "#f4f4f4", "WindowText": "#111111", "Highlight": "#1a63d8"}
+    colors["PlaceholderText"] = "#8a8a8a"
+    palette = QPalette()
+    for role, color in colors.items():
+        palette.setColor(getattr(QPalette.ColorRole, role), QColor(color))
+    return palette
+
+
+def _colors(widget: GaugeWidget) -> set[int]:
+    """Distinct RGB values of the widget as painted at its size hint."""
+    widget.resize(widget.sizeHint())
+    image = widget.grab().toImage().convertToFormat(QImage.Format.Format_RGB32)
+    assert image.size() == widget.sizeHint() * widget.devicePixelRatioF()
+    pixels = array("I", bytes(image.constBits()))
+    return {p & 0xFFFFFF for p in pixels}
+
+
+def _rgb(color: QColor) -> int:
+    return color.rgb() & 0xFFFFFF
+
+
+def test_summary_reads_the_figures_sent(qtbot: QtBot) -> None:
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    gauge.set_snapshot(_scripted())
+    text = (
+        "Acceptance 50% (message 50%, lifetime 55%), 5.0 tok/s, 1.25× plain, "
+        "k 4 (auto), 25% from prompt lookup"
+    )
+    assert gauge.summary() == text
+    assert gauge.accessibleDescription() == text
+    assert gauge.accessibleName() == "Speculation gauge"
+
+
+def test_summary_without_a_baseline_is_still_measuring(qtbot: QtBot) -> None:
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    live = LiveStats()
+    live.add([RoundStat(tokens=3, k=4, accepted=2, seconds=1.0)])
+    gauge.set_snapshot(live.snapshot())
+    assert gauge.summary() == (
+        "Acceptance 50% (message 50%, lifetime 50%), 3.0 tok/s, speedup: measuring…, k 4"
+    )
+
+
+def test_empty_states(qtbot: QtBot) -> None:
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    assert gauge.summary() == "No drafting yet"
+    assert gauge.accessibleDescription() == "No drafting yet"
+    live = LiveStats()
+    live.set_lifetime(accepted=68, drafted=100)
+    gauge.set_snapshot(live.snapshot())
+    assert gauge.snapshot() is not None
+    assert gauge.summary() == "No drafting yet (lifetime 68%)"
+    gauge.set_snapshot(_scripted())
+    gauge.set_snapshot(None)
+    assert gauge.snapshot() is None
+    assert gauge.accessibleDescription() == "No drafting yet"
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_paints_from_the_palette(qtbot: QtBot, dark: bool) -> None:
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    palette = _palette(dark)
+    gauge.setPalette(palette)
+    gauge.set_snapshot(_scripted())
+    colors = _colors(gauge)
+    assert len(colors) > 2
+    for role in (QPalette.ColorRole.Highlight, QPalette.ColorRole.WindowText):
+        assert _rgb(palette.color(role)) in colors, role
+    assert _rgb(MESSAGE_TICK) in colors
+    assert _rgb(LIFETIME_TICK) in colors
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_empty_gauge_paints_an_unfilled_arc(qtbot: QtBot, dark: bool) -> None:
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    palette = _palette(dark)
+    gauge.setPalette(palette)
+    colors = _colors(gauge)
+    assert len(colors) > 2  # the track and the text are there
+    assert _rgb(palette.color(QPalette.ColorRole.Highlight)) not in colors
+    assert _rgb(MESSAGE_TICK) not in colors
+    # A snapshot with nothing measured draws the same unfilled arc.
+    gauge.set_snapshot(LiveStats().snapshot())
+    assert _rgb(palette.color(QPalette.ColorRole.Highlight)) not in _colors(gauge)
+
+
+def test_paints_at_its_minimum_size(qtbot: QtBot) -> None:
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    gauge.set_snapshot(_scripted())
+    hint, minimum = gauge.sizeHint(), gauge.minimumSizeHint()
+    assert minimum.width() <= hint.width() and minimum.height() <= hint.height()
+    gauge.resize(minimum)
+    image = gauge.grab().toImage()
+    assert not image.isNull()
+    pixels = array("I", bytes(image.convertToFormat(QImage.Format.Format_RGB32).constBits()))
+    assert len(set(pixels)) > 2
+
+
+class _CountingGauge(GaugeWidget):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paints = 0
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        self.paints += 1
+        super().paintEvent(event)
+
+
+def test_set_snapshot_schedules_a_paint(qtbot: QtBot) -> None:
+    gauge = _CountingGauge()
+    qtbot.addWidget(gauge)
+    gauge.show()
+    qtbot.waitExposed(gauge)
+    qtbot.waitUntil(lambda: gauge.paints > 0)
+    before = gauge.paints
+    gauge.set_snapshot(_scripted())
+    assert gauge.paints == before  # not painted synchronously
+    qtbot.waitUntil(lambda: gauge.paints > before)

@@ -1,0 +1,105 @@
+"""Screenshots of the window in light and dark mode, for reviewers to look at.
+
+They are written to ``build/screenshots/`` (ignored by git).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtGui import QColor, QImage, QPalette
+from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
+
+from app.services import EngineService, EngineWorker
+from app.store import SettingsFile, Store
+from app.ui.main_window import MainWindow
+from tests.conftest import TinyModels
+from tests.services.test_engine_service import _fake_load
+from tests.ui.test_main_window import _load, _rounds, _send
+
+OUT = Path(__file__).parents[2] / "build" / "screenshots"
+
+
+def dark_palette() -> QPalette:
+    p = QPalette()
+    for role, colour in (
+        (QPalette.ColorRole.Window, "#1e1e1e"),
+        (QPalette.ColorRole.WindowText, "#e6e6e6"),
+        (QPalette.ColorRole.Base, "#151515"),
+        (QPalette.ColorRole.AlternateBase, "#262626"),
+        (QPalette.ColorRole.Text, "#e6e6e6"),
+        (QPalette.ColorRole.Button, "#2d2d2d"),
+        (QPalette.ColorRole.ButtonText, "#e6e6e6"),
+        (QPalette.ColorRole.Highlight, "#0a84ff"),
+        (QPalette.ColorRole.HighlightedText, "#ffffff"),
+        (QPalette.ColorRole.PlaceholderText, "#8e8e93"),
+        (QPalette.ColorRole.Mid, "#3a3a3a"),
+        (QPalette.ColorRole.Link, "#4da3ff"),
+    ):
+        p.setColor(role, QColor(colour))
+    return p
+
+
+def _colours(image: QImage) -> int:
+    step = max(image.width() // 64, 1)
+    return len(
+        {
+            image.pixel(x, y)
+            for x in range(0, image.width(), step)
+            for y in range(0, image.height(), step)
+        }
+    )
+
+
+def test_window_screenshots_in_light_and_dark(
+    qtbot: QtBot, tmp_path: Path, tiny: TinyModels
+) -> None:
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    shots: dict[str, QImage] = {}
+    try:
+        for mode, palette in (("light", light), ("dark", dark_palette())):
+            app.setPalette(palette)
+            store = Store(tmp_path / f"{mode}.sqlite3")
+            service = EngineService(EngineWorker(load=_fake_load, stream=_rounds()))
+            models = tmp_path / f"models-{mode}"
+            models.mkdir()
+            window = MainWindow(
+                store, service, SettingsFile(tmp_path / f"{mode}.json"), models_dir=models
+            )
+            qtbot.addWidget(window)
+            window.resize(1280, 760)
+            window.show()
+            _load(
+                qtbot,
+                window,
+                "/models/Qwen2.5-7B-Instruct-4bit",
+                "/models/Qwen2.5-0.5B-Instruct-4bit",
+            )
+            _send(qtbot, window, "Write a haiku about the sea.")
+            qtbot.wait(50)  # let the status bar lay out its new texts
+            image = window.grab().toImage()
+            image.save(str(OUT / f"main-{mode}.png"))
+            shots[mode] = image
+            window.close()
+            assert service.shutdown()
+            store.close()
+    finally:
+        app.setPalette(light)
+    for mode, image in shots.items():
+        assert (OUT / f"main-{mode}.png").stat().st_size > 10_000
+        assert _colours(image) > 8, mode  # a real window, not a blank frame
+
+    # Dark mode really is darker.
+    def mean_lightness(image: QImage) -> float:
+        pixels = [
+            QColor(image.pixel(x, y)).lightnessF()
+            for x in range(0, image.width(), 16)
+            for y in range(0, image.height(), 16)
+        ]
+        return sum(pixels) / len(pixels)
+
+    assert mean_lightness(shots["dark"]) < mean_lightness(shots["light"]) - 0.3

@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
+from pytestqt.qtbot import QtBot
+
+from app.engine.calibrate import CalibrationPoint, CalibrationProgress, CalibrationResult
+from app.ui.tune_dialog import TuneDialog
+
+RECENT = ["first", "second", "first", "  ", "third"]
+BUILTIN = ["built-in one", "built-in two", "built-in three"]
+
+RESULT = CalibrationResult(
+    points=(
+        CalibrationPoint(0, 40.0, None, None, 640, 16.0),
+        CalibrationPoint(1, 55.0, 0.9, 1.0, 640, 11.6),
+        CalibrationPoint(2, 68.0, 0.85, 2.0, 640, 9.4),
+        CalibrationPoint(4, 80.0, 0.8, 4.0, 640, 8.0),
+        CalibrationPoint(6, 74.0, 0.72, 6.0, 640, 8.6),
+        CalibrationPoint(8, 80.0, 0.65, 8.0, 640, 8.0),
+        CalibrationPoint(None, 77.0, 0.78, 3.5, 640, 8.3),
+    ),
+    best_k=4,
+    baseline_tps=40.0,
+    prompts=5,
+    max_tokens=128,
+    pair="Qwen2.5-7B + Qwen2.5-0.5B",
+)
+
+
+@pytest.fixture
+def dialog(qtbot: QtBot) -> TuneDialog:
+    d = TuneDialog("Qwen2.5-7B + Qwen2.5-0.5B", RECENT, BUILTIN, k_max=8)
+    qtbot.addWidget(d)
+    d.show()
+    return d
+
+
+def _points(series) -> list[tuple[float, float]]:  # type: ignore[no-untyped-def]
+    return [(p.x(), p.y()) for p in series.points()]
+
+
+def test_result_is_charted_with_the_best_k_marked(dialog: TuneDialog) -> None:
+    assert dialog.windowTitle() == "Tune Draft Length"
+    assert not dialog.use_button.isEnabled()  # nothing to use before a result
+    dialog.show_result(RESULT)
+    assert _points(dialog.tps_series) == [(0, 40), (1, 55), (2, 68), (4, 80), (6, 74), (8, 80)]
+    # Plain decoding drafts nothing, so acceptance starts at k = 1.
+    accept = dialog.acceptance_series.points()
+    assert [p.x() for p in accept] == [1, 2, 4, 6, 8]
+    assert [p.y() for p in accept] == pytest.approx([90, 85, 80, 72, 65])
+    assert _points(dialog.best_series) == [(4, 80)]
+    assert dialog.best_series.name() == "best k = 4"
+    assert _points(dialog.auto_series) == [(3.5, 77)]
+    assert dialog.auto_series.isVisible()
+    assert "mean k 3.5" in dialog.auto_series.name()
+    assert "best k = 4" in dialog.summary.text()
+    assert "2.00× plain" in dialog.summary.text()
+    assert "best k = 4" in dialog.chart.title()
+    assert (dialog.k_axis.min(), dialog.k_axis.max()) == (0, 8)
+    assert dialog.tps_axis.max() >= 80
+    assert dialog.use_button.isEnabled() and dialog.png_button.isEnabled()
+
+
+def test_use_best_k_emits_it(qtbot: QtBot, dialog: TuneDialog) -> None:
+    dialog.show_result(RESULT)
+    with qtbot.waitSignal(dialog.best_k_chosen) as blocker:
+        qtbot.mouseClick(dialog.use_button, Qt.MouseButton.LeftButton)
+    assert blocker.args == [4]
+    assert dialog.result() == TuneDialog.DialogCode.Accepted
+
+
+def test_plain_decoding_as_best_is_said_plainly(dialog: TuneDialog) -> None:
+    slow = CalibrationResult(
+        (
+            CalibrationPoint(0, 50.0, None, None, 10, 0.2),
+            CalibrationPoint(2, 30.0, 0.2, 2, 10, 0.3),
+        ),
+        best_k=0,
+        baseline_tps=50.0,
+        prompts=2,
+        max_tokens=5,
+    )
+    dialog.show_result(slow)
+    assert _points(dialog.best_series) == [(0, 50)]
+    assert not dialog.auto_series.isVisible()  # no auto point was measured
+    assert "plain decoding is fastest" in dialog.summary.text()
+
+
+def test_export_json_writes_the_result(dialog: TuneDialog, tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError):
+        dialog.export_json(tmp_path / "none.json")
+    dialog.show_result(RESULT)
+    path = tmp_path / "calibration.json"
+    dialog.export_json(path)
+    data = json.loads(path.read_text())
+    assert data["best_k"] == 4
+    assert data["pair"] == RESULT.pair
+    assert [p["label"] for p in data["points"]][-1] == "auto"
+    assert CalibrationResult.from_dict(data) == RESULT
+
+
+def test_export_png_writes_an_image(dialog: TuneDialog, tmp_path: Path) -> None:
+    dialog.show_result(RESULT)
+    path = tmp_path / "chart.png"
+    assert dialog.export_png(path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = QImage(str(path))
+    assert image.width() > 100 and image.height() > 100
+
+
+def test_run_emits_the_chosen_prompts(qtbot: QtBot, dialog: TuneDialog) -> None:
+    assert dialog.prompt_combo.currentData() == "recent"
+    with qtbot.waitSignal(dialog.run_requested) as blocker:
+        qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    # Distinct, non-blank, oldest first.
+    assert blocker.args == [["second", "first", "third"]]
+    assert dialog.running and not dialog.run_button.isEnabled()
+    assert dialog.progress.isVisible() and dialog.cancel_button.isVisible()
+
+    dialog.set_running(False)
+    dialog.prompt_combo.setCurrentIndex(1)
+    with qtbot.waitSignal(dialog.run_requested) as blocker:
+        qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    assert blocker.args == [BUILTIN]
+
+
+def test_too_few_recent_prompts_selects_the_built_in_set(qtbot: QtBot) -> None:
+    d = TuneDialog("pair", ["only", "only"], BUILTIN)
+    qtbot.addWidget(d)
+    assert d.prompt_combo.currentData() == "builtin"
+    assert d.chosen_prompts() == BUILTIN
+    assert not d.prompt_combo.model().item(0).isEnabled()
+
+
+def test_progress_moves_the_bar(dialog: TuneDialog) -> None:
+    dialog.set_running(True)
+    dialog.show_progress(CalibrationProgress(0, 20, "warming up"))
+    assert dialog.status.text() == "Warming up…"
+    dialog.show_progress(CalibrationProgress(6, 20, "k = 2, prompt 2 of 5"))
+    assert dialog.progress.maximum() == 20
+    assert dialog.progress.value() == 6
+    assert "k = 2, prompt 2 of 5" in dialog.status.text()
+    dialog.show_result(RESULT)
+    assert not dialog.running
+    assert not dialog.progress.isVisible() and not dialog.cancel_button.isVisible()
+
+
+def test_cancel_emits_and_closing_mid_run_cancels(qtbot: QtBot, dialog: TuneDialog) -> None:
+    dialog.set_running(True)
+    with qtbot.waitSignal(dialog.cancel_requested):
+        qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
+    assert dialog.status.text() == "Cancelling…"
+    assert not dialog.cancel_button.isEnabled()  # one request is enough
+    with qtbot.waitSignal(dialog.cancel_requested):
+        dialog.close()
+    assert not dialog.isVisible()
+
+
+def test_closing_when_idle_does_not_cancel(qtbot: QtBot, dialog: TuneDialog) -> None:
+    with qtbot.assertNotEmitted(dialog.cancel_requested):
+        dialog.close()
+    assert not dialog.isVisible()
+
+
+def test_error_ends_the_run(dialog: TuneDialog) -> None:
+    dialog.set_running(True)
+    dialog.show_error("out of memory")
+    assert not dialog.running and dialog.run_button.isEnabled()
+    assert dialog.status.text() == "Calibration failed: out of memory"
