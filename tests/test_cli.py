@@ -109,8 +109,8 @@ def test_generate_with_auto_k_and_sampling_options(tiny: TinyModels) -> None:
         "0.01",
         "--repetition-penalty",
         "1.1",
-        # Seeded, so the reply surely drafts; long enough for the plain step
-        # that measures the baseline (every 64th round when seeded).
+        # Seeded, so the reply surely drafts and starts with the plain step
+        # that measures the baseline.
         "--seed",
         "6",
         "--max-tokens",

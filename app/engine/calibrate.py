@@ -9,8 +9,6 @@ caller runs it on the engine thread and forwards the events to the UI.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -21,6 +19,7 @@ from app.engine.bench import default_prompts
 from app.engine.generate import stream_reply
 from app.engine.loader import ModelPair
 from app.engine.types import Finished, GenerationParams, Message, Stats
+from app.files import write_atomic
 
 DEFAULT_K_MAX = 8
 WARMUP_TOKENS = 8
@@ -139,20 +138,7 @@ class CalibrationResult:
 
 def save_json(result: CalibrationResult, path: Path | str) -> None:
     """Writes ``result`` as JSON so that readers see the old or the new file, never half."""
-    # The engine sits below the store, so it cannot borrow store.write_atomic.
-    path = Path(path)
-    data = json.dumps(result.as_dict(), indent=2).encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(Path(path), json.dumps(result.as_dict(), indent=2).encode("utf-8"))
 
 
 def load_json(path: Path | str) -> CalibrationResult:

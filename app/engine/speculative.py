@@ -294,10 +294,11 @@ class Decoder:
             k = lengths.choose()
             proposed = lookup.propose(k) if lookup is not None else []
             # Measure plain decoding once per pair, then refresh it now and then.
-            # With a seed the schedule ignores that state, so a fixed k reproduces.
+            # A seeded reply always starts with a probe: its schedule then does
+            # not depend on earlier replies, so it reproduces.
+            first = n_round == 0 and (self._step.value is None or params.seed is not None)
             probe = self.probe_every > 0 and (
-                (n_round == 0 and self._step.value is None and params.seed is None)
-                or n_round % self.probe_every == self.probe_every - 1
+                first or n_round % self.probe_every == self.probe_every - 1
             )
             if probe or (not proposed and not can_draft):
                 new = self._plain_steps(seq, params)

@@ -136,3 +136,13 @@ def scrub(exc: BaseException, token: str | None = None, limit: int = 200) -> str
     # Hide before cutting, so a cut cannot leave a piece of a token behind.
     text = _TOKEN_SHAPE.sub("hf_***", text)
     return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
+def stored_token() -> str | None:
+    """The saved token, or ``None`` when there is none or no usable keychain."""
+    if keyring_status() is not None:
+        return None
+    try:
+        return get_token()
+    except TokenStoreError:
+        return None

@@ -27,6 +27,7 @@ from app.engine.live import LiveStats
 from app.engine.loader import ModelError
 from app.engine.types import FinishReason, GenerationParams, Message, Origin, Segment, Stats
 from app.hub.catalog import CatalogPair
+from app.hub.secrets import stored_token
 from app.services import (
     EngineFailure,
     EngineService,
@@ -339,20 +340,10 @@ class MainWindow(QMainWindow):
             self.onboarding = None
             self._onboarding_tasks, self._onboarding_paths = [], {}
 
-    def _stored_token(self) -> str | None:
-        from app.hub.secrets import TokenStoreError, get_token, keyring_status
-
-        if keyring_status() is not None:
-            return None
-        try:
-            return get_token()
-        except TokenStoreError:
-            return None
-
     def start_onboarding_tasks(self, tasks: list[tuple[str, str]]) -> None:
         """Runs downloads or imports one after another for the first-run view."""
         assert self.onboarding is not None
-        token = self._stored_token()
+        token = stored_token()
         self._onboarding_paths = {}
         self._onboarding_tasks = [
             self.hub.start(

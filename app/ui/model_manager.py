@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 from app.engine.loader import ModelError
 from app.hub import ModelInfo, check_pair, delete_model, human_size, inspect_model, scan_library
 from app.hub.catalog import catalog_drafts, installed, load_catalog, suggest_drafts
+from app.hub.secrets import stored_token
 from app.services.hub_service import (
     HubFailure,
     HubProgress,
@@ -456,17 +457,6 @@ class ModelManagerDialog(QDialog):
         if stored:
             self.token_edit.setPlaceholderText("A token is stored in the keychain")
 
-    def _token(self) -> str | None:
-        from app.hub.secrets import TokenStoreError, get_token, keyring_status
-
-        if keyring_status() is not None:
-            return None
-        try:
-            return get_token()
-        except TokenStoreError:
-            return None
-
-    @Slot()
     def _on_save_token_clicked(self) -> None:
         from app.hub.secrets import TokenStoreError, delete_token, set_token
 
@@ -512,7 +502,7 @@ class ModelManagerDialog(QDialog):
         if REPO_ID.match(query):  # a full repo id needs no search
             self._on_download_clicked()
             return
-        self._search = self.hub.search(query, token=self._token())
+        self._search = self.hub.search(query, token=stored_token())
         self.progress_label.setText(f"Searching for “{query}”…" if query else "Searching…")
 
     @Slot(object)
@@ -536,7 +526,7 @@ class ModelManagerDialog(QDialog):
 
     def start_task(self, kind: Kind, source: str, q_bits: int | None = None) -> None:
         assert self.hub is not None
-        token = self._token() if kind == "download" else None
+        token = stored_token() if kind == "download" else None
         self._task = self.hub.start(kind, source, self._models_dir, token=token, q_bits=q_bits)
         self.progress.setRange(0, 0)
         self.progress_label.setText(f"Starting {Path(source).name}…")

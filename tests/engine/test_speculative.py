@@ -372,3 +372,13 @@ def test_draft_control_rejects_a_negative_length() -> None:
 
     with pytest.raises(ValueError):
         DraftControl().set(-1)
+
+
+def test_a_seeded_reply_starts_with_the_plain_step_that_measures_the_baseline(models) -> None:
+    pair = models["copy"]
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    for _ in range(2):  # the second reply too, though the baseline is known by then
+        _, rounds = _tokens(decoder, PROMPT_IDS, 12, num_draft=3, seed=1)
+        assert rounds[0].k == 0 and len(rounds[0].tokens) == 2
+        assert all(r.k == 3 for r in rounds[1:])
+        assert decoder.baseline_tps is not None

@@ -219,3 +219,13 @@ def test_token_goes_nowhere_but_the_keyring(
         if file.is_file() and file.stat().st_size < 10_000_000:
             assert TOKEN.encode() not in file.read_bytes(), file
     assert secrets.SERVICE == "Tandem" and secrets.USERNAME == "huggingface"
+
+
+def test_stored_token_is_none_without_a_keychain(memory: MemoryKeyring, use_keyring: None) -> None:
+    from app.hub.secrets import stored_token
+
+    keyring.set_keyring(memory)
+    set_token(TOKEN)
+    assert stored_token() == TOKEN
+    keyring.set_keyring(fail.Keyring())
+    assert stored_token() is None  # a download then goes without one, never fails on it
