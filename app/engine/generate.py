@@ -63,6 +63,12 @@ def stream_reply(
     start = time.perf_counter()
     tokenizer = pair.target.tokenizer
     prompt = encode_chat(tokenizer, messages)
+    window = pair.target.context_length
+    if window is not None and len(prompt) >= window:
+        raise ModelError(
+            f"The conversation is {len(prompt):,} tokens, more than {pair.target.name}'s "
+            f"window of {window:,}. Start a new chat, or delete earlier messages."
+        )
     if params.seed is not None:
         mx.random.seed(params.seed)
     eos = set(tokenizer.eos_token_ids)

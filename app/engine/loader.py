@@ -21,6 +21,28 @@ class IncompatiblePairError(ModelError):
     """A target and a draft that cannot be used together."""
 
 
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "max_sequence_length",
+    "max_seq_len",
+    "seq_length",
+    "n_positions",
+    "n_ctx",
+)
+
+
+def context_length(config: dict[str, Any]) -> int | None:
+    """The trained context length a model's config gives, if any."""
+    # Multimodal configs keep the language model's settings under text_config.
+    text_config = config.get("text_config")
+    for section in (config, text_config if isinstance(text_config, dict) else {}):
+        for key in _CONTEXT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
 @dataclass(eq=False)
 class LoadedModel:
     """A model and its tokenizer, ready to run on the thread that loaded them."""
@@ -33,6 +55,10 @@ class LoadedModel:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def context_length(self) -> int | None:
+        return context_length(self.config)
 
 
 @dataclass(eq=False)

@@ -18,19 +18,11 @@ from typing import Any, Literal
 
 from platformdirs import user_data_dir
 
-from app.engine.loader import ModelError, first_line, read_config
+from app.engine.loader import ModelError, context_length, first_line, read_config
 
 Source = Literal["hf-cache", "tandem"]
 
 # Keys that hold a model's trained context length, most common first.
-_CONTEXT_KEYS = (
-    "max_position_embeddings",
-    "max_sequence_length",
-    "max_seq_len",
-    "seq_length",
-    "n_positions",
-    "n_ctx",
-)
 # A larger header is not a safetensors file but garbage read as a length.
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
 # Tensors of a quantized layer that hold quantization state, not parameters.
@@ -221,7 +213,7 @@ def _inspect(path: Path, source: Source, repo_id: str | None, label: str) -> Mod
         parameters=parameters,
         quantization=quantization,
         size_bytes=_folder_size(path) if path.is_dir() else 0,
-        context_length=_context_length(config),
+        context_length=context_length(config),
         has_chat_template=_has_chat_template(path, tok_config),
         problem=problem,
     )
@@ -256,17 +248,6 @@ def _quantization(config: dict[str, Any]) -> tuple[int, int] | None:
     bits, group_size = quant.get("bits"), quant.get("group_size")
     if isinstance(bits, int) and isinstance(group_size, int):
         return bits, group_size
-    return None
-
-
-def _context_length(config: dict[str, Any]) -> int | None:
-    # Multimodal configs keep the language model's settings under text_config.
-    text_config = config.get("text_config")
-    for section in (config, text_config if isinstance(text_config, dict) else {}):
-        for key in _CONTEXT_KEYS:
-            value = section.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
     return None
 
 

@@ -65,6 +65,7 @@ class PairInfo:
     target: str
     draft: str | None
     label: str
+    context_length: int | None = None  # the target's window, in tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,7 @@ class EngineWorker(QObject):
         # The new pair replaces the old only once it loaded.
         self._pair = pair
         free_memory()
-        self._info = PairInfo(request.target, request.draft, pair.label)
+        self._info = PairInfo(request.target, request.draft, pair.label, pair.target.context_length)
         self.pair_loaded.emit(self._info)
 
     @Slot(object)
@@ -248,6 +249,9 @@ class EngineWorker(QObject):
                         rid, "".join(text), event, self._info, tuple(segments)
                     )
                     self.generation_finished.emit(result)
+        except ModelError as exc:  # the pair cannot serve this request; says why
+            flush()
+            self.failed.emit(EngineFailure(rid, "generate", str(exc), "".join(text)))
         except Exception as exc:
             log.exception("generation failed")
             flush()

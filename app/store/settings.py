@@ -22,6 +22,11 @@ class Settings:
     prompt_lookup: bool = False
     temperature: float = 0.0
     max_tokens: int = 1024
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
     colour_tokens: bool = True
     show_speculation_panel: bool = True
     # The fastest fixed k a calibration found, per "target|draft".
@@ -31,8 +36,13 @@ class Settings:
         return replace(self, **changes)
 
 
-def _fits(value: Any, default: Any) -> bool:
+_OPTIONAL_INTS = {"seed"}
+
+
+def _fits(name: str, value: Any, default: Any) -> bool:
     """Whether a loaded value has the type of its default (a bad one is dropped)."""
+    if name in _OPTIONAL_INTS:
+        return value is None or type(value) is int
     if isinstance(value, bool) or isinstance(default, bool):
         return type(value) is type(default)
     if default is None:
@@ -68,7 +78,7 @@ class SettingsFile:
         defaults = Settings()
         clean: dict[str, Any] = {}
         for f in fields(Settings):
-            if f.name in data and _fits(data[f.name], getattr(defaults, f.name)):
+            if f.name in data and _fits(f.name, data[f.name], getattr(defaults, f.name)):
                 clean[f.name] = data[f.name]
         return Settings(**clean)
 

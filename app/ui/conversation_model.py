@@ -17,12 +17,28 @@ class ConversationListModel(QAbstractListModel):
     def __init__(self, store: Store, parent: Any = None) -> None:
         super().__init__(parent)
         self._store = store
+        self._query = ""
+        self._snippets: dict[int, str] = {}
         self._items: list[Conversation] = store.conversations()
 
     def refresh(self) -> None:
         self.beginResetModel()
-        self._items = self._store.conversations()
+        if self._query:
+            # Full-text search: the chats with a match, each with its best snippet.
+            self._snippets = {}
+            for hit in self._store.search(self._query):
+                self._snippets.setdefault(hit.conversation_id, hit.snippet)
+            by_id = {c.id: c for c in self._store.conversations()}
+            self._items = [by_id[i] for i in self._snippets if i in by_id]
+        else:
+            self._snippets = {}
+            self._items = self._store.conversations()
         self.endResetModel()
+
+    def set_search(self, query: str) -> None:
+        """Shows only the chats whose messages match ``query``; empty shows all."""
+        self._query = query.strip()
+        self.refresh()
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._items)
@@ -31,7 +47,10 @@ class ConversationListModel(QAbstractListModel):
         if not index.isValid() or not 0 <= index.row() < len(self._items):
             return None
         item = self._items[index.row()]
-        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+        if role == Qt.ItemDataRole.DisplayRole:
+            snippet = self._snippets.get(item.id)
+            return f"{item.title}\n{snippet}" if snippet else item.title
+        if role == Qt.ItemDataRole.ToolTipRole:
             return item.title
         if role == ConversationIdRole:
             return item.id

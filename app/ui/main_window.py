@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QItemSelectionModel, QModelIndex, QSettings, Qt, Slot
+from PySide6.QtCore import (
+    QByteArray,
+    QEvent,
+    QItemSelectionModel,
+    QModelIndex,
+    QSettings,
+    Qt,
+    QTimer,
+    Slot,
+)
 from PySide6.QtGui import QAction, QCloseEvent, QCursor, QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QFileDialog,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
+    QLineEdit,
     QListView,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -24,7 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.live import LiveStats
-from app.engine.loader import ModelError
+from app.engine.loader import ModelError, first_line
 from app.engine.types import FinishReason, GenerationParams, Message, Origin, Segment, Stats
 from app.hub.catalog import CatalogPair
 from app.hub.secrets import stored_token
@@ -41,16 +56,44 @@ from app.services import (
     TokenBatch,
 )
 from app.store import Settings, SettingsFile, Store, pair_key
+from app.store.presets import Preset, PresetsFile
 from app.ui.composer import Composer
 from app.ui.conversation_model import ConversationIdRole, ConversationListModel
 from app.ui.model_bar import ModelBar
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.onboarding import OnboardingView
+from app.ui.settings_dialog import SettingsDialog
 from app.ui.speculation_panel import SpeculationPanel
 from app.ui.stats_popover import StatsPopover
 from app.ui.transcript import TranscriptView
 
 log = logging.getLogger(__name__)
+
+HELP_TEXT = """<b>Tandem Help</b>
+<p>Load a <i>target</i> model and a smaller <i>draft</i> of the same family (Models…,
+⇧⌘M). The draft proposes tokens, the target checks them all in one pass: the reply is
+exactly the target's, only faster.</p>
+<table>
+<tr><td>⌘N</td><td>New chat</td></tr>
+<tr><td>⌘↩</td><td>Send</td></tr>
+<tr><td>Esc</td><td>Stop the reply</td></tr>
+<tr><td>⇧⌘M</td><td>Models</td></tr>
+<tr><td>⌥⌘S</td><td>Show or hide the speculation panel</td></tr>
+<tr><td>⌘,</td><td>Settings</td></tr>
+</table>
+<p>The speculation panel shows how many drafted tokens the target accepts; its k slider
+sets how many tokens the draft proposes per round, and Tune… finds the fastest k.</p>"""
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "max_tokens",
+    "seed",
+)
+PAIR_FIELDS = ("target", "draft")
+CONTEXT_WARNING = 0.85  # share of the window past which the indicator warns
 
 TUNE_K_MAX = 8  # a sweep runs every k up to this, then auto
 
@@ -92,10 +135,16 @@ class MainWindow(QMainWindow):
         self._reply_request_id: int | None = None
         self._reply_text: list[str] = []
         self._reply_segments: list[Segment] = []
+        self._reply_parent_id: int | None = None
+        self._pending_system_prompt: str | None = None
+        self._context_used = 0
         self.live = LiveStats()
         self.tune_dialog: Any = None
 
         self.model_bar = ModelBar(self._settings)
+        self._presets_file = PresetsFile(settings_file.path.parent / "presets.json")
+        self.presets: list[Preset] = self._presets_file.load()
+        self._fill_presets()
         self.conversations = ConversationListModel(store, self)
         self.conversation_list = QListView()
         self.conversation_list.setModel(self.conversations)
@@ -104,6 +153,16 @@ class MainWindow(QMainWindow):
         self.new_button = QPushButton("New Chat")
         self.new_button.setAccessibleName("New conversation")
         self.delete_button = QPushButton("Delete")
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search all chats")
+        self.search_edit.setAccessibleName("Search all chats")
+        self.search_edit.setClearButtonEnabled(True)
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(150)
+        self._search_timer.timeout.connect(self._on_search_timeout)
+        self.search_edit.textChanged.connect(self._on_search_text_changed)
+        self.conversation_list.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         self.delete_button.setAccessibleName("Delete conversation")
         self.transcript = TranscriptView()
         self.transcript.colour = self._settings.colour_tokens
@@ -122,6 +181,8 @@ class MainWindow(QMainWindow):
         self.load_progress.setAccessibleName("Loading progress")
         self.load_progress.setMaximumWidth(160)
         self.load_progress.hide()
+        self.context_label = QLabel("")
+        self.context_label.setAccessibleName("Context used")
         self.tps_label = QLabel("")
         self.acceptance_label = QLabel("")
 
@@ -132,6 +193,7 @@ class MainWindow(QMainWindow):
         buttons.addWidget(self.new_button)
         buttons.addWidget(self.delete_button)
         left_layout.addLayout(buttons)
+        left_layout.addWidget(self.search_edit)
         left_layout.addWidget(self.conversation_list, 1)
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -159,6 +221,7 @@ class MainWindow(QMainWindow):
         status = self.statusBar()
         status.addWidget(self.pair_label, 1)
         status.addPermanentWidget(self.load_progress)
+        status.addPermanentWidget(self.context_label)
         status.addPermanentWidget(self.tps_label)
         status.addPermanentWidget(self.acceptance_label)
         self._build_menus()
@@ -172,10 +235,19 @@ class MainWindow(QMainWindow):
         self.composer.stop_requested.connect(self._on_stop_requested)
         self.model_bar.load_requested.connect(self._on_load_requested)
         self.model_bar.models_requested.connect(self.open_model_manager)
+        self.model_bar.preset_combo.activated.connect(self._on_preset_activated)
         self.panel.draft_length_changed.connect(self._on_draft_length_changed)
         self.panel.colour_toggled.connect(self._on_colour_toggled)
         self.panel.tune_requested.connect(self.open_tune_dialog)
         self.transcript.stats_requested.connect(self._on_stats_requested)
+        self.transcript.copy_requested.connect(self._on_copy_requested)
+        self.transcript.edit_requested.connect(self._on_edit_requested)
+        self.transcript.regenerate_requested.connect(self._on_regenerate_requested)
+        self.transcript.delete_requested.connect(self._on_delete_message_requested)
+        self.transcript.branch_requested.connect(self._on_branch_requested)
+        self.transcript.code_copied.connect(
+            lambda _code: self.statusBar().showMessage("Code copied.", 3_000)
+        )
         service.generation_started.connect(self._on_generation_started)
         service.calibration_progressed.connect(self._on_calibration_progressed)
         service.calibration_finished.connect(self._on_calibration_finished)
@@ -194,31 +266,154 @@ class MainWindow(QMainWindow):
         if not self.model_bar.target_edit.text().strip() and not self._library_has_models():
             self.show_onboarding()
 
+    def _action(
+        self,
+        menu: QMenu,
+        text: str,
+        slot: Callable[..., object],
+        shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None,
+        role: QAction.MenuRole | None = None,
+    ) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        if role is not None:
+            action.setMenuRole(role)  # macOS moves it into the Tandem menu
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
     def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        new = QAction("&New Chat", self)
-        new.setShortcut(QKeySequence.StandardKey.New)
-        new.triggered.connect(self._on_new_conversation_requested)
-        file_menu.addAction(new)
-        models = QAction("&Models…", self)
-        models.setShortcut(QKeySequence("Ctrl+Shift+M"))
-        models.triggered.connect(self.open_model_manager)
-        file_menu.addAction(models)
-        view_menu = self.menuBar().addMenu("&View")
+        keys = QKeySequence.StandardKey
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        self._action(file_menu, "&New Chat", self._on_new_conversation_requested, keys.New)
+        self.file_menu = file_menu
+        chat_actions = [
+            self._action(file_menu, "&Rename Chat…", self._on_rename_conversation_requested),
+            self._action(
+                file_menu, "D&uplicate Chat", self._on_duplicate_conversation_requested, "Ctrl+D"
+            ),
+            self._action(file_menu, "S&ystem Prompt…", self._on_system_prompt_requested),
+            self._action(
+                file_menu, "&Export Chat…", self._on_export_conversation_requested, "Ctrl+E"
+            ),
+            self._action(
+                file_menu, "&Delete Chat…", self._on_delete_conversation_requested, "Ctrl+Backspace"
+            ),
+        ]
+        for action in chat_actions:
+            self.conversation_list.addAction(action)  # the list's context menu
+        file_menu.addSeparator()
+        self._action(file_menu, "Export &All Chats…", self._on_export_all_requested)
+        self._action(file_menu, "&Import Chats…", self._on_import_requested)
+        file_menu.addSeparator()
+        self._action(file_menu, "&Models…", self.open_model_manager, "Ctrl+Shift+M")
+        file_menu.addSeparator()
+        self._action(file_menu, "&Close Window", self.close, keys.Close)
+        self._action(
+            file_menu,
+            "Settings…",
+            self.open_settings,
+            keys.Preferences,
+            QAction.MenuRole.PreferencesRole,
+        )
+        self._action(file_menu, "&Quit Tandem", self.close, keys.Quit, QAction.MenuRole.QuitRole)
+
+        edit = bar.addMenu("&Edit")
+        for text, key, slot in (
+            ("&Undo", keys.Undo, "undo"),
+            ("&Redo", keys.Redo, "redo"),
+            (None, None, None),
+            ("Cu&t", keys.Cut, "cut"),
+            ("&Copy", keys.Copy, "copy"),
+            ("&Paste", keys.Paste, "paste"),
+            ("Select &All", keys.SelectAll, "selectAll"),
+        ):
+            if text is None:
+                edit.addSeparator()
+                continue
+            # The focused text field does the work, as in any Mac app.
+            self._action(edit, text, lambda _=False, m=slot: self._edit(m), key)
+        self.edit_menu = edit
+        edit.addSeparator()
+        self._action(edit, "&Find in Chats", self._on_find_requested, keys.Find)
+
+        view = bar.addMenu("&View")
         self.panel_action = QAction("&Speculation Panel", self)
         self.panel_action.setCheckable(True)
         self.panel_action.setChecked(self._settings.show_speculation_panel)
         self.panel_action.setShortcut(QKeySequence("Ctrl+Alt+S"))
         self.panel_action.toggled.connect(self._on_panel_toggled)
-        view_menu.addAction(self.panel_action)
-        tune = QAction("&Tune Draft Length…", self)
-        tune.triggered.connect(self.open_tune_dialog)
-        view_menu.addAction(tune)
-        quit_action = QAction("&Quit Tandem", self)
-        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
-        quit_action.setMenuRole(QAction.MenuRole.QuitRole)
-        quit_action.triggered.connect(self.close)
-        file_menu.addAction(quit_action)
+        view.addAction(self.panel_action)
+        self._action(view, "&Tune Draft Length…", self.open_tune_dialog)
+        view.addSeparator()
+        self._action(view, "Save Settings as &Preset…", self._on_save_preset_requested)
+        self._action(view, "&Delete Preset", self._on_delete_preset_requested)
+
+        window = bar.addMenu("&Window")
+        self._action(window, "&Minimize", self.showMinimized, "Ctrl+M")
+        self._action(window, "&Zoom", self._on_zoom_requested)
+
+        help_menu = bar.addMenu("&Help")
+        self._action(help_menu, "Tandem &Help", self._on_help_requested, keys.HelpContents)
+        self._action(
+            help_menu, "&About Tandem", self._on_about_requested, role=QAction.MenuRole.AboutRole
+        )
+
+    def _edit(self, method: str) -> None:
+        widget = QApplication.focusWidget()
+        if widget is not None and hasattr(widget, method):
+            getattr(widget, method)()
+
+    @Slot()
+    def _on_zoom_requested(self) -> None:
+        self.showNormal() if self.isMaximized() else self.showMaximized()
+
+    @Slot()
+    def _on_help_requested(self) -> None:
+        QMessageBox.information(self, "Tandem Help", HELP_TEXT)
+
+    @Slot()
+    def _on_about_requested(self) -> None:
+        from app import __version__
+
+        QMessageBox.about(
+            self,
+            "About Tandem",
+            f"<b>Tandem</b> {__version__}<br>Private, local chat on your Mac. A small draft "
+            "model proposes tokens, the large target model checks them, and you get the "
+            "target's exact reply, faster.",
+        )
+
+    @Slot()
+    def open_settings(self) -> SettingsDialog:
+        """Opens Settings (⌘,)."""
+        dialog = SettingsDialog(self._settings, self._settings_file.path.parent, self)
+        dialog.settings_changed.connect(self._on_settings_changed)
+        dialog.clear_data_requested.connect(self._on_clear_data_requested)
+        dialog.open()
+        return dialog
+
+    @Slot(object)
+    def _on_settings_changed(self, settings: Settings) -> None:
+        self._save_settings(**{f: getattr(settings, f) for f in SAMPLING_FIELDS + PAIR_FIELDS})
+        self.model_bar.temp_spin.setValue(settings.temperature)
+
+    @Slot()
+    def _on_clear_data_requested(self) -> None:
+        self.service.stop()
+        for c in self.store.conversations():
+            self.store.delete_conversation(c.id)
+        self._conversation_id = None
+        self.conversations.refresh()
+        self.transcript.show_messages([])
+        self._settings = Settings()
+        try:
+            self._settings_file.save(self._settings)
+        except OSError as exc:
+            log.warning("cannot save settings: %s", exc)
+        self.statusBar().showMessage("All conversations deleted and settings reset.", 10_000)
 
     # Conversations
 
@@ -234,6 +429,7 @@ class MainWindow(QMainWindow):
         self.conversation_list.clearSelection()
         self.conversation_list.selectionModel().clearCurrentIndex()
         self.transcript.show_messages([])
+        self._update_context(0)
         self.composer.editor.setFocus()
 
     @Slot(QModelIndex, QModelIndex)
@@ -243,9 +439,20 @@ class MainWindow(QMainWindow):
             return
         self._show_conversation(cid)
 
-    def _show_conversation(self, conversation_id: int) -> None:
+    def _show_conversation(self, conversation_id: int, upto: int | None = None) -> None:
         self._conversation_id = conversation_id
-        self.transcript.show_messages(self.store.messages(conversation_id))
+        messages = self.store.messages(conversation_id)
+        if upto is not None:  # a regenerated reply replaces what followed its prompt
+            ids = [m.id for m in messages]
+            messages = messages[: ids.index(upto) + 1] if upto in ids else messages
+        branches = {}
+        for m in messages:
+            siblings = self.store.siblings(m.id)
+            if len(siblings) > 1:
+                branches[m.id] = (siblings.index(m.id) + 1, len(siblings))
+        self.transcript.show_messages(messages, branches)
+        last = next((m.stats for m in reversed(messages) if m.stats is not None), None)
+        self._update_context(last.prompt_tokens + last.tokens if last else 0)
         if self._reply_conversation_id == conversation_id:
             self.transcript.begin_reply()
             self.transcript.append_segments(self._reply_segments)
@@ -275,6 +482,186 @@ class MainWindow(QMainWindow):
             self._select_row(0)
         else:
             self.transcript.show_messages([])
+
+    def _conversation_actions_allowed(self) -> bool:
+        if self._reply_request_id is not None or self.service.busy:
+            self.statusBar().showMessage("Wait for the reply to finish, or stop it.", 5_000)
+            return False
+        return True
+
+    @Slot()
+    def _on_rename_conversation_requested(self) -> None:
+        cid = self._conversation_id
+        conversation = self.store.conversation(cid) if cid is not None else None
+        if conversation is None:
+            return
+        title, ok = QInputDialog.getText(self, "Rename Chat", "Title:", text=conversation.title)
+        if ok and title.strip():
+            self.store.rename_conversation(conversation.id, title.strip())
+            self.conversations.refresh()
+            self._select_row(self.conversations.row_of(conversation.id))
+
+    @Slot()
+    def _on_duplicate_conversation_requested(self) -> None:
+        if self._conversation_id is None:
+            return
+        copy = self.store.duplicate_conversation(self._conversation_id)
+        self.conversations.refresh()
+        self._select_row(self.conversations.row_of(copy.id))
+
+    @Slot()
+    def _on_system_prompt_requested(self) -> None:
+        cid = self._conversation_id
+        if cid is None:
+            cid = self.store.create_conversation("New chat").id
+            self.conversations.refresh()
+            self._select_row(self.conversations.row_of(cid))
+        conversation = self.store.conversation(cid)
+        assert conversation is not None
+        text, ok = QInputDialog.getMultiLineText(
+            self,
+            "System Prompt",
+            "Instructions the model follows for this whole chat:",
+            conversation.system_prompt or "",
+        )
+        if ok:
+            self.store.set_system_prompt(cid, text.strip() or None)
+
+    @Slot()
+    def _on_export_conversation_requested(self) -> None:
+        cid = self._conversation_id
+        conversation = self.store.conversation(cid) if cid is not None else None
+        if conversation is None:
+            return
+        safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in conversation.title)
+        path, chosen = QFileDialog.getSaveFileName(
+            self,
+            "Export Chat",
+            f"{safe.strip() or 'chat'}.md",
+            "Markdown (*.md);;Tandem JSON (*.json)",
+        )
+        if path:
+            self.export_conversations(Path(path), [conversation.id], as_json="JSON" in chosen)
+
+    @Slot()
+    def _on_export_all_requested(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export All Chats", "Tandem chats.json", "Tandem JSON (*.json)"
+        )
+        if path:
+            self.export_conversations(Path(path), None, as_json=True)
+
+    def export_conversations(self, path: Path, ids: list[int] | None, as_json: bool) -> bool:
+        """Writes chats to ``path`` as JSON (all branches) or Markdown (the branch shown)."""
+        from app.files import write_atomic
+
+        try:
+            if as_json or ids is None or path.suffix.lower() == ".json":
+                data = json.dumps(self.store.export_json(ids), indent=2, ensure_ascii=False)
+            else:
+                data = self.store.export_markdown(ids[0])
+            write_atomic(path, data.encode("utf-8"))
+        except OSError as exc:
+            self.show_error(f"Could not export to {path.name}: {exc.strerror or exc}")
+            return False
+        self.statusBar().showMessage(f"Exported to {path.name}.", 5_000)
+        return True
+
+    @Slot()
+    def _on_import_requested(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import Chats", "", "Tandem JSON (*.json)")
+        if path:
+            self.import_conversations(Path(path))
+
+    def import_conversations(self, path: Path) -> list[int]:
+        """Adds the chats of a Tandem JSON export; a bad file changes nothing."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            ids = self.store.import_json(data)
+        except (OSError, ValueError) as exc:
+            self.show_error(f"Could not import {path.name}: {first_line(exc)}")
+            return []
+        self.conversations.refresh()
+        if ids:
+            self._select_row(self.conversations.row_of(ids[0]))
+        self.statusBar().showMessage(f"Imported {len(ids)} chat(s) from {path.name}.", 5_000)
+        return ids
+
+    @Slot(str)
+    def _on_search_text_changed(self, _text: str) -> None:
+        self._search_timer.start()  # searches once typing pauses
+
+    @Slot()
+    def _on_search_timeout(self) -> None:
+        self.conversations.set_search(self.search_edit.text())
+
+    @Slot()
+    def _on_find_requested(self) -> None:
+        self.search_edit.setFocus()
+        self.search_edit.selectAll()
+
+    # Messages
+
+    @Slot(int)
+    def _on_copy_requested(self, message_id: int) -> None:
+        m = self.store.message(message_id)
+        if m is not None:
+            QApplication.clipboard().setText(m.content)
+            self.statusBar().showMessage("Message copied.", 3_000)
+
+    @Slot(int)
+    def _on_edit_requested(self, message_id: int) -> None:
+        m = self.store.message(message_id)
+        if m is None or m.role != "user" or not self._conversation_actions_allowed():
+            return
+        if self._pair is None:
+            self.show_error("Load a target model first: choose its folder above and press Load.")
+            return
+        text, ok = QInputDialog.getMultiLineText(self, "Edit Message", "Message:", m.content)
+        if not ok or not text.strip() or text.strip() == m.content:
+            return
+        # The edit starts a branch beside the original; both stay reachable.
+        self.store.add_message(m.conversation_id, "user", text.strip(), parent_id=m.parent_id)
+        self._start_reply(m.conversation_id)
+
+    @Slot(int)
+    def _on_regenerate_requested(self, message_id: int) -> None:
+        m = self.store.message(message_id)
+        if m is None or m.role != "assistant" or not self._conversation_actions_allowed():
+            return
+        if self._pair is None or m.parent_id is None:
+            self.show_error("Load a target model first: choose its folder above and press Load.")
+            return
+        self._start_reply(m.conversation_id, parent_id=m.parent_id)
+
+    @Slot(int)
+    def _on_delete_message_requested(self, message_id: int) -> None:
+        m = self.store.message(message_id)
+        if m is None or not self._conversation_actions_allowed():
+            return
+        answer = QMessageBox.question(
+            self,
+            "Delete Message",
+            "Delete this message and everything after it in this branch?",
+            QMessageBox.StandardButton.Cancel | QMessageBox.StandardButton.Yes,
+            QMessageBox.StandardButton.Cancel,
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.store.delete_message(message_id)
+            self._show_conversation(m.conversation_id)
+
+    @Slot(int, int)
+    def _on_branch_requested(self, message_id: int, delta: int) -> None:
+        if not self._conversation_actions_allowed():
+            return
+        siblings = self.store.siblings(message_id)
+        if message_id not in siblings:
+            return
+        target = siblings[(siblings.index(message_id) + delta) % len(siblings)]
+        self.store.switch_branch(target)
+        m = self.store.message(target)
+        if m is not None:
+            self._show_conversation(m.conversation_id)
 
     # Models
 
@@ -454,6 +841,7 @@ class MainWindow(QMainWindow):
         self.live.reset_pair()
         self.live.set_lifetime(*self.store.pair_totals(info.target, info.draft))
         self.panel.gauge.set_snapshot(self.live.snapshot())
+        self._update_context()
         best = self._settings.best_k.get(pair_key(info.target, info.draft))
         if best is not None:  # the calibrated k is this pair's default
             self.panel.set_num_draft(best)
@@ -462,9 +850,15 @@ class MainWindow(QMainWindow):
     # Chat
 
     def params(self) -> GenerationParams:
+        s = self._settings
         return GenerationParams(
-            max_tokens=self._settings.max_tokens,
+            max_tokens=s.max_tokens,
             temperature=self.model_bar.temp_spin.value(),
+            top_p=s.top_p,
+            top_k=s.top_k,
+            min_p=s.min_p,
+            repetition_penalty=s.repetition_penalty,
+            seed=s.seed,
             num_draft=self.panel.num_draft(),
             prompt_lookup=self.model_bar.lookup_check.isChecked(),
         )
@@ -479,26 +873,60 @@ class MainWindow(QMainWindow):
         self.hide_error()
         if self._conversation_id is None:
             title = " ".join(text.split())[:48]
-            self._conversation_id = self.store.create_conversation(title).id
+            conversation = self.store.create_conversation(
+                title, system_prompt=self._pending_system_prompt
+            )
+            self._conversation_id = conversation.id
         cid = self._conversation_id
         self.store.add_message(cid, "user", text)
         self.composer.clear()
-        self.conversations.refresh()
-        self._select_row(self.conversations.row_of(cid))
-        self.transcript.append_message("user", text)
-        history = [Message(m.role, m.content) for m in self.store.messages(cid)]
-        self._reply_conversation_id = cid
-        self._reply_text = []
-        self._reply_segments = []
-        self.transcript.begin_reply()
-        self.composer.set_busy(True)
-        self._reply_request_id = self.service.generate(history, self.params())
+        self._start_reply(cid)
         self._save_settings(
             num_draft=self.panel.k_slider.value(),
             auto_draft=self.panel.auto_check.isChecked(),
             prompt_lookup=self.model_bar.lookup_check.isChecked(),
             temperature=self.model_bar.temp_spin.value(),
         )
+
+    def history(self, cid: int, upto: int | None = None) -> list[Message]:
+        """The conversation as the model sees it: its system prompt, then the branch shown.
+
+        Args:
+            cid: The conversation.
+            upto: Stop after this message (to regenerate the reply that followed it).
+        """
+        conversation = self.store.conversation(cid)
+        out = []
+        if conversation is not None and conversation.system_prompt:
+            out.append(Message("system", conversation.system_prompt))
+        for m in self.store.messages(cid):
+            out.append(Message(m.role, m.content))
+            if m.id == upto:
+                break
+        return out
+
+    def _start_reply(self, cid: int, parent_id: int | None = None) -> None:
+        """Shows the conversation and asks the engine for the next reply.
+
+        The engine keeps both models' caches, so only what follows the longest
+        prefix it already holds is computed again, as after an edit.
+        """
+        conversation = self.store.conversation(cid)
+        # The reply belongs after this message, whatever branch is shown when it ends.
+        self._reply_parent_id = (
+            parent_id
+            if parent_id is not None
+            else (conversation.head_id if conversation is not None else None)
+        )
+        self.conversations.refresh()
+        self._select_row(self.conversations.row_of(cid))
+        self._show_conversation(cid, upto=parent_id)
+        self._reply_conversation_id = cid
+        self._reply_text = []
+        self._reply_segments = []
+        self.transcript.begin_reply()
+        self.composer.set_busy(True)
+        self._reply_request_id = self.service.generate(self.history(cid, parent_id), self.params())
 
     @Slot()
     def _on_stop_requested(self) -> None:
@@ -528,6 +956,7 @@ class MainWindow(QMainWindow):
         tps, acceptance = format_stats(f.stats)
         self.tps_label.setText(tps)
         self.acceptance_label.setText(acceptance)
+        self._update_context(f.stats.prompt_tokens + f.stats.tokens)
 
     @Slot(object)
     def _on_failed(self, failure: EngineFailure) -> None:
@@ -569,10 +998,12 @@ class MainWindow(QMainWindow):
         if text or reason != "error":
             if "".join(t for _, t in segments) != text:
                 segments = ()  # partial runs would colour the wrong text
+            branch = {} if self._reply_parent_id is None else {"parent_id": self._reply_parent_id}
             saved = self.store.add_message(
                 cid,
                 "assistant",
                 text,
+                **branch,
                 target=pair.target if pair else None,
                 draft=pair.draft if pair else None,
                 finish_reason=reason,
@@ -584,8 +1015,124 @@ class MainWindow(QMainWindow):
         if cid == self._conversation_id:
             self._select_row(self.conversations.row_of(cid))
             note = {"cancelled": "Stopped.", "error": "Interrupted by an error."}.get(reason, "")
-            stats_id = saved.id if saved is not None and stats is not None else None
-            self.transcript.end_reply(note, stats_id)
+            if saved is not None and len(self.store.siblings(saved.id)) > 1:
+                self._show_conversation(cid)  # shows the new branch's switcher
+            else:
+                stats_id = saved.id if saved is not None and stats is not None else None
+                message_id = saved.id if saved is not None else None
+                self.transcript.end_reply(note, stats_id, message_id=message_id)
+        self._reply_parent_id = None
+
+    def _update_context(self, used: int | None = None) -> None:
+        """Shows how much of the target's window the conversation fills."""
+        if used is not None:
+            self._context_used = used
+        window = self._pair.context_length if self._pair is not None else None
+        if window is None:
+            self.context_label.setText("")
+            return
+        used = self._context_used
+        share = used / window
+        self.context_label.setText(f"Context {used:,} / {window:,}")
+        warn = share >= CONTEXT_WARNING
+        self.context_label.setStyleSheet("color: #d97706;" if warn else "")
+        self.context_label.setToolTip(
+            f"The conversation uses {share:.0%} of the model's window; start a new chat "
+            "before it fills up."
+            if warn
+            else f"The conversation uses {share:.0%} of the model's {window:,}-token window."
+        )
+
+    # Presets
+
+    def _fill_presets(self) -> None:
+        combo = self.model_bar.preset_combo
+        combo.clear()
+        combo.addItem("Custom")  # the settings as they are
+        for preset in self.presets:
+            combo.addItem(preset.name)
+
+    def apply_preset(self, preset: Preset) -> None:
+        """Makes a preset's sampling, draft settings and system prompt the current ones."""
+        self.model_bar.temp_spin.setValue(preset.temperature)
+        self.model_bar.lookup_check.setChecked(preset.prompt_lookup)
+        self.panel.k_slider.setValue(preset.num_draft)
+        self.panel.auto_check.setChecked(preset.auto_draft)
+        self._save_settings(
+            temperature=preset.temperature,
+            top_p=preset.top_p,
+            top_k=preset.top_k,
+            min_p=preset.min_p,
+            repetition_penalty=preset.repetition_penalty,
+            max_tokens=preset.max_tokens,
+            seed=preset.seed,
+            prompt_lookup=preset.prompt_lookup,
+        )
+        cid = self._conversation_id
+        conversation = self.store.conversation(cid) if cid is not None else None
+        if conversation is not None and preset.system_prompt and not conversation.system_prompt:
+            self.store.set_system_prompt(conversation.id, preset.system_prompt)
+        self._pending_system_prompt = preset.system_prompt or None
+        self.statusBar().showMessage(f"Preset “{preset.name}” applied.", 4_000)
+
+    @Slot(int)
+    def _on_preset_activated(self, index: int) -> None:
+        if 1 <= index <= len(self.presets):
+            self.apply_preset(self.presets[index - 1])
+
+    @Slot()
+    def _on_save_preset_requested(self) -> None:
+        name, ok = QInputDialog.getText(self, "Save Preset", "Name:")
+        if ok and name.strip():
+            self.save_preset(name.strip())
+
+    def save_preset(self, name: str) -> Preset | None:
+        """Saves the current sampling and draft settings under ``name``."""
+        from app.store import presets as p
+
+        s = self._settings
+        cid = self._conversation_id
+        conversation = self.store.conversation(cid) if cid is not None else None
+        try:
+            preset = Preset(
+                name=name,
+                system_prompt=(conversation.system_prompt or "") if conversation else "",
+                temperature=self.model_bar.temp_spin.value(),
+                top_p=s.top_p,
+                top_k=s.top_k,
+                min_p=s.min_p,
+                repetition_penalty=s.repetition_penalty,
+                max_tokens=s.max_tokens,
+                seed=s.seed,
+                num_draft=self.panel.k_slider.value(),
+                auto_draft=self.panel.auto_check.isChecked(),
+                prompt_lookup=self.model_bar.lookup_check.isChecked(),
+            ).validated()
+            presets = p.upsert(self.presets, preset)
+            self._presets_file.save(presets)
+        except (ValueError, OSError) as exc:
+            self.show_error(f"Could not save the preset: {first_line(exc)}")
+            return None
+        self.presets = presets
+        self._fill_presets()
+        self.model_bar.preset_combo.setCurrentText(preset.name)
+        return preset
+
+    @Slot()
+    def _on_delete_preset_requested(self) -> None:
+        from app.store import presets as p
+
+        index = self.model_bar.preset_combo.currentIndex()
+        if not 1 <= index <= len(self.presets):
+            return
+        try:
+            presets = p.remove(self.presets, self.presets[index - 1].name)
+            self._presets_file.save(presets)
+        except (ValueError, OSError) as exc:
+            self.show_error(f"Could not delete the preset: {first_line(exc)}")
+            return
+        self.presets = presets
+        self._fill_presets()
 
     # Speculation panel
 
@@ -692,6 +1239,16 @@ class MainWindow(QMainWindow):
             self._settings_file.save(self._settings)
         except OSError as exc:
             log.warning("cannot save settings: %s", exc)
+
+    def changeEvent(self, event: QEvent) -> None:
+        # Light/dark switched in System Settings: code colours follow the new palette.
+        # Qt sends palette events while the window is still being built.
+        rid, cid = getattr(self, "_reply_request_id", 1), getattr(self, "_conversation_id", None)
+        idle = rid is None and cid is not None and self.isVisible()
+        if event.type() == QEvent.Type.PaletteChange and idle:
+            assert self._conversation_id is not None
+            self._show_conversation(self._conversation_id)
+        super().changeEvent(event)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         QSettings().setValue("window/geometry", self.saveGeometry())

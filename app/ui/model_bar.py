@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
@@ -40,6 +41,10 @@ class ModelBar(QWidget):
         self.lookup_check.setToolTip(
             "Also propose tokens that continue text already in the conversation"
         )
+        self.preset_combo = QComboBox()
+        self.preset_combo.setAccessibleName("Preset")
+        self.preset_combo.setToolTip("Sampling, draft settings and a system prompt, saved by name")
+        self.preset_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.temp_spin = QDoubleSpinBox()
         self.temp_spin.setRange(0.0, 2.0)
         self.temp_spin.setSingleStep(0.1)
@@ -60,6 +65,8 @@ class ModelBar(QWidget):
         layout.addWidget(self.load_button)
         layout.addWidget(self.models_button)
         layout.addWidget(self.lookup_check)
+        layout.addWidget(QLabel("Preset"))
+        layout.addWidget(self.preset_combo)
         layout.addWidget(QLabel("Temp"))
         layout.addWidget(self.temp_spin)
 

@@ -1,20 +1,44 @@
 """The transcript: messages of one conversation, with the reply streaming in.
 
-Streaming appends at the end of the document; nothing already shown is re-rendered.
+Replies show as Markdown, with highlighted code blocks that copy with one click.
 Reply text can be coloured by the origin of its tokens: accepted draft tokens,
-tokens of prompt lookup, the target's corrections and its bonus tokens.
+tokens of prompt lookup, the target's corrections and its bonus tokens. The
+colours survive rendering: the rendered text is aligned with the source text.
+
+While a reply streams, its text is appended as it comes; each time a Markdown
+block completes (a blank line, a closing code fence) only the text since the
+previous one is rendered again, and :meth:`TranscriptView.end_reply` renders the
+whole reply once. Nothing before the reply is ever touched.
+
+Under each message a footer of links asks for actions on it (copy, edit,
+regenerate, delete, statistics, other branches); the view only emits signals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from html import escape
 
 from PySide6.QtCore import QUrl, Signal, Slot
-from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QGuiApplication,
+    QPalette,
+    QTextBlock,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextDocumentFragment,
+)
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.engine.types import Origin, Segment
 from app.store import StoredMessage
+from app.ui.markdown import COPY_SCHEME, BlockSplitter, Theme, align, render_markdown
 
 _ROLE_LABELS = {"user": "You", "assistant": "Tandem", "system": "System"}
 
@@ -32,6 +56,22 @@ ORIGIN_LABELS: dict[Origin, str] = {
     Origin.BONUS: "bonus token",
 }
 STATS_SCHEME = "stats"
+COPY_MESSAGE_SCHEME = "copy-message"
+EDIT_SCHEME = "edit"
+REGENERATE_SCHEME = "regenerate"
+DELETE_SCHEME = "delete"
+PREVIOUS_BRANCH_SCHEME = "branch-previous"
+NEXT_BRANCH_SCHEME = "branch-next"
+
+# Each footer link's scheme and the signal it emits with the message id.
+_ACTION_SIGNALS = {
+    STATS_SCHEME: "stats_requested",
+    COPY_MESSAGE_SCHEME: "copy_requested",
+    EDIT_SCHEME: "edit_requested",
+    REGENERATE_SCHEME: "regenerate_requested",
+    DELETE_SCHEME: "delete_requested",
+}
+_BRANCH_DELTAS = {PREVIOUS_BRANCH_SCHEME: -1, NEXT_BRANCH_SCHEME: +1}
 
 
 def origin_format(origin: Origin | None, colour: bool) -> QTextCharFormat:
@@ -44,10 +84,50 @@ def origin_format(origin: Origin | None, colour: bool) -> QTextCharFormat:
     return fmt
 
 
-class TranscriptView(QTextBrowser):
-    """Read-only view of a conversation."""
+@dataclass(frozen=True, slots=True)
+class _Footer:
+    """What the line under a message shows."""
 
-    stats_requested = Signal(int)  # message id
+    role: str
+    message_id: int | None = None
+    note: str = ""
+    stats_id: int | None = None
+    branch: tuple[int, int] | None = None  # (1-based index, count) among its siblings
+
+    @property
+    def empty(self) -> bool:
+        return self.message_id is None and not self.note and self.stats_id is None
+
+
+@dataclass(slots=True)
+class _Reply:
+    """The reply that streams in: where it lies in the document and its source so far."""
+
+    start: int  # document position of its header block
+    tail_pos: int  # document position of the text not yet rendered as Markdown
+    code_start: int  # index of its first code block in the view's list
+    segments: list[Segment] = field(default_factory=list)
+    tail_src: int = 0  # source offset of the text not yet rendered
+    tail: list[Segment] = field(default_factory=list)
+    splitter: BlockSplitter = field(default_factory=BlockSplitter)
+
+
+class TranscriptView(QTextBrowser):
+    """Read-only view of a conversation.
+
+    Signals carry the id of the message whose footer link was clicked;
+    ``branch_requested`` also carries -1 or +1 for the previous or next branch.
+    Links inside replies are never opened: ``link_clicked`` reports them.
+    """
+
+    stats_requested = Signal(int)
+    copy_requested = Signal(int)
+    edit_requested = Signal(int)
+    regenerate_requested = Signal(int)
+    delete_requested = Signal(int)
+    branch_requested = Signal(int, int)
+    code_copied = Signal(str)
+    link_clicked = Signal(QUrl)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -56,21 +136,85 @@ class TranscriptView(QTextBrowser):
         self.setOpenExternalLinks(False)
         self.setOpenLinks(False)
         self.setPlaceholderText("Start a conversation: type a message below.")
-        self._streaming = False
+        # Nothing is edited by hand: an undo history would only grow with each token.
+        self.document().setUndoRedoEnabled(False)
         self.colour = True
+        self._code_blocks: list[str] = []
+        self._reply: _Reply | None = None
         self.anchorClicked.connect(self._on_anchor_clicked)
 
-    def show_messages(self, messages: list[StoredMessage]) -> None:
-        """Replaces the view with ``messages``."""
+    @property
+    def code_blocks(self) -> tuple[str, ...]:
+        """Raw text of the shown code blocks; ``copy:<i>`` copies the i-th."""
+        return tuple(self._code_blocks)
+
+    @property
+    def reply_start(self) -> int | None:
+        """Document position where the streaming reply starts; ``None`` between replies."""
+        return self._reply.start if self._reply is not None else None
+
+    def show_messages(
+        self,
+        messages: Sequence[StoredMessage],
+        branches: Mapping[int, tuple[int, int]] | None = None,
+    ) -> None:
+        """Replaces the view with ``messages``.
+
+        Args:
+            messages: The messages, oldest first.
+            branches: Message id to (1-based index, count) for messages that have
+                siblings; they show a switcher.
+        """
         self.clear()
-        self._streaming = False
+        self._reply = None
+        self._code_blocks.clear()
+        branches = branches or {}
+        theme = self._theme()
+        cursor = QTextCursor(self.document())
+        cursor.beginEditBlock()  # one layout pass for the whole conversation
         for m in messages:
-            segments = m.segments if m.role == "assistant" else ()
+            self._open_message(cursor)
             stats_id = m.id if m.role == "assistant" and m.stats is not None else None
-            self._append_block(m.role, m.content, _note(m), segments, stats_id)
+            footer = _Footer(m.role, m.id, _note(m), stats_id, branches.get(m.id))
+            segments = m.segments if m.role == "assistant" else ()
+            self._insert_message(cursor, m.role, m.content, segments, footer, theme)
+        cursor.endEditBlock()
+        self.setTextCursor(cursor)
+        self.ensureCursorVisible()
+
+    def append_message(
+        self,
+        role: str,
+        content: str,
+        message_id: int | None = None,
+        branch: tuple[int, int] | None = None,
+    ) -> None:
+        """Adds a message at the end; with its id, it gets a footer of actions."""
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        self._open_message(cursor)
+        footer = _Footer(role, message_id, branch=branch)
+        self._insert_message(cursor, role, content, (), footer, self._theme())
+        self.setTextCursor(cursor)
+        self.ensureCursorVisible()
+
+    def begin_reply(self) -> None:
+        """Adds an empty assistant message that :meth:`append_segments` fills."""
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        start = self._open_message(cursor)
+        cursor.insertText(_ROLE_LABELS["assistant"], _bold())
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        self._reply = _Reply(start, cursor.position(), len(self._code_blocks))
+        self.setTextCursor(cursor)
+        self.ensureCursorVisible()
 
     def append_segments(self, segments: Sequence[Segment]) -> None:
-        """Appends streamed reply text, each run in its origin's colour."""
+        """Appends streamed reply text, each run in its origin's colour.
+
+        When the text completes a Markdown block, the reply's text since the
+        previous completed block is rendered.
+        """
         if not segments:
             return
         bar = self.verticalScrollBar()
@@ -79,83 +223,333 @@ class TranscriptView(QTextBrowser):
         cursor.movePosition(QTextCursor.MoveOperation.End)
         for origin, text in segments:
             cursor.insertText(text, origin_format(origin, self.colour))
+        reply = self._reply
+        if reply is not None:
+            reply.segments += segments
+            reply.tail += segments
+            cut = reply.splitter.feed("".join(text for _, text in segments))
+            if cut is not None:
+                self._render_tail(reply, cut)
         if at_bottom:
             bar.setValue(bar.maximum())
 
-    def append_message(self, role: str, content: str) -> None:
-        self._append_block(role, content)
-
-    def begin_reply(self) -> None:
-        """Adds an empty assistant block that :meth:`append_text` fills."""
-        self._append_block("assistant", "")
-        self._streaming = True
-
     def append_text(self, text: str) -> None:
-        if not text:
-            return
+        """Appends streamed reply text without origins."""
+        if text:
+            self.append_segments([(None, text)])
+
+    def end_reply(
+        self,
+        note: str = "",
+        stats_id: int | None = None,
+        message_id: int | None = None,
+        branch: tuple[int, int] | None = None,
+    ) -> None:
+        """Renders the whole reply once and adds its footer.
+
+        Args:
+            note: Why it ended early, such as "Stopped."; shown in italics.
+            stats_id: Id of the saved reply when it has statistics: a Stats link.
+            message_id: Id of the saved reply: links to copy, regenerate and
+                delete it. Without it the footer has only the note and Stats link.
+            branch: (1-based index, count) when the reply has siblings.
+        """
+        reply, self._reply = self._reply, None
+        footer = _Footer("assistant", message_id, note, stats_id, branch)
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = QTextCursor(self.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertText(text, QTextCharFormat())
+        if reply is None:
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            if not footer.empty:
+                self._insert_footer(cursor, footer)
+        else:
+            cursor.beginEditBlock()
+            cursor.setPosition(reply.start)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+            cursor.setBlockFormat(_header_format())  # the block took the format of the last one
+            del self._code_blocks[reply.code_start :]
+            text = "".join(t for _, t in reply.segments)
+            self._insert_message(cursor, "assistant", text, reply.segments, footer, self._theme())
+            cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
 
-    def end_reply(self, note: str = "", stats_id: int | None = None) -> None:
-        if note or stats_id is not None:
-            self._append_note(note, stats_id)
-        self._streaming = False
-
     @Slot(QUrl)
     def _on_anchor_clicked(self, url: QUrl) -> None:
-        if url.scheme() == STATS_SCHEME and url.path().isdigit():
-            self.stats_requested.emit(int(url.path()))
+        scheme, path = url.scheme(), url.path()
+        if scheme == COPY_SCHEME and path.isdigit():
+            index = int(path)
+            if index < len(self._code_blocks):
+                code = self._code_blocks[index]
+                QGuiApplication.clipboard().setText(code)
+                self.code_copied.emit(code)
+        elif scheme in _ACTION_SIGNALS and path.isdigit():
+            getattr(self, _ACTION_SIGNALS[scheme]).emit(int(path))
+        elif scheme in _BRANCH_DELTAS and path.isdigit():
+            self.branch_requested.emit(int(path), _BRANCH_DELTAS[scheme])
+        elif scheme not in _ACTION_SIGNALS and scheme not in _BRANCH_DELTAS:
+            self.link_clicked.emit(url)  # shown in replies, never opened here
 
-    def _append_block(
+    # Building the document
+
+    def _open_message(self, cursor: QTextCursor) -> int:
+        """Starts a message's header block at ``cursor``; returns its position."""
+        if not self.document().isEmpty() and cursor.position() > 0:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        cursor.setBlockFormat(_header_format())
+        return cursor.position()
+
+    def _insert_message(
         self,
+        cursor: QTextCursor,
         role: str,
         content: str,
-        note: str = "",
-        segments: Sequence[Segment] = (),
-        stats_id: int | None = None,
+        segments: Sequence[Segment],
+        footer: _Footer,
+        theme: Theme,
     ) -> None:
-        cursor = QTextCursor(self.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        if not self.document().isEmpty():
-            cursor.insertBlock()
-        header = QTextBlockFormat()
-        header.setTopMargin(10)
-        bold = QTextCharFormat()
-        bold.setFontWeight(QFont.Weight.Bold)
-        cursor.setBlockFormat(header)
-        cursor.insertText(_ROLE_LABELS.get(role, role), bold)
-        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-        if segments and "".join(t for _, t in segments) == content:
-            for origin, text in segments:
-                cursor.insertText(text, origin_format(origin, self.colour))
+        """Fills the header block at ``cursor``, the body and the footer."""
+        label = _ROLE_LABELS.get(role, role)
+        if role == "assistant":
+            start = cursor.position()
+            rendered = render_markdown(content, theme, len(self._code_blocks))
+            self._code_blocks.extend(rendered.code_blocks)
+            # The label leads the fragment: its first block merges into the header block.
+            head = f"<p><b>{escape(label)}</b></p>\n"
+            self._insert_html(cursor, head + rendered.html, keep_first_format=False)
+            body = self.document().findBlock(start).next()
+            self._colour(body, cursor.position(), content, segments, rendered.hidden)
         else:
+            cursor.insertText(label, _bold())
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             cursor.insertText(content, QTextCharFormat())
-        self.setTextCursor(cursor)
-        if note or stats_id is not None:
-            self._append_note(note, stats_id)
-        self.ensureCursorVisible()
+        if not footer.empty:
+            self._insert_footer(cursor, footer)
 
-    def _append_note(self, note: str, stats_id: int | None = None) -> None:
+    def _render_tail(self, reply: _Reply, cut: int) -> None:
+        """Renders the reply's source up to ``cut`` in place of its plain text."""
+        length = cut - reply.tail_src
+        chunk, rest = _split(reply.tail, length)
+        source = "".join(t for _, t in chunk)
         cursor = QTextCursor(self.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        fmt = QTextCharFormat()
-        fmt.setFontItalic(True)
-        fmt.setForeground(self.palette().placeholderText())
-        cursor.insertBlock(QTextBlockFormat(), fmt)
-        if note:
-            cursor.insertText(note + ("  " if stats_id is not None else ""), fmt)
-        if stats_id is not None:
-            link = QTextCharFormat(fmt)
-            link.setAnchor(True)
-            link.setAnchorHref(f"{STATS_SCHEME}:{stats_id}")
-            link.setForeground(self.palette().link())
-            link.setToolTip("Show this reply's statistics")
-            cursor.insertText("Stats…", link)
+        cursor.beginEditBlock()
+        cursor.setPosition(reply.tail_pos)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.setBlockFormat(QTextBlockFormat())  # the block took the format of the last one
+        if source.strip():
+            rendered = render_markdown(source, self._theme(), len(self._code_blocks))
+            self._code_blocks.extend(rendered.code_blocks)
+            start = reply.tail_pos
+            plain = self._insert_html(cursor, rendered.html, keep_first_format=True)
+            first = self.document().findBlock(start)
+            if not plain and first.length() == 1:
+                # A list or table starts after the block it was inserted at: drop that block.
+                QTextCursor(first).deletePreviousChar()
+                first = self.document().findBlock(start - 1).next()
+            self._colour(first, cursor.position(), source, chunk, rendered.hidden)
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            reply.tail_pos = cursor.position()
+        for origin, text in rest:
+            cursor.insertText(text, origin_format(origin, self.colour))
+        cursor.endEditBlock()
+        reply.tail_src = cut
+        reply.tail = rest
+
+    def _insert_html(self, cursor: QTextCursor, html: str, keep_first_format: bool) -> bool:
+        """Inserts ``html`` at ``cursor``; returns whether it starts with a plain block.
+
+        The fragment's first block merges into the block at the cursor and takes
+        its format; ``keep_first_format`` gives it the fragment's own (a code
+        block's background, a heading's margins). A list or table instead starts
+        in a block of its own, after the one at the cursor.
+        """
+        fragment = QTextDocument()
+        fragment.setHtml(html)
+        first = fragment.begin()
+        plain = first.textList() is None and QTextCursor(first).currentTable() is None
+        fmt = first.blockFormat() if keep_first_format and plain else None
+        start = cursor.position()
+        cursor.insertFragment(QTextDocumentFragment(fragment))
+        if fmt is not None:
+            fix = QTextCursor(self.document())
+            fix.setPosition(start)
+            fix.setBlockFormat(fmt)
+        return plain
+
+    def _colour(
+        self,
+        first: QTextBlock,
+        end: int,
+        source: str,
+        segments: Sequence[Segment],
+        hidden: Sequence[tuple[int, int]],
+    ) -> None:
+        """Gives the rendered text from block ``first`` to ``end`` its tokens' colours."""
+        if not self.colour or not segments:
+            return
+        if "".join(text for _, text in segments) != source:
+            return  # partial runs would colour the wrong text
+        origins: list[Origin | None] = []
+        for origin, text in segments:
+            origins += [origin] * len(text)
+        parts: list[str] = []
+        positions: list[int] = []
+        block = first
+        while block.isValid() and block.position() < end:
+            if not _is_code_header(block):
+                text = block.text()[: max(end - block.position(), 0)]
+                if parts:
+                    parts.append("\n")
+                    positions.append(-1)  # between blocks: nothing to colour
+                parts.append(text)
+                positions += range(block.position(), block.position() + len(text))
+            block = block.next()
+        matches = align(source, "".join(parts), hidden)
+        cursor = QTextCursor(self.document())
+        cursor.beginEditBlock()  # one layout pass for all the runs
+        formats: dict[Origin, QTextCharFormat] = {}
+
+        def paint(origin: Origin | None, start: int, stop: int) -> None:
+            if origin is None:
+                return
+            if origin not in formats:
+                formats[origin] = origin_format(origin, True)
+            cursor.setPosition(start)
+            cursor.setPosition(stop, QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(formats[origin])
+
+        run: Origin | None = None
+        run_start = last = -2
+        for pos, src in zip(positions, matches, strict=True):
+            origin = origins[src] if src >= 0 and pos >= 0 else None
+            if origin not in ORIGIN_COLORS:
+                origin = None
+            if origin is not None and origin == run and pos == last + 1:
+                last = pos
+                continue
+            paint(run, run_start, last + 1)
+            run, run_start, last = origin, pos, pos
+        paint(run, run_start, last + 1)
+        cursor.endEditBlock()
+
+    def _insert_footer(self, cursor: QTextCursor, footer: _Footer) -> None:
+        """Adds the small line of links under a message."""
+        base = QTextCharFormat()
+        base.setForeground(self.palette().placeholderText())
+        size = self.font().pointSizeF()
+        if size > 0:
+            base.setFontPointSize(size * 0.85)
+        block = QTextBlockFormat()
+        block.setTopMargin(2)
+        cursor.insertBlock(block, base)
+        if footer.note:
+            italic = QTextCharFormat(base)
+            italic.setFontItalic(True)
+            cursor.insertText(footer.note, italic)
+        items: list[tuple[str, str]] = []  # (text, href) of each action
+        mid = footer.message_id
+        if mid is not None:
+            if footer.role == "user":
+                items += [("Edit", EDIT_SCHEME), ("Copy", COPY_MESSAGE_SCHEME)]
+            elif footer.role == "assistant":
+                items += [("Copy", COPY_MESSAGE_SCHEME), ("Regenerate", REGENERATE_SCHEME)]
+            else:
+                items.append(("Copy", COPY_MESSAGE_SCHEME))
+            items.append(("Delete", DELETE_SCHEME))
+        if footer.stats_id is not None:
+            items.append(("Stats…", f"{STATS_SCHEME}:{footer.stats_id}"))
+        links = [(text, href if ":" in href else f"{href}:{mid}") for text, href in items]
+        if mid is None:  # as before message ids: the note, then the Stats link
+            base.setFontItalic(True)
+        if footer.note and (links or footer.branch):
+            cursor.insertText("  ", base)
+        if footer.branch is not None and mid is not None:
+            index, count = footer.branch
+            previous = f"{PREVIOUS_BRANCH_SCHEME}:{mid}" if index > 1 else None
+            following = f"{NEXT_BRANCH_SCHEME}:{mid}" if index < count else None
+            self._insert_link(cursor, base, "‹", previous, "Previous version")
+            cursor.insertText(f" {index}/{count} ", base)
+            self._insert_link(cursor, base, "›", following, "Next version")
+            if links:
+                cursor.insertText("   ", base)
+        for i, (text, href) in enumerate(links):
+            if i:
+                cursor.insertText(" · ", base)
+            self._insert_link(cursor, base, text, href, _TOOLTIPS.get(text, ""))
+
+    def _insert_link(
+        self, cursor: QTextCursor, base: QTextCharFormat, text: str, href: str | None, tip: str
+    ) -> None:
+        if href is None:  # the end of the branches: shown, but not a link
+            cursor.insertText(text, base)
+            return
+        link = QTextCharFormat(base)
+        link.setAnchor(True)
+        link.setAnchorHref(href)
+        link.setForeground(self.palette().link())
+        link.setToolTip(tip)
+        cursor.insertText(text, link)
+
+    def _theme(self) -> Theme:
+        """Markdown colours from the palette; a dark window picks the dark code style."""
+        p = self.palette()
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
+        return Theme(
+            dark=p.color(QPalette.ColorRole.Window).lightnessF() < 0.5,
+            code_background=p.color(QPalette.ColorRole.AlternateBase).name(),
+            muted=p.color(QPalette.ColorRole.PlaceholderText).name(),
+            link=p.color(QPalette.ColorRole.Link).name(),
+            mono_family=f"'{mono}', monospace",
+            rule=p.color(QPalette.ColorRole.Mid).name(),
+        )
+
+
+_TOOLTIPS = {
+    "Edit": "Edit this message and send it again",
+    "Copy": "Copy this message",
+    "Regenerate": "Write this reply again",
+    "Delete": "Delete this message",
+    "Stats…": "Show this reply's statistics",
+}
+
+
+def _header_format() -> QTextBlockFormat:
+    fmt = QTextBlockFormat()
+    fmt.setTopMargin(10)
+    return fmt
+
+
+def _bold() -> QTextCharFormat:
+    fmt = QTextCharFormat()
+    fmt.setFontWeight(QFont.Weight.Bold)
+    return fmt
+
+
+def _is_code_header(block: QTextBlock) -> bool:
+    """Whether ``block`` is the line with a code block's Copy link."""
+    it = block.begin()
+    return not it.atEnd() and it.fragment().charFormat().anchorHref().startswith(COPY_SCHEME + ":")
+
+
+def _split(segments: Sequence[Segment], length: int) -> tuple[list[Segment], list[Segment]]:
+    """The runs of the first ``length`` characters and of the rest."""
+    head: list[Segment] = []
+    tail: list[Segment] = []
+    left = length
+    for origin, text in segments:
+        if left >= len(text):
+            head.append((origin, text))
+            left -= len(text)
+        elif left > 0:
+            head.append((origin, text[:left]))
+            tail.append((origin, text[left:]))
+            left = 0
+        else:
+            tail.append((origin, text))
+    return head, tail
 
 
 def _note(m: StoredMessage) -> str:

@@ -151,3 +151,22 @@ def test_a_control_changes_k_mid_stream(tiny_pair) -> None:
             if len(ks) == 3:
                 control.set(5)
     assert set(ks[:3]) <= {0, 2} and 5 in ks[3:] and 2 not in ks[4:]
+
+
+def test_a_conversation_longer_than_the_window_is_refused_with_numbers(
+    tiny: TinyModels, tmp_path
+) -> None:
+    import json
+    import shutil
+
+    from app.engine import ModelError
+
+    folder = shutil.copytree(tiny.target, tmp_path / "short")
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = 24
+    (folder / "config.json").write_text(json.dumps(config))
+    pair = load_pair(folder)
+    assert pair.target.context_length == 24
+    with pytest.raises(ModelError, match=r"tokens, more than short's window of 24\. Start a new"):
+        list(stream_reply(pair, [Message("user", "word " * 40)]))
+    _run(pair, [Message("user", "Hi")], max_tokens=2)  # a short one still works

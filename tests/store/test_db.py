@@ -3,8 +3,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from app.engine.types import Origin, Stats
-from app.store import Store
+import pytest
+
+from app.engine.types import Origin, Role, Stats
+from app.store import Conversation, SearchHit, Store
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -114,7 +116,7 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
     store = Store(path)
     [m] = store.messages(1)
     assert (m.content, m.segments, len(m.origins)) == ("kept", (), 2)
-    assert store._db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == 3
     store.add_message(1, "assistant", "new", segments=((None, "new"),))
     assert store.messages(1)[-1].segments == ((None, "new"),)
     store.close()
@@ -153,3 +155,327 @@ def test_pair_totals_and_recent_prompts(tmp_path: Path) -> None:
     m = store.messages(c.id)[1]
     assert store.message(m.id) == m and store.message(10_000) is None
     store.close()
+
+
+def _v2_database(path: Path) -> None:
+    """A version 2 database, as Tandem wrote it before branches and search."""
+    old = sqlite3.connect(path)
+    old.executescript(
+        """
+        CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL,
+            created_at REAL NOT NULL, updated_at REAL NOT NULL);
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+            content TEXT NOT NULL, created_at REAL NOT NULL, target TEXT, draft TEXT,
+            finish_reason TEXT, stats TEXT, origins TEXT, segments TEXT);
+        CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
+        INSERT INTO conversations VALUES (1, 'Tides', 1.0, 5.0), (2, 'Empty', 2.0, 2.0),
+            (3, 'Moons', 3.0, 6.0);
+        INSERT INTO messages (id, conversation_id, role, content, created_at, segments) VALUES
+            (1, 1, 'user', 'Why are there tides?', 1.0, NULL),
+            (2, 3, 'user', 'How many moons has Mars?', 2.0, NULL),
+            (3, 1, 'assistant', 'The moon pulls the oceans.', 3.0, '[["d", "The moon"]]'),
+            (4, 3, 'assistant', 'Two: Phobos and Deimos.', 4.0, NULL),
+            (5, 1, 'user', 'And spring tides?', 5.0, NULL);
+        PRAGMA user_version=2;
+        """
+    )
+    old.close()
+
+
+def test_a_version_2_database_is_migrated_to_linear_branches(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite3"
+    _v2_database(path)
+    store = Store(path)
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == 3
+    tides = store.messages(1)
+    assert [m.content for m in tides] == [
+        "Why are there tides?",
+        "The moon pulls the oceans.",
+        "And spring tides?",
+    ]
+    # Each message follows the previous one of its own conversation.
+    assert [m.parent_id for m in tides] == [None, 1, 3]
+    assert tides[1].segments == ((Origin.DRAFT, "The moon"),)
+    assert [m.parent_id for m in store.messages(3)] == [None, 2]
+    heads = {c.id: c.head_id for c in store.conversations()}
+    assert heads == {1: 5, 2: None, 3: 4}
+    assert _conversation(store, 1).system_prompt is None
+    # Old rows are searchable, and appending continues the old branch.
+    assert [h.message_id for h in store.search("tides")] == [5, 1]
+    reply = store.add_message(1, "assistant", "When sun and moon align.")
+    assert reply.parent_id == 5
+    store.close()
+    # Opening again migrates nothing twice.
+    again = Store(path)
+    assert [m.id for m in again.messages(1)] == [1, 3, 5, reply.id]
+    assert len(again.search("tides")) == 2
+    again.close()
+
+
+# Branches
+
+
+def _conversation(store: Store, conversation_id: int) -> Conversation:
+    conversation = store.conversation(conversation_id)
+    assert conversation is not None
+    return conversation
+
+
+def _chat(store: Store) -> tuple[int, list[int]]:
+    """A conversation of four linear messages; returns its id and theirs."""
+    c = store.create_conversation("Branches")
+    turns: tuple[tuple[Role, str], ...] = (
+        ("user", "Name a colour"),
+        ("assistant", "Blue"),
+        ("user", "Another"),
+        ("assistant", "Green"),
+    )
+    ids = [store.add_message(c.id, role, text).id for role, text in turns]
+    return c.id, ids
+
+
+def test_a_plain_chat_is_one_branch(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, ids = _chat(store)
+    messages = store.messages(cid)
+    assert [m.id for m in messages] == ids
+    assert [m.parent_id for m in messages] == [None, *ids[:-1]]
+    assert _conversation(store, cid).head_id == ids[-1]
+    assert store.siblings(ids[2]) == [ids[2]]
+
+
+def test_editing_a_user_message_makes_a_sibling_branch(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [q1, a1, q2, a2] = _chat(store)
+    edited = store.add_message(cid, "user", "Another, warmer", parent_id=a1)
+    answer = store.add_message(cid, "assistant", "Orange")
+    assert answer.parent_id == edited.id
+    assert [m.content for m in store.messages(cid)] == [
+        "Name a colour",
+        "Blue",
+        "Another, warmer",
+        "Orange",
+    ]
+    assert store.siblings(q2) == store.siblings(edited.id) == [q2, edited.id]
+
+    store.switch_branch(q2)
+    assert [m.id for m in store.messages(cid)] == [q1, a1, q2, a2]
+    store.switch_branch(edited.id)
+    assert [m.id for m in store.messages(cid)] == [q1, a1, edited.id, answer.id]
+
+
+def test_regenerating_a_reply_and_switching_follows_the_newest_child(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [q1, a1, q2, a2] = _chat(store)
+    b1 = store.add_message(cid, "assistant", "Red", parent_id=q1)
+    assert store.messages(cid)[-1].id == b1.id
+    assert store.siblings(a1) == [a1, b1.id]
+    # Back on the first reply, the head goes down to its newest leaf.
+    store.switch_branch(a1)
+    assert _conversation(store, cid).head_id == a2
+    longer = store.add_message(cid, "user", "Yet another", parent_id=a1)
+    store.switch_branch(b1.id)
+    store.switch_branch(q1)  # newest child of q1 is b1
+    assert _conversation(store, cid).head_id == b1.id
+    store.switch_branch(a1)  # newest child of a1 is the later question
+    assert _conversation(store, cid).head_id == longer.id
+    assert store.siblings(q2) == [q2, longer.id]
+    with pytest.raises(ValueError, match="no message"):
+        store.switch_branch(10_000)
+
+
+def test_a_parent_must_belong_to_the_conversation(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, ids = _chat(store)
+    other = store.create_conversation("other")
+    with pytest.raises(ValueError, match="not in conversation"):
+        store.add_message(other.id, "user", "hi", parent_id=ids[0])
+    with pytest.raises(ValueError, match="not in conversation"):
+        store.add_message(cid, "user", "hi", parent_id=10_000)
+    assert store.messages(other.id) == []
+    assert len(store._tree(cid)) == len(ids)  # the failed adds left nothing
+
+
+def test_a_new_root_starts_a_separate_branch(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [q1, *_] = _chat(store)
+    root = store.add_message(cid, "user", "Start over", parent_id=None)
+    assert [m.id for m in store.messages(cid)] == [root.id]
+    assert store.siblings(q1) == [q1, root.id]
+
+
+def test_deleting_the_head_branch_moves_the_head_to_a_sibling(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [q1, a1, q2, a2] = _chat(store)
+    edited = store.add_message(cid, "user", "Another, warmer", parent_id=a1)
+    store.add_message(cid, "assistant", "Orange")
+    store.switch_branch(q2)
+    newest = store.add_message(cid, "user", "Another, cooler", parent_id=a1)
+    store.switch_branch(edited.id)
+
+    store.delete_message(edited.id)  # and its reply
+    assert store.siblings(q2) == [q2, newest.id]
+    assert [m.id for m in store.messages(cid)] == [q1, a1, newest.id]
+    assert store.search("Orange") == []
+    store.delete_message(10_000)  # unknown: nothing happens
+    assert len(store._tree(cid)) == 5
+
+    # With the head deep below, the head goes down the remaining sibling's branch.
+    store.add_message(cid, "assistant", "Teal")
+    store.delete_message(newest.id)
+    assert [m.id for m in store.messages(cid)] == [q1, a1, q2, a2]
+
+
+def test_deleting_an_only_child_moves_the_head_to_the_parent(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [q1, a1, q2, _a2] = _chat(store)
+    store.delete_message(q2)
+    assert [m.id for m in store.messages(cid)] == [q1, a1]
+    store.delete_message(q1)
+    assert store.messages(cid) == [] and store._tree(cid) == []
+    assert _conversation(store, cid).head_id is None
+    again = store.add_message(cid, "user", "Fresh")
+    assert again.parent_id is None and store.messages(cid) == [again]
+
+
+def test_deleting_off_the_head_branch_keeps_the_head(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [q1, a1, q2, a2] = _chat(store)
+    other = store.add_message(cid, "assistant", "Red", parent_id=q1)
+    store.switch_branch(a1)
+    store.delete_message(other.id)
+    assert [m.id for m in store.messages(cid)] == [q1, a1, q2, a2]
+
+
+# System prompt and copies
+
+
+def test_system_prompt(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation("Pirate")
+    assert c.system_prompt is None
+    store.set_system_prompt(c.id, "Talk like a pirate.")
+    assert _conversation(store, c.id).system_prompt == "Talk like a pirate."
+    store.set_system_prompt(c.id, "")
+    assert _conversation(store, c.id).system_prompt is None
+    d = store.create_conversation("Poet", system_prompt="Rhyme.")
+    assert store.conversation(d.id) == d and d.system_prompt == "Rhyme."
+
+
+def test_duplicate_keeps_the_tree_head_and_system_prompt(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [q1, a1, _q2, a2] = _chat(store)
+    store.add_message(cid, "assistant", "Red", parent_id=q1, stats=Stats(tokens=1))
+    store.switch_branch(a1)
+    store.set_system_prompt(cid, "Be brief.")
+
+    copy = store.duplicate_conversation(cid)
+    assert copy.id != cid and copy.title == "Branches (copy)"
+    assert copy.system_prompt == "Be brief."
+    assert store.conversations()[0].id == copy.id
+    original, copied = store.messages(cid), store.messages(copy.id)
+    assert [m.content for m in copied] == [m.content for m in original]
+    assert copy.head_id == copied[-1].id and copy.head_id != a2
+    assert not {m.id for m in copied} & {m.id for m in original}
+    # The other branch came along, stats included.
+    alternatives = store.siblings(copied[1].id)
+    assert len(alternatives) == 2
+    red = store.message(alternatives[1])
+    assert red is not None and (red.content, red.stats) == ("Red", Stats(tokens=1))
+    assert red.conversation_id == copy.id and red.parent_id == copied[0].id
+
+    named = store.duplicate_conversation(cid, title="Fork")
+    assert named.title == "Fork"
+    with pytest.raises(ValueError):
+        store.duplicate_conversation(10_000)
+
+
+# Search
+
+
+def test_search_finds_words_in_any_branch_by_prefix(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [q1, *_] = _chat(store)
+    hidden = store.add_message(cid, "assistant", "Crimson, like a ripe cherry", parent_id=q1)
+    store.switch_branch(store.siblings(q1)[0])
+
+    [hit] = store.search("cherr")
+    assert hit == SearchHit(cid, hidden.id, "Branches", "Crimson, like a ripe «cherry»")
+    assert [h.message_id for h in store.search("RIPE crim")] == [hidden.id]
+    assert store.search("ripe banana") == []  # every word must match
+
+
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [
+        ('"', 0),
+        ("'", 0),
+        ("(", 0),
+        ("*", 0),
+        ("NEAR(", 0),
+        ("blue)", 1),
+        ("(blue", 1),
+        ('"blue', 1),
+        ("blue*", 1),
+        ("-blue", 1),
+        ("^blue", 1),
+        ("{content}: blue", 0),
+        ("blue AND", 0),  # "and" is a word like any other, found nowhere
+        ("gr OR blue", 0),
+        ("GR een", 0),
+        ("colour:", 1),
+    ],
+)
+def test_search_never_raises_on_odd_input(tmp_path: Path, query: str, found: int) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    _chat(store)
+    # FTS5 syntax in the query would raise sqlite3.OperationalError unless quoted.
+    assert len(store.search(query)) == found
+
+
+def test_search_treats_operators_and_punctuation_as_text(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation()
+    m = store.add_message(c.id, "user", "Is it NOT obvious? (yes) cherry-pick")
+    assert [h.message_id for h in store.search("NOT obvious?")] == [m.id]
+    assert [h.message_id for h in store.search("(yes)")] == [m.id]
+    assert [h.message_id for h in store.search('"cherry-pick"')] == [m.id]
+    assert store.search("") == store.search("   ") == []
+    assert store.search("obvious", limit=0) == []
+
+
+def test_search_forgets_deleted_and_edited_messages(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    cid, [_, a1, *_] = _chat(store)
+    other = store.create_conversation("Other")
+    store.add_message(other.id, "user", "Blue whales")
+    assert len(store.search("blue")) == 2
+    store.delete_message(a1)
+    assert [h.conversation_id for h in store.search("blue")] == [other.id]
+    store.delete_conversation(other.id)
+    assert store.search("blue") == []
+    # SQLite reuses the id of a deleted last row: its old words must not match the new one.
+    gone = store.add_message(cid, "user", "alpaca")
+    store.delete_message(gone.id)
+    assert store.add_message(cid, "user", "llama").id == gone.id
+    assert store.search("alpaca") == []
+    # An edit of the text in place (not done by Tandem, but kept in sync).
+    m = store.add_message(cid, "user", "teal")
+    store._db.execute("UPDATE messages SET content = 'indigo' WHERE id = ?", (m.id,))
+    assert store.search("teal") == [] and len(store.search("indigo")) == 1
+
+
+def test_search_orders_by_conversation_use_then_rank(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    old = store.create_conversation("Old")
+    weak = store.add_message(old.id, "user", "kiwi and many many other words about fruit")
+    strong = store.add_message(old.id, "user", "kiwi kiwi kiwi")
+    new = store.create_conversation("New")
+    fresh = store.add_message(new.id, "user", "one kiwi")
+    assert [h.message_id for h in store.search("kiwi")] == [fresh.id, strong.id, weak.id]
+    store.add_message(old.id, "assistant", "noted")  # Old is now the latest used
+    assert [h.message_id for h in store.search("kiwi")] == [strong.id, weak.id, fresh.id]
+    assert len(store.search("kiwi", limit=2)) == 2

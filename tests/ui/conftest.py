@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 from PySide6.QtCore import QObject, Signal
+from pytestqt.qtbot import QtBot
+
+from app.services import EngineService, EngineWorker
+from app.store import SettingsFile, Store
+from app.ui.main_window import MainWindow
 
 
 class FakeHub(QObject):
@@ -31,3 +41,29 @@ class FakeHub(QObject):
 
     def shutdown(self, timeout_ms: int = 0) -> bool:
         return True
+
+
+@pytest.fixture
+def make_window(qtbot: QtBot, tmp_path: Path) -> Iterator:
+    made: list[tuple[MainWindow, EngineService, Store]] = []
+
+    def make(worker: EngineWorker | None = None, library: tuple[Path, ...] = ()) -> MainWindow:
+        models = tmp_path / "models"
+        models.mkdir(exist_ok=True)
+        for folder in library:
+            shutil.copytree(folder, models / folder.name, dirs_exist_ok=True)
+        store = Store(tmp_path / "tandem.sqlite3")
+        service = EngineService(worker)
+        window = MainWindow(
+            store, service, SettingsFile(tmp_path / "settings.json"), models_dir=models
+        )
+        qtbot.addWidget(window)
+        window.show()
+        made.append((window, service, store))
+        return window
+
+    yield make
+    for window, service, store in made:
+        window.close()
+        assert service.shutdown()
+        store.close()

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,37 +9,22 @@ from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app.engine.types import Finished, Origin, Stats
-from app.services import EngineService, EngineWorker
-from app.store import SettingsFile, Store
+from app.services import EngineWorker
+from app.store import SettingsFile
 from app.ui.main_window import MainWindow
 from tests.conftest import TinyModels
 from tests.services.test_engine_service import _fake_load, _scripted
 
 
-@pytest.fixture
-def make_window(qtbot: QtBot, tmp_path: Path) -> Iterator:
-    made: list[tuple[MainWindow, EngineService, Store]] = []
+def _shown(markdown: str) -> str:
+    """A reply's text as the transcript shows it, rendered from Markdown."""
+    from PySide6.QtGui import QTextDocument
 
-    def make(worker: EngineWorker | None = None, library: tuple[Path, ...] = ()) -> MainWindow:
-        models = tmp_path / "models"
-        models.mkdir(exist_ok=True)
-        for folder in library:
-            shutil.copytree(folder, models / folder.name, dirs_exist_ok=True)
-        store = Store(tmp_path / "tandem.sqlite3")
-        service = EngineService(worker)
-        window = MainWindow(
-            store, service, SettingsFile(tmp_path / "settings.json"), models_dir=models
-        )
-        qtbot.addWidget(window)
-        window.show()
-        made.append((window, service, store))
-        return window
+    from app.ui.markdown import render_markdown
 
-    yield make
-    for window, service, store in made:
-        window.close()
-        assert service.shutdown()
-        store.close()
+    doc = QTextDocument()
+    doc.setHtml(render_markdown(markdown).html)
+    return doc.toPlainText().strip()
 
 
 def _load(qtbot: QtBot, window: MainWindow, target: str, draft: str = "") -> None:
@@ -74,9 +58,10 @@ def test_reply_streams_in_and_is_saved(qtbot: QtBot, make_window, tiny: TinyMode
     assert (reply.target, reply.draft) == (str(tiny.target), str(tiny.copy))
     shown = window.transcript.toPlainText()
     assert "Write a haiku about the sea." in shown
-    # The reply, then the link to its statistics.
-    assert shown.endswith("\nStats…")
-    assert shown.removesuffix("\nStats…").rstrip().endswith(reply.content.rstrip())
+    # The reply as Markdown renders it, then its actions.
+    footer = "\nCopy · Regenerate · Delete · Stats…"
+    assert shown.endswith(footer)
+    assert shown.removesuffix(footer).rstrip().endswith(_shown(reply.content))
     assert "tok/s" in window.tps_label.text()
     assert window.acceptance_label.text().startswith("100% accepted")
     assert window.composer.editor.toPlainText() == ""
@@ -96,7 +81,7 @@ def test_new_window_on_the_same_database_shows_the_chat(
     assert second.conversations.rowCount() == 1
     assert second.conversation_list.currentIndex().row() == 0
     assert "Hello there" in second.transcript.toPlainText()
-    assert reply.strip() in second.transcript.toPlainText()
+    assert _shown(reply) in second.transcript.toPlainText()
     # The pair is remembered for the next start.
     assert second.model_bar.target_edit.text() == str(tiny.target)
 
@@ -240,7 +225,6 @@ def test_format_stats() -> None:
 def test_model_manager_loads_the_chosen_pair(
     qtbot: QtBot, make_window, tiny: TinyModels, tmp_path: Path
 ) -> None:
-    import shutil
 
     window = make_window()
     models = tmp_path / "models"
@@ -485,3 +469,99 @@ def test_tune_needs_a_pair_with_a_draft(qtbot: QtBot, make_window, tiny: TinyMod
     _load(qtbot, window, str(tiny.target))
     assert window.open_tune_dialog() is None
     assert window.error_banner.text().startswith("Tuning needs a draft model")
+
+
+def test_menus_follow_mac_conventions(qtbot: QtBot, make_window) -> None:
+    from PySide6.QtGui import QAction, QKeySequence
+
+    window = make_window()
+    titles = [a.text() for a in window.menuBar().actions()]
+    assert titles == ["&File", "&Edit", "&View", "&Window", "&Help"]
+    actions = {a.text(): a for a in window.findChildren(QAction)}
+    keys = QKeySequence.StandardKey
+    assert actions["&New Chat"].shortcut() == QKeySequence(keys.New)
+    assert actions["Settings…"].shortcut() == QKeySequence(keys.Preferences)
+    assert actions["Settings…"].menuRole() == QAction.MenuRole.PreferencesRole
+    assert actions["&Quit Tandem"].menuRole() == QAction.MenuRole.QuitRole
+    assert actions["&About Tandem"].menuRole() == QAction.MenuRole.AboutRole
+    assert actions["&Minimize"].shortcut() == QKeySequence("Ctrl+M")
+    assert actions["&Copy"].shortcut() == QKeySequence(keys.Copy)
+
+
+def test_edit_menu_acts_on_the_focused_field(
+    qtbot: QtBot, make_window, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PySide6.QtGui import QAction
+    from PySide6.QtWidgets import QApplication
+
+    window = make_window()
+    actions = {a.text(): a for a in window.findChildren(QAction)}
+    editor = window.composer.editor
+    editor.setPlainText("draft text")
+    # Offscreen windows do not take focus; stand in for the focused widget.
+    monkeypatch.setattr(QApplication, "focusWidget", staticmethod(lambda: editor))
+    actions["Select &All"].trigger()
+    assert editor.textCursor().selectedText() == "draft text"
+    actions["Cu&t"].trigger()
+    assert editor.toPlainText() == ""
+    actions["&Undo"].trigger()
+    assert editor.toPlainText() == "draft text"
+
+
+def test_settings_change_the_sampling_of_the_next_reply(
+    qtbot: QtBot, make_window, tmp_path: Path
+) -> None:
+    from app.store import Settings
+
+    window = make_window()
+    dialog = window.open_settings()
+    changed = Settings(
+        temperature=0.7,
+        top_p=0.9,
+        top_k=20,
+        min_p=0.02,
+        repetition_penalty=1.2,
+        max_tokens=99,
+        seed=5,
+    )
+    dialog.settings_changed.emit(changed)
+    p = window.params()
+    assert (
+        p.temperature,
+        p.top_p,
+        p.top_k,
+        p.min_p,
+        p.repetition_penalty,
+        p.max_tokens,
+        p.seed,
+    ) == (0.7, 0.9, 20, 0.02, 1.2, 99, 5)
+    assert SettingsFile(tmp_path / "settings.json").load().seed == 5
+    dialog.close()
+
+
+def test_clear_all_data_deletes_conversations_and_resets_settings(
+    qtbot: QtBot, make_window, tmp_path: Path
+) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    _send(qtbot, window, "Hello")
+    assert window.store.conversations()
+    window._on_clear_data_requested()
+    assert window.store.conversations() == [] and window.conversations.rowCount() == 0
+    assert SettingsFile(tmp_path / "settings.json").load().target is None
+
+
+def test_context_indicator_fills_and_warns(qtbot: QtBot, make_window, monkeypatch) -> None:
+    from app.services import PairInfo
+
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    assert window.context_label.text() == ""  # the fake pair has no known window
+    window._pair = PairInfo("/m/target", "/m/draft", "t + d", context_length=1000)
+    window._update_context(120)
+    assert window.context_label.text() == "Context 120 / 1,000"
+    assert "12%" in window.context_label.toolTip()
+    window._update_context(900)
+    assert "start a new chat" in window.context_label.toolTip()
+    window._on_new_conversation_requested()
+    assert window.context_label.text() == "Context 0 / 1,000"

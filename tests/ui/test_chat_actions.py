@@ -1,0 +1,185 @@
+"""Chats and messages: search, rename, duplicate, export and import, system prompt,
+edit and resend on a branch, regenerate, delete, copy, presets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QApplication, QInputDialog, QMessageBox
+from pytestqt.qtbot import QtBot
+
+from app.services import EngineWorker
+from tests.services.test_engine_service import _fake_load
+from tests.ui.test_main_window import _load, _rounds, _send
+
+
+def _recording(sent: list):  # type: ignore[no-untyped-def]
+    inner = _rounds()
+
+    def stream(pair, messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+        sent.append([(m.role, m.content) for m in messages])
+        yield from inner(pair, messages, params, cancel, control=control)
+
+    return stream
+
+
+@pytest.fixture
+def chat(qtbot: QtBot, make_window):  # type: ignore[no-untyped-def]
+    sent: list = []
+    window = make_window(EngineWorker(load=_fake_load, stream=_recording(sent)))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    window.sent = sent  # type: ignore[attr-defined]
+    return window
+
+
+def test_search_finds_chats_by_their_messages(qtbot: QtBot, chat) -> None:
+    _send(qtbot, chat, "Tell me about lighthouses")
+    chat._on_new_conversation_requested()
+    _send(qtbot, chat, "A recipe for pancakes")
+    assert chat.conversations.rowCount() == 2
+    chat.search_edit.setText("lighthou")
+    qtbot.waitUntil(lambda: chat.conversations.rowCount() == 1, timeout=2_000)
+    shown = chat.conversations.index(0, 0).data()
+    assert shown.startswith("Tell me about lighthouses\n") and "«lighthouses»" in shown
+    chat.search_edit.setText("")
+    qtbot.waitUntil(lambda: chat.conversations.rowCount() == 2, timeout=2_000)
+
+
+def test_rename_and_duplicate(qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch) -> None:
+    _send(qtbot, chat, "Hello")
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Greetings", True))
+    chat._on_rename_conversation_requested()
+    [c] = chat.store.conversations()
+    assert c.title == "Greetings"
+    chat._on_duplicate_conversation_requested()
+    titles = sorted(c.title for c in chat.store.conversations())
+    assert titles == ["Greetings", "Greetings (copy)"]
+    copy = next(c for c in chat.store.conversations() if c.title.endswith("(copy)"))
+    assert chat.store.messages(copy.id)[0].content == "Hello"
+
+
+def test_export_then_import_brings_the_chat_back(qtbot: QtBot, chat, tmp_path: Path) -> None:
+    _send(qtbot, chat, "Hello there")
+    [c] = chat.store.conversations()
+    md, js = tmp_path / "chat.md", tmp_path / "all.json"
+    assert chat.export_conversations(md, [c.id], as_json=False)
+    assert md.read_text().startswith("# Hello there") and "Hello there" in md.read_text()
+    assert chat.export_conversations(js, None, as_json=True)
+    ids = chat.import_conversations(js)
+    assert len(ids) == 1 and len(chat.store.conversations()) == 2
+    assert [m.content for m in chat.store.messages(ids[0])] == [
+        m.content for m in chat.store.messages(c.id)
+    ]
+
+
+def test_a_bad_import_says_why_and_adds_nothing(chat, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "something else"}))
+    assert chat.import_conversations(bad) == []
+    assert chat.error_banner.text().startswith("Could not import bad.json:")
+    assert chat.store.conversations() == []
+    assert chat.import_conversations(tmp_path / "missing.json") == []
+
+
+def test_export_to_an_unwritable_place_says_why(qtbot: QtBot, chat, tmp_path: Path) -> None:
+    _send(qtbot, chat, "Hello")
+    [c] = chat.store.conversations()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert not chat.export_conversations(blocker / "x.md", [c.id], as_json=False)
+    assert chat.error_banner.text().startswith("Could not export to x.md")
+
+
+def test_the_system_prompt_leads_the_history(
+    qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _send(qtbot, chat, "First")
+    monkeypatch.setattr(
+        QInputDialog, "getMultiLineText", lambda *a, **k: ("Answer in French.", True)
+    )
+    chat._on_system_prompt_requested()
+    _send(qtbot, chat, "Second")
+    assert chat.sent[-1][0] == ("system", "Answer in French.")
+    assert [r for r, _ in chat.sent[-1]] == ["system", "user", "assistant", "user"]
+
+
+def test_edit_resends_on_a_branch_and_both_stay_reachable(
+    qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _send(qtbot, chat, "Original question")
+    [c] = chat.store.conversations()
+    user = chat.store.messages(c.id)[0]
+    monkeypatch.setattr(QInputDialog, "getMultiLineText", lambda *a, **k: ("Edited question", True))
+    with qtbot.waitSignal(chat.service.generation_finished, timeout=10_000):
+        chat._on_edit_requested(user.id)
+    assert chat.sent[-1] == [("user", "Edited question")]
+    edited = chat.store.messages(c.id)
+    assert edited[0].content == "Edited question" and len(edited) == 2
+    assert len(chat.store.siblings(edited[0].id)) == 2
+    assert "‹ 2/2 ›" in chat.transcript.toPlainText()
+    chat._on_branch_requested(edited[0].id, -1)
+    assert chat.store.messages(c.id)[0].content == "Original question"
+    assert "‹ 1/2 ›" in chat.transcript.toPlainText()
+
+
+def test_regenerate_adds_a_sibling_reply(qtbot: QtBot, chat) -> None:
+    _send(qtbot, chat, "Hello")
+    [c] = chat.store.conversations()
+    user, reply = chat.store.messages(c.id)
+    with qtbot.waitSignal(chat.service.generation_finished, timeout=10_000):
+        chat._on_regenerate_requested(reply.id)
+    assert chat.sent[-1] == [("user", "Hello")]
+    user2, reply2 = chat.store.messages(c.id)
+    assert user2.id == user.id and reply2.id != reply.id
+    assert chat.store.siblings(reply2.id) == [reply.id, reply2.id]
+    assert reply2.parent_id == user.id
+
+
+def test_delete_and_copy_a_message(qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch) -> None:
+    _send(qtbot, chat, "Hello")
+    [c] = chat.store.conversations()
+    user, reply = chat.store.messages(c.id)
+    chat._on_copy_requested(reply.id)
+    assert QApplication.clipboard().text() == reply.content
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Cancel)
+    chat._on_delete_message_requested(reply.id)
+    assert len(chat.store.messages(c.id)) == 2
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
+    chat._on_delete_message_requested(reply.id)
+    assert [m.id for m in chat.store.messages(c.id)] == [user.id]
+
+
+def test_presets_apply_save_and_delete(qtbot: QtBot, chat, tmp_path: Path) -> None:
+    from app.store.presets import PresetsFile
+
+    names = [
+        chat.model_bar.preset_combo.itemText(i) for i in range(chat.model_bar.preset_combo.count())
+    ]
+    assert names[:2] == ["Custom", "Balanced"] and "Creative" in names
+    creative = next(p for p in chat.presets if p.name == "Creative")
+    chat.model_bar.preset_combo.activated.emit(names.index("Creative"))
+    assert chat.model_bar.temp_spin.value() == pytest.approx(creative.temperature)
+    assert chat.params().top_p == pytest.approx(creative.top_p)
+    chat.panel.k_slider.setValue(6)
+    saved = chat.save_preset("Mine")
+    assert saved is not None and saved.num_draft == 6
+    assert [p.name for p in PresetsFile(tmp_path / "presets.json").load()][-1] == "Mine"
+    chat.model_bar.preset_combo.setCurrentText("Mine")
+    chat._on_delete_preset_requested()
+    assert "Mine" not in [p.name for p in PresetsFile(tmp_path / "presets.json").load()]
+    assert chat.save_preset("Balanced") is None  # a built-in name is refused, with a reason
+    assert "Could not save the preset" in chat.error_banner.text()
+
+
+def test_conversation_list_moves_with_the_keyboard(qtbot: QtBot, chat) -> None:
+    from PySide6.QtCore import Qt
+
+    _send(qtbot, chat, "Older chat")
+    chat._on_new_conversation_requested()
+    _send(qtbot, chat, "Newer chat")
+    chat._select_row(0)
+    assert "Newer chat" in chat.transcript.toPlainText()
+    qtbot.keyClick(chat.conversation_list, Qt.Key.Key_Down)
+    assert "Older chat" in chat.transcript.toPlainText()

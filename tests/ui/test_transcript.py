@@ -1,0 +1,464 @@
+"""The transcript: Markdown, coloured origins, streaming and the footer of actions."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QColor, QGuiApplication, QPalette, QTextCharFormat, QTextCursor
+from pytestqt.qtbot import QtBot
+
+from app.engine.types import Origin, Segment, Stats
+from app.store import StoredMessage
+from app.ui import transcript as transcript_module
+from app.ui.markdown import BlockSplitter, align, render_markdown
+from app.ui.transcript import ORIGIN_COLORS, TranscriptView
+
+T, D, C, B, L = Origin.TARGET, Origin.DRAFT, Origin.CORRECTION, Origin.BONUS, Origin.LOOKUP
+
+
+def _view(qtbot: QtBot) -> TranscriptView:
+    view = TranscriptView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    return view
+
+
+def _message(
+    mid: int,
+    role: str,
+    content: str,
+    segments: tuple[Segment, ...] = (),
+    stats: Stats | None = None,
+    finish_reason: str | None = None,
+) -> StoredMessage:
+    return StoredMessage(
+        mid,
+        1,
+        role,  # type: ignore[arg-type]
+        content,
+        0.0,
+        finish_reason=finish_reason,
+        stats=stats,
+        segments=segments,
+    )
+
+
+def _fragments(view: TranscriptView) -> Iterator[tuple[int, str, QTextCharFormat]]:
+    """Position, text and format of each run of one format in the document."""
+    block = view.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            f = it.fragment()
+            yield f.position(), f.text(), f.charFormat()
+            it += 1
+        block = block.next()
+
+
+def _links(view: TranscriptView) -> list[tuple[str, str]]:
+    return [(text, fmt.anchorHref()) for _, text, fmt in _fragments(view) if fmt.isAnchor()]
+
+
+def _href(view: TranscriptView, text: str, nth: int = 0) -> str:
+    return [href for t, href in _links(view) if t == text][nth]
+
+
+def _position(view: TranscriptView, text: str) -> int:
+    found = view.document().find(text)
+    assert not found.isNull(), text
+    return found.selectionStart()
+
+
+def _format(view: TranscriptView, pos: int) -> QTextCharFormat:
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(pos + 1)  # the format of the character before the cursor
+    return cursor.charFormat()
+
+
+def _background(view: TranscriptView, pos: int) -> QColor | None:
+    fmt = _format(view, pos)
+    return fmt.background().color() if fmt.hasProperty(fmt.Property.BackgroundBrush) else None
+
+
+def _backgrounds(view: TranscriptView, text: str) -> list[QColor | None]:
+    start = _position(view, text)
+    return [_background(view, start + i) for i in range(len(text))]
+
+
+def _lines(view: TranscriptView) -> list[str]:
+    return view.toPlainText().split("\n")
+
+
+def _blocks(view: TranscriptView) -> list[tuple[str, float, float, int, bool]]:
+    """Text, margins, heading level and list membership of each block."""
+    out = []
+    block = view.document().begin()
+    while block.isValid():
+        fmt = block.blockFormat()
+        out.append(
+            (
+                block.text(),
+                fmt.topMargin(),
+                fmt.bottomMargin(),
+                fmt.headingLevel(),
+                block.textList() is not None,
+            )
+        )
+        block = block.next()
+    return out
+
+
+def _segments(pieces: list[str]) -> list[Segment]:
+    origins = (D, B, T, C, L)
+    return [(origins[i % len(origins)], p) for i, p in enumerate(pieces)]
+
+
+# Markdown
+
+
+def test_markdown_elements_render(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    content = (
+        "# Plan\n\nSome **bold** and `inline()` text.\n\n- one\n- two\n\n"
+        "| Name | Size |\n|---|---:|\n| cat | 3 |\n\n"
+        "```python\ndef area(r):\n    return 3.14 * r * r\n```\n"
+    )
+    view.show_messages([_message(1, "assistant", content)])
+    text = view.toPlainText()
+    for syntax in ("# ", "**", "`", "- one", "|", "```"):
+        assert syntax not in text, syntax
+    doc = view.document()
+    assert doc.findBlock(_position(view, "Plan")).blockFormat().headingLevel() == 1
+    assert _format(view, _position(view, "bold")).fontWeight() == 700
+    assert _format(view, _position(view, "Some")).fontWeight() != 700
+    item = doc.findBlock(_position(view, "two"))
+    assert item.textList() is not None and item.textList().count() == 2
+    cell = QTextCursor(doc)
+    cell.setPosition(_position(view, "cat"))
+    table = cell.currentTable()
+    assert table is not None and (table.rows(), table.columns()) == (2, 2)
+    mono = _format(view, _position(view, "inline()")).fontFamilies()
+    assert isinstance(mono, list) and mono[-1] == "monospace"
+    # Highlighted code: the keyword and the number take colours of their own.
+    keyword = _format(view, _position(view, "def")).foreground().color()
+    number = _format(view, _position(view, "3.14")).foreground().color()
+    name = _format(view, _position(view, "area")).foreground().color()
+    assert len({keyword.name(), number.name(), name.name()}) == 3
+    assert _format(view, _position(view, "return")).fontFamilies()[-1] == "monospace"
+    code_block = doc.findBlock(_position(view, "return"))
+    alternate = view.palette().color(QPalette.ColorRole.AlternateBase)
+    assert code_block.blockFormat().background().color() == alternate
+    assert "    return 3.14 * r * r" in text  # indentation kept
+
+
+def test_html_in_a_reply_is_shown_as_text(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    content = (
+        "Try <b>this</b> and <a href='evil:1'>that</a> <img src='/etc/hosts'> ![pic](/tmp/x.png)"
+    )
+    view.show_messages([_message(1, "assistant", content)])
+    text = view.toPlainText()
+    assert "<b>this</b>" in text and "<a href='evil:1'>that</a>" in text
+    assert _format(view, _position(view, "this")).fontWeight() != 700
+    assert "\ufffc" not in text  # no image was loaded
+    assert ("pic", "/tmp/x.png") in _links(view)  # an image shows as a link
+    assert all(href != "evil:1" for _, href in _links(view))
+
+
+def test_links_are_shown_but_never_opened(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show_messages([_message(1, "assistant", "See [the docs](https://example.com/docs).")])
+    assert ("the docs", "https://example.com/docs") in _links(view)
+    with qtbot.waitSignal(view.link_clicked) as blocker:
+        view.anchorClicked.emit(QUrl("https://example.com/docs"))
+    assert blocker.args == [QUrl("https://example.com/docs")]
+    assert view.source().isEmpty()  # nothing was navigated to
+
+
+def test_copy_link_puts_the_exact_code_on_the_clipboard(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    first = "print('one')"
+    second = "if x:\n\treturn {'a': 1}  # <tag> & co\n\n  end"
+    view.show_messages(
+        [
+            _message(1, "assistant", f"```python\n{first}\n```"),
+            _message(2, "assistant", f"Then:\n\n```\n{second}\n```\n"),
+        ]
+    )
+    copy_links = [
+        href for text, href in _links(view) if text == "Copy" and href.startswith("copy:")
+    ]
+    assert copy_links == ["copy:0", "copy:1"]
+    assert "python" in _lines(view)[_lines(view).index("Copy · python")]
+    QGuiApplication.clipboard().setText("")
+    with qtbot.waitSignal(view.code_copied) as blocker:
+        view.anchorClicked.emit(QUrl(copy_links[1]))
+    assert QGuiApplication.clipboard().text() == second
+    assert blocker.args == [second]
+    assert view.code_blocks == (first, second)
+
+
+# Colours of origins
+
+
+def test_colours_of_segments_land_on_the_rendered_characters(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    segments: tuple[Segment, ...] = (
+        (T, "Plain "),
+        (D, "**bo"),
+        (C, "ld** "),
+        (T, "end\n\n```python\n"),
+        (B, "x = 1\n"),
+        (L, "y = 2\n```\n"),
+    )
+    content = "".join(t for _, t in segments)
+    view.show_messages([_message(1, "assistant", content, segments)])
+    draft, correction = ORIGIN_COLORS[D], ORIGIN_COLORS[C]
+    assert _backgrounds(view, "Plain") == [None] * 5
+    assert _backgrounds(view, "bold end") == [draft] * 2 + [correction] * 3 + [None] * 3
+    assert _backgrounds(view, "x = 1") == [ORIGIN_COLORS[B]] * 5  # inside the code block
+    assert _backgrounds(view, "y = 2") == [ORIGIN_COLORS[L]] * 5
+    assert _backgrounds(view, "Copy · python") == [None] * 13
+    # The highlighting stays under the colours.
+    assert _format(view, _position(view, "1")).foreground().color() != QColor("black")
+
+
+def test_colour_off_leaves_no_backgrounds(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.colour = False
+    pieces = re.findall(r"\s*\S+", "Some **bold** words\n\n```python\nx = [1, 2]\n```\n\nend")
+    segments = tuple(_segments(pieces))
+    view.show_messages([_message(1, "assistant", "".join(pieces), segments)])
+    view.begin_reply()
+    view.append_segments(_segments(["streamed ", "**text**", "\n\n", "more"]))
+    origin_colours = {c.rgba() for c in ORIGIN_COLORS.values()}
+    coloured = [
+        text
+        for _, text, fmt in _fragments(view)
+        if fmt.hasProperty(fmt.Property.BackgroundBrush)
+        and fmt.background().color().rgba() in origin_colours
+    ]
+    assert coloured == []
+    view.colour = True
+    view.show_messages([_message(1, "assistant", "".join(pieces), segments)])
+    assert _backgrounds(view, "Some") == [ORIGIN_COLORS[D]] * 4
+
+
+# Streaming
+
+
+def _long_reply() -> list[str]:
+    block = (
+        "A paragraph with **bold** words and `code` in it, long enough to wrap a line.\n\n"
+        "- first item\n- second item\n\n"
+        "```python\nfor i in range(3):\n    print(i)\n```\n\n"
+    )
+    return re.findall(r"\s*\S{1,5}|\s+", block * 12 + "The end.")
+
+
+def test_streaming_rerenders_only_the_reply(qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
+    view = _view(qtbot)
+    earlier = [
+        _message(1, "user", "Explain **this**"),
+        _message(2, "assistant", "Sure:\n\n```sh\nls -la\n```\n\nDone.", stats=Stats()),
+    ]
+    view.show_messages(earlier)
+    doc = view.document()
+    block = doc.begin()
+    while block.isValid():
+        block.setUserState(7)  # a block built again would lose it
+        block = block.next()
+    before = view.toPlainText()
+    rendered: list[str] = []
+    render = transcript_module.render_markdown
+
+    def spy(text: str, *args: object, **kwargs: object) -> object:
+        rendered.append(text)
+        return render(text, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(transcript_module, "render_markdown", spy)
+    view.begin_reply()
+    start = view.reply_start
+    assert start is not None and start == len(before) + 1
+    changes: list[int] = []
+    doc.contentsChange.connect(lambda pos, _removed, _added: changes.append(pos))
+    pieces = _long_reply()
+    segments = _segments(pieces)
+    for i in range(0, len(segments), 3):
+        view.append_segments(segments[i : i + 3])
+        if i == 60:  # the first paragraph is complete: it shows as Markdown already
+            reply_text = view.toPlainText()[start:]
+            assert "A paragraph with bold words" in reply_text
+            assert "**bold**" not in reply_text.split("\n")[1]
+    full = "".join(pieces)
+    streamed = list(rendered)
+    assert len(streamed) >= 12  # rendered block by block...
+    assert max(map(len, streamed)) < len(full) / 10  # ...never the whole reply
+    assert sum(map(len, streamed)) < len(full)  # nor any part twice
+    view.end_reply(message_id=3)
+    assert rendered[len(streamed) :] == [full]  # the whole reply once, at the end
+
+    assert min(changes) >= start
+    assert view.toPlainText()[: start - 1] == before
+    block = doc.begin()
+    while block.isValid() and block.position() < start:
+        assert block.userState() == 7, block.text()
+        block = block.next()
+    # The reply ends as it shows when the conversation is shown again.
+    again = _view(qtbot)
+    again.show_messages([*earlier, _message(3, "assistant", full, tuple(segments))])
+    assert view.toPlainText() == again.toPlainText()
+    assert _blocks(view) == _blocks(again)
+    assert view.code_blocks == again.code_blocks
+    assert _backgrounds(view, "The end.")[:3] == _backgrounds(again, "The end.")[:3]
+    assert view.reply_start is None
+
+
+def test_streamed_text_keeps_its_colours_before_and_after_rendering(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.begin_reply()
+    view.append_segments([(D, "Some "), (C, "**bold**"), (None, " text")])
+    assert _backgrounds(view, "Some") == [ORIGIN_COLORS[D]] * 4
+    assert _backgrounds(view, "**bold**") == [ORIGIN_COLORS[C]] * 8  # not a block yet
+    view.append_segments([(None, "\n\n"), (B, "next")])
+    assert _backgrounds(view, "bold text") == [ORIGIN_COLORS[C]] * 4 + [None] * 5
+    assert _backgrounds(view, "next") == [ORIGIN_COLORS[B]] * 4
+    view.end_reply()
+    assert _backgrounds(view, "Some bold") == [ORIGIN_COLORS[D]] * 5 + [ORIGIN_COLORS[C]] * 4
+
+
+def test_streamed_blocks_keep_their_own_formats(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.begin_reply()
+    for text in ("Intro\n\n", "## Part two\n\n", "Text"):
+        view.append_segments([(None, text)])
+    # Each part renders on its own, its first block included.
+    heading = view.document().findBlock(_position(view, "Part two"))
+    assert heading.blockFormat().headingLevel() == 2
+    assert "##" not in view.toPlainText()
+
+
+def test_block_splitter_cuts_after_blank_lines_outside_fences() -> None:
+    splitter = BlockSplitter()
+    text = "Intro\n\n```\ncode\n\nmore\n```\nafter\n\n"
+    cuts = [splitter.feed(text[i : i + 3]) for i in range(0, len(text), 3)]
+    offsets = sorted({c for c in cuts if c is not None})
+    assert offsets == [text.index("```\ncode"), text.index("after"), len(text)]
+    assert not splitter.in_fence
+
+
+def test_align_maps_rendered_text_to_its_source() -> None:
+    source = "- **Bold** and [link](http://x.org/and) and\n\n```py\nx\n```"
+    rendered = render_markdown(source)
+    shown = "Bold and link and\nx"
+    matches = align(source, shown, rendered.hidden)
+    assert "".join(source[i] if i >= 0 else "?" for i in matches) == shown
+    assert matches[-1] == source.rindex("x")  # not the "x" of the URL
+    assert matches[shown.index("and", 10)] == source.rindex("and")
+
+
+# Footer of actions
+
+
+def test_each_footer_link_emits_its_signal_with_the_message_id(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show_messages(
+        [
+            _message(11, "user", "Hello"),
+            _message(12, "assistant", "Hi!", stats=Stats(), finish_reason="cancelled"),
+            _message(13, "assistant", "No stats here."),
+        ]
+    )
+    lines = _lines(view)
+    assert lines[2] == "Edit · Copy · Delete"
+    assert lines[5] == "Stopped.  Copy · Regenerate · Delete · Stats…"
+    assert lines[8] == "Copy · Regenerate · Delete"
+    emitted: list[tuple[str, int]] = []
+    for name in ("edit", "copy", "regenerate", "delete", "stats"):
+        signal = getattr(view, f"{name}_requested")
+        signal.connect(lambda mid, name=name: emitted.append((name, mid)))
+    for text, nth in (("Edit", 0), ("Copy", 0), ("Delete", 0), ("Copy", 1), ("Regenerate", 0)):
+        view.anchorClicked.emit(QUrl(_href(view, text, nth)))
+    view.anchorClicked.emit(QUrl(_href(view, "Delete", 1)))
+    view.anchorClicked.emit(QUrl(_href(view, "Stats…")))
+    view.anchorClicked.emit(QUrl(_href(view, "Regenerate", 1)))
+    assert emitted == [
+        ("edit", 11),
+        ("copy", 11),
+        ("delete", 11),
+        ("copy", 12),
+        ("regenerate", 12),
+        ("delete", 12),
+        ("stats", 12),
+        ("regenerate", 13),
+    ]
+    # Small and unobtrusive: placeholder colour, links in the palette's link colour.
+    palette = view.palette()
+    footer = _position(view, "Edit · Copy")
+    assert _format(view, footer + 4).foreground().color() == palette.placeholderText().color()
+    assert _format(view, footer).foreground().color() == palette.link().color()
+    assert _format(view, footer).fontPointSize() < view.font().pointSizeF()
+
+
+def test_branch_switcher_emits_the_message_id_and_direction(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show_messages(
+        [_message(21, "user", "Question"), _message(22, "assistant", "Answer")],
+        {21: (1, 2), 22: (2, 3)},
+    )
+    lines = _lines(view)
+    assert lines[2] == "‹ 1/2 ›   Edit · Copy · Delete"
+    assert lines[5] == "‹ 2/3 ›   Copy · Regenerate · Delete"
+    arrows = [(text, href) for text, href in _links(view) if text in "‹›"]
+    assert [text for text, _ in arrows] == ["›", "‹", "›"]  # the first of two has no previous
+    emitted: list[tuple[int, int]] = []
+    view.branch_requested.connect(lambda mid, delta: emitted.append((mid, delta)))
+    for _, href in arrows:
+        view.anchorClicked.emit(QUrl(href))
+    assert emitted == [(21, 1), (22, -1), (22, 1)]
+
+
+def test_end_reply_adds_the_footer(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.append_message("user", "Hi", message_id=1)
+    view.begin_reply()
+    view.append_segments([(D, "Hello "), (None, "there")])
+    view.end_reply("Stopped.", stats_id=2, message_id=2)
+    assert _lines(view)[-1] == "Stopped.  Copy · Regenerate · Delete · Stats…"
+    assert _format(view, _position(view, "Stopped.")).fontItalic()
+    with qtbot.waitSignal(view.regenerate_requested) as blocker:
+        view.anchorClicked.emit(QUrl(_href(view, "Regenerate")))
+    assert blocker.args == [2]
+    with qtbot.waitSignal(view.stats_requested) as blocker:
+        view.anchorClicked.emit(QUrl(_href(view, "Stats…")))
+    assert blocker.args == [2]
+    # Without a message id: the note and the Stats link, as before.
+    view.begin_reply()
+    view.append_text("Again")
+    view.end_reply("", 5)
+    assert view.toPlainText().endswith("\nAgain\nStats…")
+    assert _href(view, "Stats…", 1) == "stats:5"
+
+
+def test_code_style_follows_light_and_dark(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    content = "```python\ndef f():\n    pass\n```"
+    view.show_messages([_message(1, "assistant", content)])
+    light = _format(view, _position(view, "def")).foreground().color()
+    dark = QPalette()
+    for role, colour in (
+        (QPalette.ColorRole.Window, "#1e1e1e"),
+        (QPalette.ColorRole.Base, "#151515"),
+        (QPalette.ColorRole.AlternateBase, "#262626"),
+        (QPalette.ColorRole.Text, "#e6e6e6"),
+    ):
+        dark.setColor(role, QColor(colour))
+    view.setPalette(dark)
+    view.show_messages([_message(1, "assistant", content)])
+    keyword = _format(view, _position(view, "def")).foreground().color()
+    assert keyword != light and keyword.lightnessF() > 0.5  # readable on a dark background
+    block = view.document().findBlock(_position(view, "def"))
+    assert block.blockFormat().background().color() == QColor("#262626")
