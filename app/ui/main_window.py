@@ -150,6 +150,9 @@ class MainWindow(QMainWindow):
         self.conversation_list.setModel(self.conversations)
         self.conversation_list.setAccessibleName("Conversations")
         self.conversation_list.setEditTriggers(QListView.EditTrigger.NoEditTriggers)
+        # Long titles end in "…" rather than scrolling sideways.
+        self.conversation_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.conversation_list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.new_button = QPushButton("New Chat")
         self.new_button.setAccessibleName("New conversation")
         self.delete_button = QPushButton("Delete")

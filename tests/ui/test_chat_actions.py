@@ -183,3 +183,28 @@ def test_conversation_list_moves_with_the_keyboard(qtbot: QtBot, chat) -> None:
     assert "Newer chat" in chat.transcript.toPlainText()
     qtbot.keyClick(chat.conversation_list, Qt.Key.Key_Down)
     assert "Older chat" in chat.transcript.toPlainText()
+
+
+def test_edit_and_regenerate_reuse_the_cache_up_to_the_edit_point(
+    qtbot: QtBot, make_window, tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window = make_window()
+    _load(qtbot, window, str(tiny.target), str(tiny.copy))
+    _send(qtbot, window, "Tell me a story about a lighthouse keeper")
+    [c] = window.store.conversations()
+    user, reply = window.store.messages(c.id)
+    assert reply.stats is not None
+    prompt = reply.stats.prompt_tokens
+    # Regenerating sends the same prompt: all of it but the last token is cached.
+    with qtbot.waitSignal(window.service.generation_finished, timeout=20_000):
+        window._on_regenerate_requested(reply.id)
+    again = window.store.messages(c.id)[-1]
+    assert again.stats is not None and again.stats.reused_tokens == prompt - 1
+    # An edit keeps the cache up to where the texts part (the chat template's start).
+    monkeypatch.setattr(
+        QInputDialog, "getMultiLineText", lambda *a, **k: ("Tell me a poem instead", True)
+    )
+    with qtbot.waitSignal(window.service.generation_finished, timeout=20_000):
+        window._on_edit_requested(user.id)
+    edited = window.store.messages(c.id)[-1]
+    assert edited.stats is not None and 0 < edited.stats.reused_tokens < prompt - 1

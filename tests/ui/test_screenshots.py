@@ -16,7 +16,51 @@ from app.store import SettingsFile, Store
 from app.ui.main_window import MainWindow
 from tests.conftest import TinyModels
 from tests.services.test_engine_service import _fake_load
-from tests.ui.test_main_window import _load, _rounds, _send
+from tests.ui.test_main_window import _load, _send
+
+REPLY = (
+    "Here is a function that adds two numbers:\n\n"
+    '```python\ndef add(a: int, b: int) -> int:\n    """Adds a and b."""\n'
+    "    return a + b\n```\n\n"
+    "It **returns** the sum; for example `add(2, 3)` is 5.\n\n"
+    "- works for ints\n- and for floats\n"
+)
+
+
+def _markdown_reply():  # type: ignore[no-untyped-def]
+    """A reply with code, in rounds of drafted, corrected and bonus tokens."""
+    import re
+
+    from app.engine.types import Chunk, Finished, Origin, RoundStat, Stats
+
+    words = re.findall(r"\s*\S+|\s+", REPLY)
+
+    def stream(_pair, _messages, _params, _cancel, control=None):  # type: ignore[no-untyped-def]
+        i = 0
+        while i < len(words):
+            k, accepted = 4, (3 if i % 3 else 4)
+            pieces = tuple(words[i : i + accepted + 1])
+            orig = [Origin.DRAFT] * (len(pieces) - 1)
+            orig.append(Origin.BONUS if accepted == k else Origin.CORRECTION)
+            rnd = RoundStat(len(pieces), k, accepted, seconds=0.02)
+            yield Chunk("".join(pieces), tuple(range(len(pieces))), tuple(orig), pieces, rnd, 40.0)
+            i += len(pieces)
+        stats = Stats(
+            tokens=len(words),
+            drafted=40,
+            accepted=33,
+            target_calls=10,
+            draft_rounds=10,
+            num_draft=4,
+            k_min=4,
+            k_max=4,
+            generation_seconds=0.2,
+            baseline_tps=40.0,
+        )
+        yield Finished(stats, "stop", (), ())
+
+    return stream
+
 
 OUT = Path(__file__).parents[2] / "build" / "screenshots"
 
@@ -64,7 +108,7 @@ def test_window_screenshots_in_light_and_dark(
         for mode, palette in (("light", light), ("dark", dark_palette())):
             app.setPalette(palette)
             store = Store(tmp_path / f"{mode}.sqlite3")
-            service = EngineService(EngineWorker(load=_fake_load, stream=_rounds()))
+            service = EngineService(EngineWorker(load=_fake_load, stream=_markdown_reply()))
             models = tmp_path / f"models-{mode}"
             models.mkdir()
             window = MainWindow(
@@ -79,7 +123,8 @@ def test_window_screenshots_in_light_and_dark(
                 "/models/Qwen2.5-7B-Instruct-4bit",
                 "/models/Qwen2.5-0.5B-Instruct-4bit",
             )
-            _send(qtbot, window, "Write a haiku about the sea.")
+            _send(qtbot, window, "Write a Python function that adds two numbers.")
+            assert "def add(a: int, b: int) -> int:" in window.transcript.toPlainText()
             qtbot.wait(50)  # let the status bar lay out its new texts
             image = window.grab().toImage()
             image.save(str(OUT / f"main-{mode}.png"))
