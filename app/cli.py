@@ -21,6 +21,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="target model folder to load at start")
     parser.add_argument("--draft", help="draft model folder to load at start")
     parser.add_argument("--data-dir", type=Path, help="folder for conversations and settings")
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="check MLX, Metal, Qt, the keychain, the data folder and a tiny model, then exit",
+    )
     sub = parser.add_subparsers(dest="command")
     gen = sub.add_parser("generate", help="run one chat turn headless and stream the reply")
     gen.add_argument("prompt", help="the user message")
@@ -225,15 +230,22 @@ def _check_pair(args: argparse.Namespace) -> int:
         return 1
     from app.hub.fit import memory_fit
 
-    fit = memory_fit(Path(args.target), Path(args.draft))
+    try:
+        fit = memory_fit(Path(args.target), Path(args.draft))
+    except ModelError as exc:  # the verdict still stands; the memory cannot be sized
+        fit, unsized = None, str(exc)
     if args.json:
         checks = [asdict(c) for c in verdict.checks]
-        out = {"compatible": verdict.compatible, "checks": checks, "memory": asdict(fit)}
+        memory = asdict(fit) if fit is not None else {"error": unsized}
+        out = {"compatible": verdict.compatible, "checks": checks, "memory": memory}
         print(json.dumps(out, indent=2))
     else:
         print(format_verdict(verdict))
-        print(f"  {'✓' if fit.fits else '✗'} memory: {fit.detail}")
-    return 0 if verdict.compatible and fit.fits else 2
+        if fit is not None:
+            print(f"  {'✓' if fit.fits else '✗'} memory: {fit.detail}")
+        else:
+            print(f"  ? memory: cannot estimate ({unsized})")
+    return 0 if verdict.compatible and (fit is None or fit.fits) else 2
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -385,6 +397,10 @@ def _token(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tandem`` and ``python -m app``."""
     args = _parser().parse_args(argv)
+    if args.self_test:
+        from app.selftest import run_self_test
+
+        return run_self_test(data_dir=args.data_dir)
     if args.command == "generate":
         return _generate(args)
     if args.command == "check-pair":

@@ -9,7 +9,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from app.engine.loader import ModelError, ModelPair
+from app.engine.loader import ModelError, ModelPair, first_line
 from app.engine.speculative import CacheError, Decoder, DraftControl, Prefill
 from app.engine.types import (
     Chunk,
@@ -26,10 +26,24 @@ DEFAULT_PARAMS = GenerationParams()
 
 
 def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
-    """Token ids of ``messages`` with the chat template and a generation prompt."""
+    """Token ids of ``messages`` with the chat template and a generation prompt.
+
+    The template comes with the model, so it is untrusted: transformers renders
+    it in Jinja's immutable sandbox, and what the sandbox refuses is reported
+    as a :class:`ModelError`.
+
+    Raises:
+        ModelError: The chat template is unsafe or broken.
+    """
+    from jinja2.exceptions import TemplateError
+
     dicts = [m.as_dict() for m in messages]
     if getattr(tokenizer, "has_chat_template", False):
-        return list(tokenizer.apply_chat_template(dicts, add_generation_prompt=True))
+        try:
+            return list(tokenizer.apply_chat_template(dicts, add_generation_prompt=True))
+        except TemplateError as exc:  # SecurityError is one
+            kind = "unsafe" if type(exc).__name__ == "SecurityError" else "broken"
+            raise ModelError(f"the model's chat template is {kind} ({first_line(exc)})") from exc
     text = "".join(f"{m.role}: {m.content}\n" for m in messages) + "assistant: "
     return list(tokenizer.encode(text))
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import json
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,31 @@ _CONTEXT_KEYS = (
     "n_positions",
     "n_ctx",
 )
+
+# Far past any real checkpoint; a corrupt config beyond them would make building
+# the model take minutes or exhaust memory before any weight is looked at.
+_CEILINGS = {
+    "num_hidden_layers": 1024,
+    "hidden_size": 1 << 17,
+    "intermediate_size": 1 << 20,
+    "vocab_size": 1 << 24,
+    "num_attention_heads": 1 << 12,
+    "num_key_value_heads": 1 << 12,
+    "num_experts": 1 << 12,
+    "n_routed_experts": 1 << 12,
+}
+# An index maps tensor names to files; even the largest models' are a few megabytes.
+_MAX_INDEX_BYTES = 100 * 1024 * 1024
+# A larger safetensors header is not one but garbage read as a length.
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """A tensor as a safetensors header describes it."""
+
+    dtype: str
+    shape: tuple[int, ...]
 
 
 def context_length(config: dict[str, Any]) -> int | None:
@@ -77,33 +102,259 @@ class ModelPair:
 def read_config(path: Path) -> dict[str, Any]:
     """Validates a model folder without loading weights and returns its config.
 
+    Checks the folder; ``config.json`` (a JSON object naming an architecture
+    mlx-lm has, with plausible sizes and no custom code); the weight files
+    mlx-lm loads, their index and their headers; and the tokenizer files. Only
+    headers and the small JSON files are read; for the tensors' names and shapes
+    see :func:`check_weights`.
+
     Raises:
         ModelError: With a one-line reason.
     """
     name = path.name or str(path)
+    try:
+        return _read_config(path, name)
+    except OSError as exc:  # permission denied, a vanished disk
+        raise ModelError(f"{name}: {read_error(exc)}") from exc
+
+
+def _read_config(path: Path, name: str) -> dict[str, Any]:
     if not path.exists():
+        if path.is_symlink():
+            raise ModelError(f"{path}: a broken or looping symbolic link")
         raise ModelError(f"{path}: no such folder")
     if not path.is_dir():
         raise ModelError(f"{path}: not a folder")
     config_file = path / "config.json"
-    if not config_file.is_file():
+    if not _is_file(config_file, name):
         raise ModelError(f"{name}: no config.json, so this is not a model folder")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{name}: config.json is unreadable ({first_line(exc)})") from exc
-    if not isinstance(config, dict) or not config.get("model_type"):
+    config = _load_json(config_file, name)
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
         raise ModelError(f"{name}: config.json names no model_type")
-    model_type = str(config["model_type"])
-    try:
-        importlib.import_module(f"mlx_lm.models.{model_type}")
-    except ImportError as exc:
-        raise ModelError(f"{name}: architecture '{model_type}' is not supported") from exc
-    if not any(path.glob("*.safetensors")):
-        raise ModelError(f"{name}: no .safetensors weights")
-    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model")):
+    if config.get("model_file") is not None:
+        # mlx-lm would import it: code from the folder, which Tandem never runs.
+        raise ModelError(
+            f"{name}: the model needs a custom module ({config['model_file']}), "
+            "and Tandem runs no code from a model folder"
+        )
+    check_sizes(config, name)
+    model_classes(config, name)
+    for file in weight_files(path):
+        read_header(file)
+    # mlx-lm and transformers read these too, and fail on what is not a JSON object.
+    for extra in ("tokenizer_config.json", "generation_config.json"):
+        if _is_file(path / extra, name):
+            _load_json(path / extra, name)
+    if _is_file(path / "tokenizer.json", name):
+        _sniff_json(path / "tokenizer.json", name)
+    elif not _is_file(path / "tokenizer.model", name):
         raise ModelError(f"{name}: no tokenizer (tokenizer.json or tokenizer.model)")
     return config
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files mlx-lm loads (``model*.safetensors``), checked against any index.
+
+    Raises:
+        ModelError: There are none, or the index is damaged or names a missing shard.
+    """
+    name = path.name or str(path)
+    files = [f for f in sorted(path.glob("model*.safetensors")) if _is_file(f, name)]
+    if not files:
+        # mlx-lm loads model*.safetensors only; say so when other names are there.
+        other = next((f.name for f in sorted(path.glob("*.safetensors")) if f.is_file()), None)
+        hint = f" (mlx-lm loads model*.safetensors, not {other})" if other else ""
+        raise ModelError(f"{name}: no .safetensors weights{hint}")
+    _check_index(path, name)
+    return files
+
+
+def read_header(file: Path) -> dict[str, TensorInfo]:
+    """Reads a safetensors header (an 8-byte little-endian length, then JSON) and checks its sizes.
+
+    Returns:
+        Every tensor by name.
+
+    Raises:
+        ModelError: Named by the model folder and the file, with a one-line reason.
+    """
+    prefix = f"{file.parent.name}: {file.name}"
+    size = file.stat().st_size
+    with file.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ModelError(f"{prefix} is truncated (no header)")
+        (length,) = struct.unpack("<Q", head)
+        if length > _MAX_HEADER_BYTES:
+            raise ModelError(f"{prefix} is not a safetensors file")
+        if 8 + length > size:
+            raise ModelError(f"{prefix} is truncated (header of {length} bytes, file of {size})")
+        raw = f.read(length)
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ModelError(f"{prefix} has an unreadable header") from exc
+    if not isinstance(header, dict):
+        raise ModelError(f"{prefix} has an unreadable header")
+    tensors: dict[str, TensorInfo] = {}
+    data_end = 0
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            shape = tuple(int(d) for d in entry["shape"])
+            begin, end = (int(o) for o in entry["data_offsets"])
+            tensors[key] = TensorInfo(dtype=str(entry["dtype"]), shape=shape)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"{prefix} has an unreadable header ({key})") from exc
+        if begin > end or min(shape, default=0) < 0:
+            raise ModelError(f"{prefix} has an unreadable header ({key})")
+        data_end = max(data_end, end)
+    available = size - 8 - length
+    if data_end > available:
+        raise ModelError(f"{prefix} is truncated ({available} of {data_end} data bytes)")
+    return tensors
+
+
+def model_classes(config: dict[str, Any], name: str) -> tuple[Any, Any]:
+    """The mlx-lm model and argument classes of a config, as mlx-lm's loader picks them.
+
+    Raises:
+        ModelError: mlx-lm has no such architecture.
+    """
+    from mlx_lm.utils import _get_classes
+
+    model_type = config.get("model_type")
+    try:
+        # mlx-lm remaps some types (mistral is llama) and imports the rest by name.
+        return cast(tuple[Any, Any], _get_classes(config))
+    except (ValueError, AttributeError) as exc:  # no module, or a module that is no model
+        raise ModelError(f"{name}: architecture '{model_type}' is not supported") from exc
+    except Exception as exc:  # an odd "architectures" entry, for one
+        raise ModelError(f"{name}: config.json is malformed ({first_line(exc)})") from exc
+
+
+def check_weights(path: Path, config: dict[str, Any]) -> None:
+    """Checks that the weights are exactly the tensors, of the shapes, the config's model has.
+
+    mlx-lm builds the model and maps the safetensors files lazily, reading only
+    their headers and evaluating nothing, so this takes milliseconds even for
+    a large model. Call it after :func:`read_config` accepted the folder.
+
+    Raises:
+        ModelError: With a one-line reason.
+    """
+    from mlx_lm.utils import load_model as build_lazily
+
+    name = path.name or str(path)
+    model_class, args_class = model_classes(config, name)
+    try:
+        model_class(args_class.from_dict(config))
+    except Exception as exc:  # model classes reject odd configs in many ways
+        raise ModelError(
+            f"{name}: config.json does not describe a '{config.get('model_type')}' model "
+            f"({one_line(exc)})"
+        ) from exc
+    try:
+        build_lazily(path, lazy=True)
+    except Exception as exc:  # missing, extra or misshapen tensors; damaged files
+        raise ModelError(f"{name}: the weights do not match config.json ({one_line(exc)})") from exc
+
+
+def user_path(path: Path | str) -> Path:
+    """``path`` with a leading ``~`` expanded; left as it is when there is no such user."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "~nobody-here/model": pathlib cannot find that home folder
+        return Path(path)
+
+
+def read_error(exc: OSError) -> str:
+    """An OS error reading a model's file, as a short phrase without the full path."""
+    what = Path(str(exc.filename)).name if exc.filename else "the folder"
+    reason = exc.strerror or first_line(exc)
+    return f"cannot read {what} ({reason[:1].lower()}{reason[1:]})"
+
+
+def check_sizes(config: dict[str, Any], name: str, *, source: str = "config.json") -> None:
+    """Refuses sizes no real model has, before anything is built from them.
+
+    Args:
+        config: The model's config.
+        name: The model's name, which starts the message.
+        source: Where the config came from, for the message.
+
+    Raises:
+        ModelError: With a one-line reason.
+    """
+    text_config = config.get("text_config")
+    for section in (config, text_config if isinstance(text_config, dict) else {}):
+        for key, ceiling in _CEILINGS.items():
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > ceiling:
+                raise ModelError(f"{name}: {source} gives an implausible {key} ({value})")
+
+
+def _is_file(file: Path, name: str) -> bool:
+    """Whether ``file`` is a regular file; a link or folder in its place is an error."""
+    if file.is_file():
+        return True
+    if file.is_symlink():
+        raise ModelError(f"{name}: {file.name} is a broken or looping symbolic link")
+    if file.is_dir():
+        raise ModelError(f"{name}: {file.name} is a folder, not a file")
+    return False
+
+
+def _load_json(file: Path, name: str) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # deep nesting recurses
+        raise ModelError(f"{name}: {file.name} is unreadable ({first_line(exc)})") from exc
+    if not isinstance(data, dict):
+        raise ModelError(f"{name}: {file.name} is not a JSON object")
+    return data
+
+
+def _sniff_json(file: Path, name: str) -> None:
+    """Checks that a file could be a JSON object by its first and last bytes.
+
+    Parsing a tokenizer.json of several megabytes for each model in the library
+    would be slow; an empty, truncated or garbage file fails this anyway.
+    """
+    size = file.stat().st_size
+    with file.open("rb") as f:
+        head = f.read(64)
+        f.seek(max(0, size - 64))
+        tail = f.read(64)
+    if not head.strip():
+        raise ModelError(f"{name}: {file.name} is empty")
+    if not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{") or not tail.rstrip().endswith(b"}"):
+        raise ModelError(f"{name}: {file.name} is truncated or not JSON")
+
+
+def _check_index(path: Path, name: str) -> None:
+    """A shard index must name shards that are all there: else the download is incomplete."""
+    index_file = path / "model.safetensors.index.json"
+    if not _is_file(index_file, name):
+        return
+    if index_file.stat().st_size > _MAX_INDEX_BYTES:
+        raise ModelError(f"{name}: {index_file.name} is implausibly large")
+    weight_map = _load_json(index_file, name).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise ModelError(f"{name}: {index_file.name} has no weight_map")
+    for shard in sorted({str(s) for s in weight_map.values()}):
+        if Path(shard).name != shard or shard in (".", ".."):
+            raise ModelError(f"{name}: {index_file.name} names a shard outside the folder")
+        if not _is_file(path / shard, name):
+            raise ModelError(f"{name}: weight shard {shard} is missing")
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line, all of it (mlx puts each missing tensor on a line)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
@@ -119,13 +370,21 @@ def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
     """
     from mlx_lm.utils import load
 
-    path = Path(path).expanduser().resolve()
-    read_config(path)
+    path = user_path(path)
+    try:
+        if path.is_symlink() and not path.exists():
+            raise ModelError(f"{path}: a broken or looping symbolic link")
+        path = path.resolve()
+    except RuntimeError as exc:  # pathlib's word for a symlink loop further up the path
+        raise ModelError(f"{path}: a broken or looping symbolic link") from exc
+    except OSError as exc:  # a folder above it that cannot be read
+        raise ModelError(f"{path}: {read_error(exc)}") from exc
+    check_weights(path, read_config(path))
     try:
         loaded = cast(tuple[Any, Any, dict[str, Any]], load(str(path), return_config=True))
         model, tokenizer, config = loaded
     except Exception as exc:  # mlx-lm raises many kinds for broken folders
-        raise ModelError(f"{path.name}: cannot load ({first_line(exc)})") from exc
+        raise ModelError(f"{path.name}: cannot load ({one_line(exc)})") from exc
     if fuse:
         from app.engine.fuse import fuse as fuse_projections
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import ModelError, read_config
+from app.engine.loader import ModelError, read_config, user_path
 from app.hub.library import human_size
 
 _GIB = 1024**3
@@ -148,7 +148,7 @@ def memory_fit(
     weights = kv = 0
     tokens = context_length
     for i, folder in enumerate(p for p in (target, draft) if p is not None):
-        folder = Path(folder).expanduser()
+        folder = user_path(folder)
         config = read_config(folder)
         model_tokens = min(context_length, _context_length(config) or context_length)
         if i == 0:

@@ -29,7 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.loader import ModelError, first_line, read_config
+from app.engine.loader import (
+    ModelError,
+    check_sizes,
+    check_weights,
+    first_line,
+    model_classes,
+    one_line,
+    read_config,
+    read_error,
+    user_path,
+)
 
 # Shards stay below 2 GB so every filesystem and the Hub's tooling accept them.
 _SHARD_BYTES = 2_000_000_000
@@ -209,7 +219,8 @@ def import_folder(src: Path, models_dir: Path, *, link: bool = False) -> Path:
     """Imports an existing MLX model folder into ``models_dir`` under its own name.
 
     Args:
-        src: The model folder; validated with :func:`read_config` first.
+        src: The model folder; validated with :func:`read_config` and
+            :func:`check_weights` first.
         models_dir: Tandem's model folder.
         link: Symlink to ``src`` instead of copying it (the folder must then stay put).
 
@@ -220,8 +231,8 @@ def import_folder(src: Path, models_dir: Path, *, link: bool = False) -> Path:
         ModelError: ``src`` is not a usable model folder, the name is taken, or
             the copy failed, with a one-line reason.
     """
-    src = Path(os.path.abspath(Path(src).expanduser()))
-    read_config(src)
+    src = Path(os.path.abspath(user_path(src)))
+    check_weights(src, read_config(src))
     target = Path(models_dir) / src.name
     _refuse_existing(target)
     if link:
@@ -234,8 +245,8 @@ def import_folder(src: Path, models_dir: Path, *, link: bool = False) -> Path:
     with _partial_folder(target) as partial:
         _require_space(target.parent, _tree_size(src), src.name)
         partial.rmdir()  # copytree creates the folder itself
-        # Follow symlinks: a Hub cache snapshot links to blobs that must be copied.
-        shutil.copytree(src, partial, symlinks=False)
+        # Follow file links: a Hub cache snapshot links to blobs that must be copied.
+        shutil.copytree(src, partial, ignore=_linked_folders, ignore_dangling_symlinks=True)
         _move_into_place(partial, target)
     return target
 
@@ -273,6 +284,7 @@ def _convert(
     _check_tensor_types(tensors, label)
     plan, rope_freqs = _plan_tensors(tensors, arch, dtype, label)
     config = _model_config(meta, arch, arch_name, tensors, dtype, rope_freqs, label)
+    _check_plan(plan, config, label)
     report(ImportProgress("reading", 1, 1))
 
     _check_cancel(cancel)
@@ -321,16 +333,20 @@ def _convert(
 def _open(path: Path) -> Any:
     import gguf
 
-    if not path.is_file():
-        raise ModelError(f"{path}: no such file")
     try:
-        return gguf.GGUFReader(path)
+        if path.is_file():
+            return gguf.GGUFReader(path)
     except OSError as exc:
-        raise ModelError(f"{path.name}: cannot read the file ({first_line(exc)})") from exc
+        raise ModelError(f"{path.name}: {read_error(exc)}") from exc
     except Exception as exc:  # the reader fails in many ways on damaged files
         raise ModelError(
             f"{path.name}: not a readable GGUF file, or truncated ({first_line(exc)})"
         ) from exc
+    if path.is_dir():
+        raise ModelError(f"{path}: a folder, not a GGUF file")
+    if path.is_symlink():
+        raise ModelError(f"{path}: a broken or looping symbolic link")
+    raise ModelError(f"{path}: no such file")
 
 
 class _Metadata:
@@ -376,6 +392,28 @@ def _check_tensor_types(tensors: Sequence[Any], label: str) -> None:
                 f"{label}: tensor type {qtype.name} ({t.name}) is not supported"
             ) from exc
         probed.add(qtype)
+
+
+def _check_plan(plan: Sequence[_Planned], config: dict[str, Any], label: str) -> None:
+    """Fails before any writing unless the tensors are the model's own, each of its shape.
+
+    The model is built lazily and given never-evaluated placeholders of the
+    planned shapes, so nothing is allocated however large the model.
+    """
+    import mlx.core as mx
+
+    check_sizes(config, label, source="the file's metadata")
+    model_class, args_class = model_classes(config, label)
+    try:
+        model = model_class(args_class.from_dict(config))
+        weights = {p.name: mx.zeros(p.shape) for p in plan}
+        if hasattr(model, "sanitize"):
+            weights = model.sanitize(weights)
+        model.load_weights(list(weights.items()), strict=True)
+    except Exception as exc:  # missing, extra or misshapen tensors, or odd metadata
+        raise ModelError(
+            f"{label}: the tensors do not make a {config['model_type']} model ({one_line(exc)})"
+        ) from exc
 
 
 def _plan_tensors(
@@ -997,6 +1035,12 @@ def _partial_folder(target: Path) -> Iterator[Path]:
     finally:
         if path.exists() or path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _linked_folders(folder: str, names: list[str]) -> set[str]:
+    """Links to folders, which a copy skips: one that points up the tree would never end."""
+    paths = {name: os.path.join(folder, name) for name in names}
+    return {name for name, p in paths.items() if os.path.islink(p) and os.path.isdir(p)}
 
 
 def _write_error(exc: OSError, target: Path) -> ModelError:

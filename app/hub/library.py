@@ -1,30 +1,39 @@
 """The model library: Tandem's own model folder plus the Hugging Face cache.
 
 Everything here reads metadata only (``config.json``, ``tokenizer_config.json``,
-the safetensors headers and ``model.safetensors.index.json``); weights are never
-loaded, so scanning a library of large models stays cheap.
+the safetensors headers and ``model.safetensors.index.json``) and builds each
+model lazily to match its tensors' names and shapes against the weights (see
+:func:`app.engine.loader.check_weights`); weights are never loaded, so scanning
+a library of large models stays cheap.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from platformdirs import user_data_dir
 
-from app.engine.loader import ModelError, context_length, first_line, read_config
+from app.engine.loader import (
+    ModelError,
+    TensorInfo,
+    check_weights,
+    context_length,
+    first_line,
+    read_config,
+    read_error,
+    read_header,
+    weight_files,
+)
 
 Source = Literal["hf-cache", "tandem"]
 
-# Keys that hold a model's trained context length, most common first.
-# A larger header is not a safetensors file but garbage read as a length.
-_MAX_HEADER_BYTES = 100 * 1024 * 1024
 # Tensors of a quantized layer that hold quantization state, not parameters.
 _QUANT_STATE = ("scales", "biases", "global_scale")
 
@@ -63,16 +72,6 @@ class ModelInfo:
     def usable(self) -> bool:
         """Whether the folder passed every check."""
         return self.problem is None
-
-
-class _WeightsError(Exception):
-    """A safetensors file or index that cannot be read; the message names the file."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Tensor:
-    dtype: str
-    shape: tuple[int, ...]
 
 
 def default_models_dir() -> Path:
@@ -186,23 +185,23 @@ def _inspect(path: Path, source: Source, repo_id: str | None, label: str) -> Mod
         problem = _relabel(str(exc), path, label)
         # Keep what can still be read so the library shows more than the error.
         config = _read_json_or_none(path / "config.json") or {}
-    tok_config: dict[str, Any] = {}
-    tok_file = path / "tokenizer_config.json"
-    if tok_file.is_file():
-        try:
-            tok_config = _read_json(tok_file)
-        except (OSError, ValueError) as exc:
-            problem = problem or (
-                f"{label}: tokenizer_config.json is unreadable ({first_line(exc)})"
-            )
-
-    quantization = _quantization(config)
+    has_chat_template = False
     parameters: int | None = None
-    if path.is_dir():
-        try:
-            parameters = _count_parameters(path, config.get("quantization"))
-        except _WeightsError as exc:
-            problem = problem or f"{label}: {exc}"
+    size_bytes = 0
+    try:
+        tok_config = _read_json_or_none(path / "tokenizer_config.json") or {}
+        has_chat_template = _has_chat_template(path, tok_config)
+        if path.is_dir():
+            size_bytes = _folder_size(path)
+            with contextlib.suppress(ModelError):  # read_config said why
+                parameters = _count_parameters(path, config.get("quantization"))
+        if problem is None:
+            # The headers are sound; now the tensors must be the ones the model has.
+            check_weights(path, config)
+    except ModelError as exc:
+        problem = _relabel(str(exc), path, label)
+    except OSError as exc:  # a file that cannot be read: permission denied, a link loop
+        problem = problem or f"{label}: {read_error(exc)}"
     model_type = config.get("model_type")
     return ModelInfo(
         name=label,
@@ -211,24 +210,30 @@ def _inspect(path: Path, source: Source, repo_id: str | None, label: str) -> Mod
         repo_id=repo_id,
         architecture=str(model_type) if model_type else None,
         parameters=parameters,
-        quantization=quantization,
-        size_bytes=_folder_size(path) if path.is_dir() else 0,
+        quantization=_quantization(config),
+        size_bytes=size_bytes,
         context_length=context_length(config),
-        has_chat_template=_has_chat_template(path, tok_config),
+        has_chat_template=has_chat_template,
         problem=problem,
     )
 
 
 def _relabel(message: str, path: Path, label: str) -> str:
-    """Names a cache snapshot by its repo id instead of its commit hash."""
-    prefix = f"{path.name}: "
-    if label != path.name and message.startswith(prefix):
-        return f"{label}: {message[len(prefix) :]}"
+    """Starts a problem with the model's label: a snapshot's repo id, not its commit hash.
+
+    :func:`read_config` names a folder that is missing or no folder by its whole path.
+    """
+    for prefix in (f"{path}: ", f"{path.name}: "):
+        if message.startswith(prefix):
+            return f"{label}: {message[len(prefix) :]}"
     return message
 
 
 def _read_json(file: Path) -> dict[str, Any]:
-    data = json.loads(file.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except RecursionError as exc:  # deeply nested arrays recurse in the decoder
+        raise ValueError("nested too deeply") from exc
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     return data
@@ -257,74 +262,11 @@ def _has_chat_template(path: Path, tok_config: dict[str, Any]) -> bool:
     return any((path / f).is_file() for f in ("chat_template.jinja", "chat_template.json"))
 
 
-def _weight_files(path: Path) -> list[Path]:
-    """The safetensors files that make up the model, as mlx-lm would pick them."""
-    index_file = path / "model.safetensors.index.json"
-    if index_file.is_file():
-        try:
-            weight_map = _read_json(index_file).get("weight_map")
-        except (OSError, ValueError) as exc:
-            raise _WeightsError(f"{index_file.name} is unreadable ({exc})") from exc
-        if not isinstance(weight_map, dict):
-            raise _WeightsError(f"{index_file.name} has no weight_map")
-        files = [path / str(name) for name in sorted(set(weight_map.values()))]
-        for file in files:
-            if not file.is_file():
-                raise _WeightsError(f"weight shard {file.name} is missing")
-        return files
-    # mlx-lm loads model*.safetensors; other names are only a fallback.
-    return sorted(path.glob("model*.safetensors")) or sorted(path.glob("*.safetensors"))
-
-
-def _read_header(file: Path) -> dict[str, _Tensor]:
-    """Reads a safetensors header: 8-byte little-endian length, then JSON."""
-    size = file.stat().st_size
-    with file.open("rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise _WeightsError(f"{file.name} is truncated (no header)")
-        (length,) = struct.unpack("<Q", head)
-        if length > _MAX_HEADER_BYTES:
-            raise _WeightsError(f"{file.name} is not a safetensors file")
-        if 8 + length > size:
-            raise _WeightsError(
-                f"{file.name} is truncated (header of {length} bytes, file of {size})"
-            )
-        raw = f.read(length)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _WeightsError(f"{file.name} has an unreadable header") from exc
-    if not isinstance(header, dict):
-        raise _WeightsError(f"{file.name} has an unreadable header")
-    tensors: dict[str, _Tensor] = {}
-    data_end = 0
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        try:
-            shape = tuple(int(d) for d in entry["shape"])
-            begin, end = (int(o) for o in entry["data_offsets"])
-            tensors[key] = _Tensor(dtype=str(entry["dtype"]), shape=shape)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise _WeightsError(f"{file.name} has an unreadable header ({key})") from exc
-        if begin > end or min(shape, default=0) < 0:
-            raise _WeightsError(f"{file.name} has an unreadable header ({key})")
-        data_end = max(data_end, end)
-    available = size - 8 - length
-    if data_end > available:
-        raise _WeightsError(f"{file.name} is truncated ({available} of {data_end} data bytes)")
-    return tensors
-
-
 def _count_parameters(path: Path, quant: Any) -> int:
     """Counts parameters from the headers, unpacking MLX-quantized weights."""
-    files = _weight_files(path)
-    if not files:
-        raise _WeightsError("no .safetensors weights")
-    tensors: dict[str, _Tensor] = {}
-    for file in files:
-        tensors.update(_read_header(file))
+    tensors: dict[str, TensorInfo] = {}
+    for file in weight_files(path):
+        tensors.update(read_header(file))
     # A layer is quantized when it has scales next to its packed uint32 weight.
     quantized = (
         {key.rpartition(".")[0] for key in tensors if key.endswith(".scales")}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import ModelError, first_line
+from app.engine.loader import ModelError, first_line, user_path
 from app.hub.library import ModelInfo, _hub_repo_id, inspect_model
 
 # A draft should be this much smaller than its target for speculation to pay off;
@@ -104,8 +104,8 @@ def check_pair(target: Path, draft: Path) -> Verdict:
     Raises:
         ModelError: A folder is not a usable model; the message is one line.
     """
-    t = _side("target", Path(target).expanduser())
-    d = _side("draft", Path(draft).expanduser())
+    t = _side("target", user_path(target))
+    d = _side("draft", user_path(draft))
     checks = (
         _check_vocab_size(t, d),
         _check_token_texts(t, d),
@@ -151,7 +151,7 @@ def _read_json(file: Path, name: str, *, missing_ok: bool = False) -> dict[str, 
         return {}
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ModelError(f"{name}: {file.name} is unreadable ({first_line(exc)})") from exc
     if not isinstance(data, dict):
         raise ModelError(f"{name}: {file.name} is not a JSON object")

@@ -4,6 +4,8 @@ MLX arrays and streams belong to the thread that made them, so models are
 loaded, run and released on this one thread. Requests arrive as queued signals;
 results leave as immutable dataclasses; errors leave as values on ``failed``.
 Stop sets the request's ``threading.Event``, which the engine checks every round.
+When MLX runs out of memory the worker drops the pair, gives the memory back
+and says so; the app stays up and the pair can be loaded again.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import itertools
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +35,14 @@ from app.engine.types import (
     Segment,
     add_segments,
 )
+from app.logs import private
 
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 1 / 30  # seconds between UI updates while streaming
+# What MLX and Metal say when an allocation fails, lowercased.
+_OUT_OF_MEMORY = ("out of memory", "insufficient memory", "[metal::malloc]")
+UNLOADED = "the models were unloaded to free memory"
 
 # stream(pair, messages, params, cancel, control=...) -> chunks, then Finished
 StreamFn = Callable[..., Iterator[Chunk | Finished]]
@@ -115,22 +122,42 @@ class CalibrateRequest:
 
 @dataclass(frozen=True, slots=True)
 class EngineFailure:
-    """An error as a value. ``text`` holds any reply streamed before it."""
+    """An error as a value. ``text`` holds any reply streamed before it.
+
+    ``unloaded`` says the engine dropped its pair (it ran out of memory), so no
+    model is loaded any more.
+    """
 
     request_id: int | None
     stage: Literal["load", "generate", "calibrate"]
     message: str
     text: str = ""
+    unloaded: bool = False
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure: a ``MemoryError`` or MLX's own words."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(s in text for s in _OUT_OF_MEMORY)
+
+
+def _out_of_memory_message(action: str, exc: BaseException, again: str) -> str:
+    """One line for the user: what failed, that the pair is gone, what to do."""
+    lines = str(exc).strip().splitlines()
+    reason = lines[0] if lines else "out of memory"
+    return f"{action} failed: {reason}; {UNLOADED}. {again}"
 
 
 def _memory_fit(request: LoadRequest) -> Any:
     """The pair's memory fit, or ``None`` when the folders cannot be judged (load says why)."""
-    from app.engine.loader import ModelError
     from app.hub.fit import memory_fit
 
     try:
         return memory_fit(Path(request.target), Path(request.draft) if request.draft else None)
-    except (ModelError, OSError):
+    except Exception:  # whatever the estimate trips on, loading says it in one line
+        log.debug("no memory estimate for %s", request.target, exc_info=True)
         return None
 
 
@@ -188,13 +215,46 @@ class EngineWorker(QObject):
             return
         except Exception as exc:
             log.exception("loading %s failed", request.target)
-            self.failed.emit(EngineFailure(None, "load", f"Loading failed: {exc}"))
+            self.failed.emit(self._unexpected(exc, "load", None, "Loading"))
             return
         # The new pair replaces the old only once it loaded.
         self._pair = pair
         free_memory()
         self._info = PairInfo(request.target, request.draft, pair.label, pair.target.context_length)
+        log.info("loaded %s", pair.label)
         self.pair_loaded.emit(self._info)
+
+    def _unexpected(
+        self,
+        exc: Exception,
+        stage: Literal["load", "generate", "calibrate"],
+        request_id: int | None,
+        action: str,
+        text: str = "",
+    ) -> EngineFailure:
+        """The failure for an error no stage expects; running out of memory drops the pair."""
+        if not is_out_of_memory(exc):
+            return EngineFailure(request_id, stage, f"{action} failed: {exc}", text)
+        self._release(exc)
+        again = (
+            "Choose a smaller pair, or quit other apps."
+            if stage == "load"
+            else "Load them again, or choose a smaller pair."
+        )
+        message = _out_of_memory_message(action, exc, again)
+        return EngineFailure(request_id, stage, message, text, unloaded=True)
+
+    def _release(self, exc: BaseException) -> None:
+        """Drops the pair and returns MLX's cached memory to the system.
+
+        The frames of ``exc``'s traceback hold arrays too, and logging may keep
+        the exception, so they are cleared first.
+        """
+        traceback.clear_frames(exc.__traceback__)
+        self._pair = None
+        self._info = None
+        free_memory()
+        log.warning("out of memory: the pair was unloaded")
 
     @Slot(object)
     def _on_generate_requested(self, request: GenerateRequest) -> None:
@@ -202,6 +262,8 @@ class EngineWorker(QObject):
         if self._pair is None or self._info is None:
             self.failed.emit(EngineFailure(rid, "generate", "No model is loaded."))
             return
+        last = request.messages[-1].content if request.messages else ""
+        log.debug("reply %d to: %s", rid, private(last))
         self.generation_started.emit(rid)
         text: list[str] = []
         segments: list[Segment] = []
@@ -255,9 +317,7 @@ class EngineWorker(QObject):
         except Exception as exc:
             log.exception("generation failed")
             flush()
-            self.failed.emit(
-                EngineFailure(rid, "generate", f"Generation failed: {exc}", "".join(text))
-            )
+            self.failed.emit(self._unexpected(exc, "generate", rid, "Generation", "".join(text)))
 
     @Slot(object)
     def _on_calibrate_requested(self, request: CalibrateRequest) -> None:
@@ -285,7 +345,7 @@ class EngineWorker(QObject):
             return
         except Exception as exc:
             log.exception("calibration failed")
-            self.failed.emit(EngineFailure(rid, "calibrate", f"Calibration failed: {exc}"))
+            self.failed.emit(self._unexpected(exc, "calibrate", rid, "Calibration"))
             return
         self.calibration_finished.emit(result)
 

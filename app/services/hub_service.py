@@ -80,6 +80,7 @@ class HubWorker(QObject):
         from app.engine.loader import ModelError
         from app.hub.downloads import DownloadCancelled
         from app.hub.gguf_import import ImportCancelled
+        from app.hub.secrets import scrub
 
         last = 0.0
 
@@ -103,8 +104,9 @@ class HubWorker(QObject):
         except (DownloadCancelled, ImportCancelled):
             self.failed.emit(HubFailure(request.task_id, "Cancelled.", cancelled=True))
         except Exception as exc:
-            log.exception("hub task failed")
-            self.failed.emit(HubFailure(request.task_id, f"Failed: {exc}"))
+            log.exception("hub task failed")  # the log's filter hides any token
+            # A client error may quote the request, token included.
+            self.failed.emit(HubFailure(request.task_id, f"Failed: {scrub(exc, request.token)}"))
         else:
             self.finished.emit(HubResult(request.task_id, str(path)))
 

@@ -608,6 +608,36 @@ class Store:
         with self._transaction() as db:
             return [self._insert_conversation(db, c, tree) for c, tree in archived]
 
+    def update_message(
+        self,
+        message_id: int,
+        *,
+        content: str,
+        finish_reason: str | None = None,
+        stats: Stats | None = None,
+        origins: tuple[Origin, ...] = (),
+        segments: tuple[Segment, ...] = (),
+    ) -> StoredMessage:
+        """Replaces a message's text and reply details in place; search follows.
+
+        A streaming reply is saved as it grows, so a crash keeps it up to its
+        last save. Its place, branch and pair stay as they were.
+
+        Raises:
+            ValueError: No such message.
+        """
+        with self._transaction() as db:
+            cur = db.execute(
+                "UPDATE messages SET content = ?, finish_reason = ?, stats = ?, origins = ?, "
+                "segments = ? WHERE id = ?",
+                (content, finish_reason, *_encoded(stats, origins, segments), message_id),
+            )
+            if cur.rowcount == 0:
+                raise ValueError(f"no message {message_id}")
+        updated = self.message(message_id)
+        assert updated is not None
+        return updated
+
 
 def _fts_query(text: str) -> str:
     """An FTS5 query matching every word of ``text`` as a prefix, never a syntax error."""
@@ -629,13 +659,7 @@ def _insert_message(
     segments: tuple[Segment, ...],
 ) -> int:
     """Inserts one message row; returns its id."""
-    stats_json = json.dumps(stats.as_dict()) if stats is not None else None
-    origin_codes = "".join(o.code for o in origins) or None
-    segments_json = (
-        json.dumps([[o.code if o is not None else "", t] for o, t in segments])
-        if segments
-        else None
-    )
+    stats_json, origin_codes, segments_json = _encoded(stats, origins, segments)
     cur = db.execute(
         "INSERT INTO messages (conversation_id, parent_id, role, content, created_at, target, "
         "draft, finish_reason, stats, origins, segments) "
@@ -656,6 +680,20 @@ def _insert_message(
     )
     assert cur.lastrowid is not None
     return cur.lastrowid
+
+
+def _encoded(
+    stats: Stats | None, origins: tuple[Origin, ...], segments: tuple[Segment, ...]
+) -> tuple[str | None, str | None, str | None]:
+    """A reply's stats, origins and segments as their columns hold them."""
+    stats_json = json.dumps(stats.as_dict()) if stats is not None else None
+    origin_codes = "".join(o.code for o in origins) or None
+    segments_json = (
+        json.dumps([[o.code if o is not None else "", t] for o, t in segments])
+        if segments
+        else None
+    )
+    return stats_json, origin_codes, segments_json
 
 
 def _message(row: sqlite3.Row) -> StoredMessage:

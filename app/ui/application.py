@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 from collections.abc import Callable
@@ -13,9 +14,13 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app import __version__, resource_path
+from app.logs import setup_logging
 from app.services import EngineService
 from app.store import SettingsFile, Store, default_data_dir
+from app.ui.errors import ErrorReporter
 from app.ui.main_window import MainWindow
+
+log = logging.getLogger(__name__)
 
 
 def run_app(
@@ -28,9 +33,17 @@ def run_app(
 ) -> int:
     """Runs the window on a qasync event loop until it closes.
 
-    The engine thread is stopped and joined and its models released before
-    this returns, so the interpreter exits cleanly.
+    Logging goes to the user log folder (see :mod:`app.logs`); an exception
+    nothing catches, on any thread, is logged and shown in a dialog while the
+    app keeps running. The engine thread is stopped and joined and its models
+    released before this returns, so the interpreter exits cleanly.
     """
+    try:
+        log_file = setup_logging()
+    except OSError as exc:  # a read-only log folder must not keep the app from starting
+        print(f"Tandem: cannot write the log: {exc}", file=sys.stderr)
+        log_file = None
+    log.info("Tandem %s starting", __version__)
     app = QApplication.instance() or QApplication(argv)
     assert isinstance(app, QApplication)
     app.setApplicationName("Tandem")
@@ -44,7 +57,10 @@ def run_app(
     store = Store(data_dir / "tandem.sqlite3")
     service = EngineService()
     window = MainWindow(store, service, SettingsFile(data_dir / "settings.json"))
+    reporter = ErrorReporter(log_file, window)
+    reporter.install()
     loop = qasync.QEventLoop(app)
+    loop.set_exception_handler(reporter.asyncio_handler)
     asyncio.set_event_loop(loop)
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
@@ -66,6 +82,8 @@ def run_app(
         service.shutdown()
         store.close()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        reporter.uninstall()
+        log.info("Tandem quit")
     return 0
 
 

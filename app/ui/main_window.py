@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,8 @@ SAMPLING_FIELDS = (
 )
 PAIR_FIELDS = ("target", "draft")
 CONTEXT_WARNING = 0.85  # share of the window past which the indicator warns
+# Seconds between saves of a streaming reply: a crash or kill keeps it up to its last save.
+REPLY_SAVE_INTERVAL = 2.0
 
 TUNE_K_MAX = 8  # a sweep runs every k up to this, then auto
 
@@ -136,6 +140,8 @@ class MainWindow(QMainWindow):
         self._reply_text: list[str] = []
         self._reply_segments: list[Segment] = []
         self._reply_parent_id: int | None = None
+        self._reply_message_id: int | None = None  # the streaming reply, once saved
+        self._reply_saved_at = 0.0
         self._pending_system_prompt: str | None = None
         self._context_used = 0
         self.live = LiveStats()
@@ -444,7 +450,10 @@ class MainWindow(QMainWindow):
 
     def _show_conversation(self, conversation_id: int, upto: int | None = None) -> None:
         self._conversation_id = conversation_id
-        messages = self.store.messages(conversation_id)
+        # The streaming reply, saved so far, is shown below as it streams.
+        messages = [
+            m for m in self.store.messages(conversation_id) if m.id != self._reply_message_id
+        ]
         if upto is not None:  # a regenerated reply replaces what followed its prompt
             ids = [m.id for m in messages]
             messages = messages[: ids.index(upto) + 1] if upto in ids else messages
@@ -927,6 +936,8 @@ class MainWindow(QMainWindow):
         self._reply_conversation_id = cid
         self._reply_text = []
         self._reply_segments = []
+        self._reply_message_id = None
+        self._reply_saved_at = time.monotonic()
         self.transcript.begin_reply()
         self.composer.set_busy(True)
         self._reply_request_id = self.service.generate(self.history(cid, parent_id), self.params())
@@ -947,6 +958,46 @@ class MainWindow(QMainWindow):
         self.live.add(batch.rounds, batch.baseline_tps)
         if self.panel.isVisible():
             self.panel.gauge.set_snapshot(self.live.snapshot())
+        if time.monotonic() - self._reply_saved_at >= REPLY_SAVE_INTERVAL:
+            self._save_partial_reply()
+
+    def _save_partial_reply(self) -> None:
+        """Saves the reply streamed so far, marked as interrupted until it ends.
+
+        The first save adds it where :meth:`_save_reply` would; later ones
+        replace its text. Should the app die, it reopens with the reply so far.
+        """
+        self._reply_saved_at = time.monotonic()
+        cid = self._reply_conversation_id
+        text = "".join(self._reply_text)
+        if cid is None or not text or self.store.conversation(cid) is None:
+            return
+        segments = tuple(self._reply_segments)
+        if "".join(t for _, t in segments) != text:
+            segments = ()
+        try:
+            if self._reply_message_id is None:
+                branch: dict[str, Any] = (
+                    {} if self._reply_parent_id is None else {"parent_id": self._reply_parent_id}
+                )
+                pair = self._pair
+                saved = self.store.add_message(
+                    cid,
+                    "assistant",
+                    text,
+                    **branch,
+                    target=pair.target if pair else None,
+                    draft=pair.draft if pair else None,
+                    finish_reason="error",
+                    segments=segments,
+                )
+                self._reply_message_id = saved.id
+            else:
+                self.store.update_message(
+                    self._reply_message_id, content=text, finish_reason="error", segments=segments
+                )
+        except (sqlite3.Error, ValueError) as exc:  # the final save tries again
+            log.warning("cannot save the reply so far: %s", exc)
 
     @Slot(object)
     def _on_generation_finished(self, result: GenerationResult) -> None:
@@ -963,6 +1014,10 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_failed(self, failure: EngineFailure) -> None:
+        if failure.unloaded:  # out of memory: the engine dropped the pair
+            self._pair = None
+            self.pair_label.setText("No model loaded")
+            self._update_context()
         if failure.stage == "load":
             self.model_bar.set_loading(False)
             self.load_progress.hide()
@@ -990,17 +1045,29 @@ class MainWindow(QMainWindow):
         segments: tuple[Segment, ...] = (),
     ) -> None:
         cid = self._reply_conversation_id
+        partial_id = self._reply_message_id
         self._reply_request_id = None
         self._reply_conversation_id = None
+        self._reply_message_id = None
         self._reply_text = []
         self._reply_segments = []
         self.composer.set_busy(False)
         if cid is None or self.store.conversation(cid) is None:
             return
         saved = None
-        if text or reason != "error":
-            if "".join(t for _, t in segments) != text:
-                segments = ()  # partial runs would colour the wrong text
+        if "".join(t for _, t in segments) != text:
+            segments = ()  # partial runs would colour the wrong text
+        if partial_id is not None and self.store.message(partial_id) is not None:
+            # Saved while it streamed: it gets its final text and details.
+            saved = self.store.update_message(
+                partial_id,
+                content=text,
+                finish_reason=reason,
+                stats=stats,
+                origins=origins,
+                segments=segments,
+            )
+        elif text or reason != "error":
             branch = {} if self._reply_parent_id is None else {"parent_id": self._reply_parent_id}
             saved = self.store.add_message(
                 cid,
@@ -1255,6 +1322,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         QSettings().setValue("window/geometry", self.saveGeometry())
+        if self._reply_request_id is not None:
+            self._save_partial_reply()  # the reply may not get to end before the app quits
         self.service.stop()
         if self._hub is not None:
             self._hub.shutdown()

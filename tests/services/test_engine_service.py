@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -255,9 +257,11 @@ def test_batches_and_result_carry_text_by_origin_and_rounds(
 
 def test_draft_length_changes_for_the_reply_in_flight(qtbot: QtBot, make_service) -> None:
     seen: list[int | None] = []
+    running = threading.Event()
 
     def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
         seen.append(control.num_draft)
+        running.set()
         while control.num_draft != 7 and not cancel.is_set():
             time.sleep(0.001)
         seen.append(control.num_draft)
@@ -266,8 +270,9 @@ def test_draft_length_changes_for_the_reply_in_flight(qtbot: QtBot, make_service
     service = make_service(EngineWorker(load=_fake_load, stream=stream))
     _loaded(qtbot, service)
     with qtbot.waitSignal(service.generation_finished, timeout=5_000):
-        with qtbot.waitSignal(service.generation_started, timeout=5_000):
-            service.generate(HELLO, GenerationParams(num_draft=2))
+        service.generate(HELLO, GenerationParams(num_draft=2))
+        # generation_started comes before the stream runs: wait for the stream itself.
+        qtbot.waitUntil(running.is_set)
         service.set_draft_length(7)
     assert seen == [2, 7]
 
@@ -307,3 +312,140 @@ def test_calibration_without_a_pair_fails_as_a_value(qtbot: QtBot, make_service)
     with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
         service.calibrate(["x"], (0, 1))
     assert blocker.args[0].stage == "calibrate" and not service.busy
+
+
+class _Weights:
+    """Stands in for a model's arrays; a weak reference says whether anything still holds it."""
+
+
+class _Engine:
+    """A fake load and stream: every load makes new weights, the first reply raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error: Exception | None = error
+        self.weights: list[weakref.ref[_Weights]] = []
+        self.freed = 0
+
+    def load(self, target: str, _draft: str | None, progress=None) -> ModelPair:
+        weights = _Weights()
+        self.weights.append(weakref.ref(weights))
+        return ModelPair(LoadedModel(Path(target), model=weights, tokenizer=None, config={}))
+
+    def stream(self, pair: ModelPair, _messages, _params, _cancel, control=None):
+        for i in range(2):
+            yield Chunk(f"t{i} ", (i,), (Origin.TARGET,))
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error  # this frame holds the pair, as MLX's would hold arrays
+        yield Finished(Stats(tokens=2), "stop", (0, 1), (Origin.TARGET,) * 2)
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (MemoryError(), "out of memory"),
+        (
+            RuntimeError("[metal::malloc] Attempting to allocate 9000000000 bytes"),
+            "[metal::malloc] Attempting to allocate 9000000000 bytes",
+        ),
+        (
+            RuntimeError("[METAL] Command buffer execution failed: Insufficient Memory\nmore"),
+            "[METAL] Command buffer execution failed: Insufficient Memory",
+        ),
+        (RuntimeError("Out of memory while decoding"), "Out of memory while decoding"),
+    ],
+)
+def test_out_of_memory_unloads_the_pair_and_loading_again_works(
+    qtbot: QtBot, make_service, monkeypatch: pytest.MonkeyPatch, error: Exception, reason: str
+) -> None:
+    import app.services.engine_service as engine_service
+
+    engine = _Engine(error)
+    freed: list[int] = []
+    monkeypatch.setattr(engine_service, "free_memory", lambda: freed.append(1))
+    service = make_service(EngineWorker(load=engine.load, stream=engine.stream))
+    _loaded(qtbot, service)
+    freed.clear()
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        rid = service.generate(HELLO, GenerationParams())
+    failure: EngineFailure = blocker.args[0]
+    assert failure == EngineFailure(
+        rid,
+        "generate",
+        f"Generation failed: {reason}; the models were unloaded to free memory. "
+        "Load them again, or choose a smaller pair.",
+        "t0 t1 ",
+        unloaded=True,
+    )
+    assert freed and not service.busy
+    # Nothing holds the weights any more: not the worker, not the traceback's frames.
+    gc.collect()
+    assert engine.weights[0]() is None
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        service.generate(HELLO, GenerationParams())
+    assert blocker.args[0].message == "No model is loaded."
+    # Loading again works, and so does the next reply.
+    _loaded(qtbot, service)
+    with qtbot.waitSignal(service.generation_finished, timeout=5_000) as done:
+        service.generate(HELLO, GenerationParams())
+    assert done.args[0].text == "t0 t1 "
+
+
+def test_other_errors_keep_the_pair(qtbot: QtBot, make_service) -> None:
+    engine = _Engine(RuntimeError("shapes (3,) and (4,) do not match"))
+    service = make_service(EngineWorker(load=engine.load, stream=engine.stream))
+    _loaded(qtbot, service)
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        service.generate(HELLO, GenerationParams())
+    assert blocker.args[0].message == "Generation failed: shapes (3,) and (4,) do not match"
+    assert not blocker.args[0].unloaded
+    with qtbot.waitSignal(service.generation_finished, timeout=5_000):
+        service.generate(HELLO, GenerationParams())
+    assert len(engine.weights) == 1  # no second load was needed
+
+
+def test_running_out_of_memory_while_loading_unloads_the_old_pair(
+    qtbot: QtBot, make_service
+) -> None:
+    engine = _Engine(RuntimeError("unused"))
+    calls = 0
+
+    def load(target: str, draft: str | None, progress=None) -> ModelPair:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise MemoryError()
+        return engine.load(target, draft)
+
+    service = make_service(EngineWorker(load=load, stream=engine.stream))
+    _loaded(qtbot, service, "old")
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        service.load_pair("huge")
+    failure: EngineFailure = blocker.args[0]
+    assert failure.stage == "load" and failure.unloaded
+    assert failure.message == (
+        "Loading failed: out of memory; the models were unloaded to free memory. "
+        "Choose a smaller pair, or quit other apps."
+    )
+    gc.collect()
+    assert engine.weights[0]() is None
+
+
+def test_running_out_of_memory_while_tuning_unloads_the_pair(
+    qtbot: QtBot, make_service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.engine.calibrate as calibrate
+
+    def fail(*_args, **_kwargs):
+        raise MemoryError()
+        yield  # a generator, as the real one
+
+    monkeypatch.setattr(calibrate, "calibrate", fail)
+    engine = _Engine(RuntimeError("unused"))
+    service = make_service(EngineWorker(load=engine.load, stream=engine.stream))
+    _loaded(qtbot, service)
+    with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
+        service.calibrate(["x"], (0, 1))
+    assert blocker.args[0].stage == "calibrate" and blocker.args[0].unloaded
+    assert "the models were unloaded" in blocker.args[0].message
+    assert not service.busy

@@ -479,3 +479,47 @@ def test_search_orders_by_conversation_use_then_rank(tmp_path: Path) -> None:
     store.add_message(old.id, "assistant", "noted")  # Old is now the latest used
     assert [h.message_id for h in store.search("kiwi")] == [strong.id, weak.id, fresh.id]
     assert len(store.search("kiwi", limit=2)) == 2
+
+
+def test_update_message_replaces_text_and_details_in_place(tmp_path: Path) -> None:
+    db = tmp_path / "t.sqlite3"
+    store = Store(db)
+    cid = store.create_conversation().id
+    user = store.add_message(cid, "user", "Tell me a story")
+    partial = store.add_message(
+        cid,
+        "assistant",
+        "Once",
+        target="/m/t",
+        draft="/m/d",
+        finish_reason="error",
+        segments=((Origin.DRAFT, "Once"),),
+    )
+    stats = Stats(prompt_tokens=5, tokens=3, drafted=2, accepted=1)
+    segments = ((Origin.DRAFT, "Once"), (Origin.TARGET, " upon a time"))
+    updated = store.update_message(
+        partial.id,
+        content="Once upon a time",
+        finish_reason="stop",
+        stats=stats,
+        origins=(Origin.DRAFT, Origin.TARGET, Origin.TARGET),
+        segments=segments,
+    )
+    store.close()
+
+    again = Store(db)
+    assert again.message(partial.id) == updated
+    [first, reply] = again.messages(cid)
+    assert first.id == user.id
+    assert (reply.id, reply.parent_id) == (partial.id, user.id)  # same place in its branch
+    assert (reply.content, reply.finish_reason, reply.stats) == ("Once upon a time", "stop", stats)
+    assert (reply.target, reply.draft) == ("/m/t", "/m/d")
+    assert reply.origins == (Origin.DRAFT, Origin.TARGET, Origin.TARGET)
+    assert reply.segments == segments
+    assert [h.message_id for h in again.search("upon")] == [partial.id]
+
+
+def test_update_message_of_no_message_raises(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    with pytest.raises(ValueError, match="no message 7"):
+        store.update_message(7, content="x")

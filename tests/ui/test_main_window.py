@@ -565,3 +565,109 @@ def test_context_indicator_fills_and_warns(qtbot: QtBot, make_window, monkeypatc
     assert "start a new chat" in window.context_label.toolTip()
     window._on_new_conversation_requested()
     assert window.context_label.text() == "Context 0 / 1,000"
+
+
+def _assistant_rows(window: MainWindow) -> list:
+    """Every assistant message in the database, oldest first."""
+    cid = window.store.conversations()[0].id
+    return [m for m in window.store._tree(cid) if m.role == "assistant"]
+
+
+def test_a_streaming_reply_is_saved_as_it_grows(
+    qtbot: QtBot, make_window, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.ui.main_window as main_window
+
+    monkeypatch.setattr(main_window, "REPLY_SAVE_INTERVAL", 0.05)
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(100_000, delay=0.002)))
+    _load(qtbot, window, "/models/fake")
+    window.composer.editor.setPlainText("Tell me everything")
+    qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    # Saved while it streams, marked as interrupted until it ends.
+    qtbot.waitUntil(lambda: bool(window.store.conversations() and _assistant_rows(window)))
+    [first] = _assistant_rows(window)
+    assert first.finish_reason == "error" and first.content.startswith("t0 ")
+    qtbot.waitUntil(lambda: len(_assistant_rows(window)[0].content) > len(first.content))
+    [grown] = _assistant_rows(window)
+    assert grown.id == first.id and grown.content.startswith(first.content)
+    assert grown.segments and "".join(t for _, t in grown.segments) == grown.content
+    # Away and back: the reply shows once, still streaming below the prompt.
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    window.conversation_list.setCurrentIndex(window.conversations.index(0, 0))
+    assert window.transcript.toPlainText().count("t0 t1 t2") == 1
+    with qtbot.waitSignal(window.service.generation_finished, timeout=5_000) as blocker:
+        window.service.stop()
+    [reply] = _assistant_rows(window)  # the same row, finished
+    assert reply.id == first.id
+    assert (reply.content, reply.finish_reason) == (blocker.args[0].text, "cancelled")
+    assert reply.stats is not None and reply.origins
+    assert "Stopped." in window.transcript.toPlainText()
+    assert window.transcript.toPlainText().count("t0 t1 t2") == 1
+
+
+def test_a_regenerated_reply_saved_as_it_grows_is_a_new_branch(
+    qtbot: QtBot, make_window, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.ui.main_window as main_window
+
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(3)))
+    _load(qtbot, window, "/models/fake")
+    _send(qtbot, window, "Hello")
+    [old] = _assistant_rows(window)
+    monkeypatch.setattr(main_window, "REPLY_SAVE_INTERVAL", 0.0)  # every batch
+    seen: list[list] = []  # the replies in the database after each batch was handled
+    window.service.tokens_generated.connect(lambda _b: seen.append(_assistant_rows(window)))
+    with qtbot.waitSignal(window.service.generation_finished, timeout=5_000):
+        window._on_regenerate_requested(old.id)
+    assert seen and all(len(rows) == 2 and rows[0] == old for rows in seen)
+    streaming = seen[-1][1]
+    assert streaming.parent_id == old.parent_id and streaming.finish_reason == "error"
+    first, second = _assistant_rows(window)
+    assert first == old and second.id == streaming.id
+    assert second.parent_id == old.parent_id and second.finish_reason == "length"
+    assert window.store.siblings(second.id) == [old.id, second.id]
+    assert "2/2" in window.transcript.toPlainText()
+
+
+def test_closing_mid_reply_saves_the_reply_so_far(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(100_000, delay=0.002)))
+    _load(qtbot, window, "/models/fake")
+    window.composer.editor.setPlainText("Tell me everything")
+    with qtbot.waitSignal(window.service.tokens_generated, timeout=5_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    with qtbot.waitSignal(window.service.generation_finished, timeout=5_000):
+        window.close()  # before the first timed save; it stops the reply
+        # Saved at once: the app may quit before the stopped reply comes back.
+        [partial] = _assistant_rows(window)
+        assert partial.content.startswith("t0 ") and partial.finish_reason == "error"
+    [reply] = _assistant_rows(window)
+    assert reply.id == partial.id and reply.finish_reason == "cancelled"
+
+
+def test_out_of_memory_unloads_the_pair_the_window_stays_up_and_loads_again(
+    qtbot: QtBot, make_window
+) -> None:
+    from tests.services.test_engine_service import _Engine
+
+    engine = _Engine(MemoryError())
+    window = make_window(EngineWorker(load=engine.load, stream=engine.stream))
+    _load(qtbot, window, "/models/fake")
+    window.composer.editor.setPlainText("Hello")
+    with qtbot.waitSignal(window.service.failed, timeout=5_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    assert window.isVisible() and window.error_banner.isVisible()
+    assert "the models were unloaded to free memory" in window.error_banner.text()
+    assert window.pair_label.text() == "No model loaded"
+    assert window.composer.send_button.isEnabled()
+    [partial] = _assistant_rows(window)
+    assert (partial.content, partial.finish_reason) == ("t0 t1 ", "error")
+    # Sending now asks for a model rather than failing in the engine.
+    window.composer.editor.setPlainText("Again")
+    qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    assert "Load a target model first" in window.error_banner.text()
+    # The model bar still names the pair: Load brings it back and chat goes on.
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=5_000):
+        qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
+    assert window.pair_label.text() == "fake"
+    _send(qtbot, window, "Again")
+    assert _assistant_rows(window)[-1].finish_reason == "stop"
