@@ -74,6 +74,31 @@ def _parser() -> argparse.ArgumentParser:
     search = models_sub.add_parser("search", help="search the Hugging Face Hub")
     search.add_argument("query")
     search.add_argument("--author", default="mlx-community", help="'' for every author")
+    serve = sub.add_parser(
+        "serve", help="serve a pair headless as an OpenAI-compatible server (until Ctrl+C)"
+    )
+    serve.add_argument("--model", required=True, dest="serve_model", help="target model folder")
+    serve.add_argument("--draft", dest="serve_draft", help="draft model folder")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8080, help="port; 0 picks a free one")
+    serve.add_argument(
+        "--api-key",
+        help="key clients must send (default: $TANDEM_API_KEY); needed off loopback",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        help="a browser origin allowed besides loopback ones (repeatable)",
+    )
+    serve.add_argument(
+        "--num-draft",
+        type=_num_draft,
+        default=4,
+        metavar="K|auto",
+        help="draft tokens per round when a request does not say",
+    )
+    serve.add_argument("--max-tokens", type=int, default=512, help="reply length when unsaid")
     token = sub.add_parser("token", help="the Hugging Face token, kept in the system keychain")
     token.add_argument("action", choices=["status", "set", "delete"])
     models_sub.add_parser(
@@ -215,6 +240,37 @@ def _generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from app.server.security import ServerConfig, ServerConfigError, check_config
+
+    api_key = args.api_key or os.environ.get("TANDEM_API_KEY") or None
+    config = ServerConfig(args.host, args.port, api_key, tuple(args.cors_origin))
+    try:
+        check_config(config)  # before loading anything, so a refusal is quick
+    except ServerConfigError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 2
+    if args.max_tokens < 1:
+        print("tandem: --max-tokens must be positive", file=sys.stderr)
+        return 2
+    from app.engine.types import GenerationParams
+    from app.logs import setup_logging
+    from app.services.server_service import serve_headless
+
+    try:
+        setup_logging()
+    except OSError as exc:
+        print(f"tandem: cannot write the log: {exc}", file=sys.stderr)
+    defaults = GenerationParams(max_tokens=args.max_tokens, num_draft=args.num_draft)
+
+    def announce(url: str) -> None:
+        print(f"Tandem is serving on {url}", flush=True)
+
+    return serve_headless(
+        config, args.serve_model, args.serve_draft, defaults=lambda: defaults, announce=announce
+    )
 
 
 def _check_pair(args: argparse.Namespace) -> int:
@@ -407,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check_pair(args)
     if args.command == "models":
         return _models(args)
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "token":
         return _token(args)
     if args.command == "bench":

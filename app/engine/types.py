@@ -175,6 +175,9 @@ class Stats:
         draft_seconds: Time spent drafting.
         verify_seconds: Time spent in target forwards after the prompt.
         baseline_tps: Measured plain decoding speed of the target, if known.
+        stats_scope: For a remote engine, how far ``drafted`` and ``accepted``
+            reach: ``"request"``, ``"server"`` (server-wide counters over the
+            reply) or ``"not reported"``; ``None`` for a local pair, measured here.
     """
 
     prompt_tokens: int = 0
@@ -194,6 +197,7 @@ class Stats:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     baseline_tps: float | None = None
+    stats_scope: str | None = None
 
     @property
     def acceptance(self) -> float | None:

@@ -146,3 +146,82 @@ def stored_token() -> str | None:
         return get_token()
     except TokenStoreError:
         return None
+
+
+# Remote engines' bearer keys share the service; each is stored under its server's URL.
+_REMOTE_PREFIX = "remote:"
+
+
+def _remote_username(url: str) -> str:
+    # Trailing slashes and case of the scheme and host do not make another server.
+    url = url.strip().split("#", 1)[0].rstrip("/")
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{_REMOTE_PREFIX}{scheme.lower()}{sep}{host.lower()}{slash}{path}"
+
+
+def _remote_failure(verb: str, exc: BaseException, key: str | None = None) -> str:
+    if isinstance(exc, keyring.errors.NoKeyringError):
+        return f"cannot {verb} the server key: no system keychain was found"
+    if isinstance(exc, keyring.errors.KeyringLocked):
+        return f"cannot {verb} the server key: the keychain is locked"
+    return f"cannot {verb} the server key: the keychain failed ({scrub(exc, key)})"
+
+
+def set_remote_key(url: str, key: str) -> None:
+    """Stores the bearer key of the remote server at ``url``, replacing any before.
+
+    Raises:
+        ValueError: The key is empty or has whitespace inside.
+        TokenStoreError: No usable keychain, or it refused; nothing was written elsewhere.
+    """
+    key = key.strip()
+    if not key:
+        raise ValueError("the key is empty")
+    if any(c.isspace() for c in key):
+        raise ValueError("the key has spaces or line breaks inside")
+    problem = keyring_status()
+    if problem is not None:
+        raise TokenStoreError(problem.replace("token storage", "key storage"))
+    try:
+        keyring.set_password(SERVICE, _remote_username(url), key)
+    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
+        raise TokenStoreError(_remote_failure("save", exc, key)) from None
+
+
+def get_remote_key(url: str) -> str | None:
+    """Reads the bearer key stored for ``url``; ``None`` when none is stored.
+
+    Raises:
+        TokenStoreError: The keychain is unavailable, locked or failed.
+    """
+    try:
+        key = keyring.get_password(SERVICE, _remote_username(url))
+    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
+        raise TokenStoreError(_remote_failure("read", exc)) from None
+    return key or None
+
+
+def delete_remote_key(url: str) -> None:
+    """Deletes the key stored for ``url``; deleting when none is stored is not an error.
+
+    Raises:
+        TokenStoreError: The keychain is unavailable, locked or failed.
+    """
+    try:
+        keyring.delete_password(SERVICE, _remote_username(url))
+    except keyring.errors.PasswordDeleteError as exc:
+        if get_remote_key(url) is not None:
+            raise TokenStoreError(_remote_failure("delete", exc)) from None
+    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
+        raise TokenStoreError(_remote_failure("delete", exc)) from None
+
+
+def stored_remote_key(url: str) -> str | None:
+    """The key saved for ``url``, or ``None`` when there is none or no usable keychain."""
+    if keyring_status() is not None:
+        return None
+    try:
+        return get_remote_key(url)
+    except TokenStoreError:
+        return None

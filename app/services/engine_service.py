@@ -36,6 +36,7 @@ from app.engine.types import (
     add_segments,
 )
 from app.logs import private
+from app.remote import RemoteEngine, check_remote, is_remote_target, stream_remote
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,34 @@ UNLOADED = "the models were unloaded to free memory"
 StreamFn = Callable[..., Iterator[Chunk | Finished]]
 # load(target, draft, progress=callback(step, steps, what)) -> pair
 LoadFn = Callable[..., ModelPair]
+# check(engine) raises ModelError when the server cannot serve
+CheckFn = Callable[[RemoteEngine], None]
+# stream(engine, messages, params, cancel) -> chunks, then Finished
+RemoteStreamFn = Callable[..., Iterator[Chunk | Finished]]
 
 
 @dataclass(frozen=True, slots=True)
 class LoadRequest:
+    """A pair of model folders, or a remote engine.
+
+    A ``target`` that starts with ``http://`` or ``https://`` is a remote engine
+    (:meth:`RemoteEngine.to_target` puts its kind and model in the fragment);
+    ``remote`` gives one directly and wins over ``target``.
+    """
+
     target: str
     draft: str | None = None
+    remote: RemoteEngine | None = None
+
+    def remote_engine(self) -> RemoteEngine | None:
+        """The remote engine this request names, or ``None`` for local folders.
+
+        Raises:
+            ValueError: The target is an http(s) address that cannot be read.
+        """
+        if self.remote is not None:
+            return self.remote
+        return RemoteEngine.from_target(self.target) if is_remote_target(self.target) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,16 +212,49 @@ class EngineWorker(QObject):
         load: LoadFn = load_pair,
         stream: StreamFn = stream_reply,
         flush_interval: float = FLUSH_INTERVAL,
+        check_remote: CheckFn = check_remote,
+        stream_remote: RemoteStreamFn = stream_remote,
     ) -> None:
         super().__init__()
         self._load = load
         self._stream = stream
         self._flush_interval = flush_interval
+        self._check_remote = check_remote
+        self._stream_remote = stream_remote
         self._pair: ModelPair | None = None
+        self._remote: RemoteEngine | None = None
         self._info: PairInfo | None = None
+
+    def _load_remote(self, request: LoadRequest) -> bool:
+        """Connects a remote engine instead of a local pair; ``False`` for local folders."""
+        try:
+            remote = request.remote_engine()
+        except ValueError as exc:
+            self.failed.emit(EngineFailure(None, "load", f"Cannot use this server: {exc}"))
+            return True
+        if remote is None:
+            return False
+        # No memory check: the server's memory is its own business.
+        self.load_progressed.emit(LoadProgress(0, 1, f"Connecting to {remote.host}"))
+        try:
+            self._check_remote(remote)
+        except ModelError as exc:
+            self.failed.emit(EngineFailure(None, "load", str(exc)))
+            return True
+        # The local pair, if any, goes: one engine serves the chat at a time.
+        self._pair = None
+        free_memory()
+        self._remote = remote
+        self._info = PairInfo(remote.to_target(), None, remote.label, None)
+        log.info("connected %s", remote.label)
+        self.load_progressed.emit(LoadProgress(1, 1, "Connected"))
+        self.pair_loaded.emit(self._info)
+        return True
 
     @Slot(object)
     def _on_load_requested(self, request: LoadRequest) -> None:
+        if self._load_remote(request):
+            return
         self.load_progressed.emit(LoadProgress(0, 1, "Checking memory"))
         fit = _memory_fit(request)
         if fit is not None and not fit.fits:
@@ -219,6 +275,7 @@ class EngineWorker(QObject):
             return
         # The new pair replaces the old only once it loaded.
         self._pair = pair
+        self._remote = None
         free_memory()
         self._info = PairInfo(request.target, request.draft, pair.label, pair.target.context_length)
         log.info("loaded %s", pair.label)
@@ -259,7 +316,7 @@ class EngineWorker(QObject):
     @Slot(object)
     def _on_generate_requested(self, request: GenerateRequest) -> None:
         rid = request.request_id
-        if self._pair is None or self._info is None:
+        if (self._pair is None and self._remote is None) or self._info is None:
             self.failed.emit(EngineFailure(rid, "generate", "No model is loaded."))
             return
         last = request.messages[-1].content if request.messages else ""
@@ -290,13 +347,18 @@ class EngineWorker(QObject):
                 pending.clear()
 
         try:
-            events = self._stream(
-                self._pair,
-                request.messages,
-                request.params,
-                request.cancel,
-                control=request.control,
-            )
+            if self._remote is not None:
+                events = self._stream_remote(
+                    self._remote, request.messages, request.params, request.cancel
+                )
+            else:
+                events = self._stream(
+                    self._pair,
+                    request.messages,
+                    request.params,
+                    request.cancel,
+                    control=request.control,
+                )
             for event in events:
                 if isinstance(event, Chunk):
                     text.append(event.text)
@@ -324,6 +386,10 @@ class EngineWorker(QObject):
         from app.engine.calibrate import CalibrationProgress, calibrate
 
         rid = request.request_id
+        if self._remote is not None:
+            message = "Calibration needs a local pair; a remote engine is connected."
+            self.failed.emit(EngineFailure(rid, "calibrate", message))
+            return
         if self._pair is None:
             self.failed.emit(EngineFailure(rid, "calibrate", "No model is loaded."))
             return
@@ -352,6 +418,7 @@ class EngineWorker(QObject):
     @Slot()
     def _on_shutdown_requested(self) -> None:
         self._pair = None
+        self._remote = None
         free_memory()
         thread = self.thread()
         thread.quit()
@@ -416,7 +483,12 @@ class EngineService(QObject):
             self._calibration.cancel.set()
 
     def load_pair(self, target: str, draft: str | None = None) -> None:
+        """Loads a local pair, or connects a remote engine when ``target`` is an http(s) URL."""
         self.load_requested.emit(LoadRequest(target, draft))
+
+    def load_remote(self, engine: RemoteEngine) -> None:
+        """Connects ``engine`` in place of any loaded pair."""
+        self.load_requested.emit(LoadRequest(engine.to_target(), None, engine))
 
     def generate(self, messages: Sequence[Message], params: GenerationParams) -> int:
         """Queues a reply and returns its request id."""

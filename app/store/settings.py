@@ -29,6 +29,10 @@ class Settings:
     seed: int | None = None
     colour_tokens: bool = True
     show_speculation_panel: bool = True
+    # The local OpenAI-compatible server (off by default); its API key lives in the keychain.
+    server_enabled: bool = False
+    server_host: str = "127.0.0.1"
+    server_port: int = 8080
     # The fastest fixed k a calibration found, per "target|draft".
     best_k: dict[str, int] = field(default_factory=dict)
 

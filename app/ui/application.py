@@ -78,6 +78,7 @@ def run_app(
             on_ready(window)
         with loop:
             loop.run_until_complete(closed.wait())
+            loop.run_until_complete(window.server.stop())
     finally:
         service.shutdown()
         store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
@@ -45,6 +46,8 @@ from app.engine.loader import ModelError, first_line
 from app.engine.types import FinishReason, GenerationParams, Message, Origin, Segment, Stats
 from app.hub.catalog import CatalogPair
 from app.hub.secrets import stored_token
+from app.server.api_key import ApiKeyStoreError, get_api_key
+from app.server.security import ServerConfig, ServerConfigError
 from app.services import (
     EngineFailure,
     EngineService,
@@ -57,6 +60,7 @@ from app.services import (
     PairInfo,
     TokenBatch,
 )
+from app.services.server_service import ServerService
 from app.store import Settings, SettingsFile, Store, pair_key
 from app.store.presets import Preset, PresetsFile
 from app.ui.composer import Composer
@@ -95,6 +99,7 @@ SAMPLING_FIELDS = (
     "seed",
 )
 PAIR_FIELDS = ("target", "draft")
+SERVER_FIELDS = ("server_enabled", "server_host", "server_port")
 CONTEXT_WARNING = 0.85  # share of the window past which the indicator warns
 # Seconds between saves of a streaming reply: a crash or kill keeps it up to its last save.
 REPLY_SAVE_INTERVAL = 2.0
@@ -233,6 +238,16 @@ class MainWindow(QMainWindow):
         status.addPermanentWidget(self.context_label)
         status.addPermanentWidget(self.tps_label)
         status.addPermanentWidget(self.acceptance_label)
+        # The local server (off by default) answers with the window's sampling defaults.
+        self.server = ServerService(service, defaults=self.params, parent=self)
+        self.server_label = QLabel()
+        self.server_label.setAccessibleName("Local server")
+        self.server_label.hide()
+        status.addPermanentWidget(self.server_label)
+        self.server.running_changed.connect(self._show_server)
+        self.server.requests_changed.connect(self._show_server)
+        if self._settings.server_enabled:
+            QTimer.singleShot(0, self.apply_server_settings)  # once the event loop runs
         self._build_menus()
 
         self.new_button.clicked.connect(self._on_new_conversation_requested)
@@ -406,8 +421,42 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_settings_changed(self, settings: Settings) -> None:
-        self._save_settings(**{f: getattr(settings, f) for f in SAMPLING_FIELDS + PAIR_FIELDS})
+        server_before = tuple(getattr(self._settings, f) for f in SERVER_FIELDS)
+        fields = SAMPLING_FIELDS + PAIR_FIELDS + SERVER_FIELDS
+        self._save_settings(**{f: getattr(settings, f) for f in fields})
         self.model_bar.temp_spin.setValue(settings.temperature)
+        # Restart on any server change: the API key may have changed too.
+        if settings.server_enabled or server_before[0]:
+            self.apply_server_settings()
+
+    # Local server
+
+    def apply_server_settings(self) -> asyncio.Future[None]:
+        """Starts, restarts or stops the local server as the settings say."""
+        return asyncio.ensure_future(self._apply_server())
+
+    async def _apply_server(self) -> None:
+        s = self._settings
+        if not s.server_enabled:
+            await self.server.stop()
+            return
+        try:
+            key = get_api_key()
+        except ApiKeyStoreError as exc:
+            log.warning("no server API key: %s", exc)
+            key = None
+        try:
+            await self.server.start(ServerConfig(s.server_host, s.server_port, key))
+        except (ServerConfigError, OSError) as exc:
+            self.show_error(f"The local server did not start: {exc}")
+
+    @Slot()
+    def _show_server(self, *_: object) -> None:
+        url = self.server.url
+        count = self.server.request_count
+        self.server_label.setText(f"Serving {url} · {count} request{'s' if count != 1 else ''}")
+        self.server_label.setToolTip("Tandem's OpenAI-compatible server; see Settings")
+        self.server_label.setVisible(bool(url))
 
     @Slot()
     def _on_clear_data_requested(self) -> None:

@@ -45,6 +45,7 @@ from app.services.hub_service import (
     Kind,
 )
 from app.ui.memory_bar import MemoryBar
+from app.ui.remote_dialog import RemoteEngineDialog
 
 ModelInfoRole = Qt.ItemDataRole.UserRole + 1
 DraftRole = Qt.ItemDataRole.UserRole + 2  # ("local", path) or ("catalog", repo id)
@@ -171,6 +172,7 @@ class ModelManagerDialog(QDialog):
         self.delete_button = QPushButton("Delete…")
         self.refresh_button = QPushButton("Refresh")
         self.load_button = QPushButton("Load Pair")
+        self.remote_button = QPushButton("Remote Engine…")
         self.load_button.setDefault(True)
         for button in (self.target_button, self.draft_button, self.delete_button):
             button.setEnabled(False)
@@ -180,6 +182,7 @@ class ModelManagerDialog(QDialog):
         self.delete_button.clicked.connect(self._on_delete_clicked)
         self.refresh_button.clicked.connect(self.refresh)
         self.load_button.clicked.connect(self._on_load_clicked)
+        self.remote_button.clicked.connect(self._on_remote_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
 
         # Searches, downloads and imports run on the hub thread; the dialog only shows them.
@@ -233,7 +236,7 @@ class ModelManagerDialog(QDialog):
         for b in (self.target_button, self.draft_button, self.no_draft_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
-        for b in (self.delete_button, self.refresh_button, self.load_button):
+        for b in (self.delete_button, self.refresh_button, self.remote_button, self.load_button):
             buttons.addWidget(b)
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel(f"Tandem's models folder: {models_dir}"))
@@ -435,6 +438,22 @@ class ModelManagerDialog(QDialog):
         if self.target:
             self.pair_chosen.emit(self.target, self.draft)
             self.accept()
+
+    def remote_dialog(self) -> RemoteEngineDialog:
+        """The remote engine dialog; choosing an engine emits ``pair_chosen(url, "")``."""
+        dialog = RemoteEngineDialog(self)
+        dialog.engine_chosen.connect(self._on_remote_chosen)
+        return dialog
+
+    @Slot()
+    def _on_remote_clicked(self) -> None:
+        self.remote_dialog().open()
+
+    @Slot(str)
+    def _on_remote_chosen(self, target: str) -> None:
+        # The engine service reads an http(s) target as a remote engine.
+        self.pair_chosen.emit(target, "")
+        self.accept()
 
     # Downloads, imports and the token
 

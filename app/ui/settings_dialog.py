@@ -1,4 +1,4 @@
-"""Settings (⌘,): the default pair and sampling, the data folder, clearing all data."""
+"""Settings (⌘,): default pair and sampling, the local server, the data folder, clearing data."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
@@ -24,6 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.server.api_key import ApiKeyStoreError, get_api_key, key_storage_status, set_api_key
+from app.server.security import ServerConfig, ServerConfigError, check_config
 from app.store import Settings
 
 
@@ -85,6 +88,8 @@ class SettingsDialog(QDialog):
         sampling_box = QGroupBox("Default sampling")
         sampling_box.setLayout(sampling)
 
+        server_box = self._server_box(settings)
+
         self.data_label = QLabel(str(data_dir))
         self.data_label.setTextInteractionFlags(self.data_label.textInteractionFlags())
         self.reveal_button = QPushButton("Reveal in Finder")
@@ -110,10 +115,83 @@ class SettingsDialog(QDialog):
         self.clear_button.clicked.connect(self._on_clear_clicked)
 
         layout = QVBoxLayout(self)
-        for box in (pair_box, sampling_box, data_box):
+        for box in (pair_box, sampling_box, server_box, data_box):
             layout.addWidget(box)
         layout.addWidget(self.error_label)
         layout.addWidget(buttons)
+
+    def _server_box(self, settings: Settings) -> QGroupBox:
+        self.server_check = QCheckBox("Serve the loaded pair at an OpenAI-compatible URL")
+        self.server_check.setChecked(settings.server_enabled)
+        self.server_host = QLineEdit(settings.server_host)
+        self.server_host.setAccessibleName("Server address")
+        self.server_host.setToolTip("127.0.0.1 keeps the server to this Mac")
+        self.server_port = QSpinBox()
+        self.server_port.setRange(1, 65535)
+        self.server_port.setValue(settings.server_port)
+        self.server_port.setAccessibleName("Server port")
+        self.server_key = QLineEdit()
+        self.server_key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.server_key.setAccessibleName("Server API key")
+        self.key_note = QLabel()
+        self.key_note.setWordWrap(True)
+        self._key_problem = key_storage_status()
+        self._stored_key: str | None = None
+        if self._key_problem is None:
+            try:
+                self._stored_key = get_api_key()
+            except ApiKeyStoreError as exc:
+                self._key_problem = str(exc)
+        if self._key_problem is None:
+            self.server_key.setText(self._stored_key or "")
+            self.server_key.setPlaceholderText("none (loopback only)")
+            self.key_note.setText(
+                "Kept in the system keychain. Needed to listen on any address but 127.0.0.1."
+            )
+        else:
+            self.server_key.setEnabled(False)
+            self.server_key.setPlaceholderText("unavailable")
+            self.key_note.setText(
+                f"No API key can be kept ({self._key_problem}); the server listens "
+                "on 127.0.0.1 only, without a key."
+            )
+        form = QFormLayout()
+        form.addRow(self.server_check)
+        form.addRow("Address:", self.server_host)
+        form.addRow("Port:", self.server_port)
+        form.addRow("API key:", self.server_key)
+        form.addRow(self.key_note)
+        box = QGroupBox("Local server")
+        box.setLayout(form)
+        return box
+
+    def _check_server(self) -> None:
+        """Refuses a server setting the server itself would refuse, before saving it."""
+        if not self.server_check.isChecked():
+            return
+        key = self.server_key.text().strip() if self._key_problem is None else ""
+        config = ServerConfig(self.server_host.text().strip(), self.server_port.value(), key)
+        try:
+            check_config(config)
+        except ServerConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+    def _save_key(self) -> None:
+        """Stores an edited API key in the keychain.
+
+        Raises:
+            ValueError: The key has whitespace inside, or the keychain refused it.
+        """
+        if self._key_problem is not None:
+            return
+        key = self.server_key.text().strip() or None
+        if key == self._stored_key:
+            return
+        try:
+            set_api_key(key)
+        except ApiKeyStoreError as exc:
+            raise ValueError(f"The API key was not saved: {exc}") from None
+        self._stored_key = key
 
     def _path_edit(self, value: str | None, placeholder: str) -> QLineEdit:
         edit = QLineEdit(value or "")
@@ -160,12 +238,17 @@ class SettingsDialog(QDialog):
             repetition_penalty=self.repetition_penalty.value(),
             max_tokens=self.max_tokens.value(),
             seed=seed,
+            server_enabled=self.server_check.isChecked(),
+            server_host=self.server_host.text().strip() or "127.0.0.1",
+            server_port=self.server_port.value(),
         )
 
     @Slot()
     def _on_ok_clicked(self) -> None:
         try:
             settings = self.edited()
+            self._check_server()
+            self._save_key()
         except ValueError as exc:
             self.error_label.setText(str(exc))
             self.error_label.show()

@@ -21,10 +21,16 @@ def stats_rows(stats: Stats, target: str | None, draft: str | None) -> list[tupl
         ("Speed", f"{stats.generation_tps:.1f} tok/s"),
     ]
     acceptance = stats.acceptance
-    if acceptance is None:
+    scope = getattr(stats, "stats_scope", None)
+    if scope == "not reported":  # a remote server that does not say: never guess
+        rows.append(("Acceptance", "not reported by the server"))
+    elif acceptance is None:
         rows.append(("Acceptance", "no drafting"))
     else:
-        rows.append(("Acceptance", f"{acceptance:.0%} ({stats.accepted:,} of {stats.drafted:,})"))
+        wide = " across the server" if scope == "server" else ""
+        rows.append(
+            ("Acceptance", f"{acceptance:.0%} ({stats.accepted:,} of {stats.drafted:,}){wide}")
+        )
         if stats.lookup_accepted:
             rows.append(("From prompt lookup", f"{stats.lookup_accepted:,} tokens"))
     if stats.mean_accepted is not None:

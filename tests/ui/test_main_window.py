@@ -671,3 +671,16 @@ def test_out_of_memory_unloads_the_pair_the_window_stays_up_and_loads_again(
     assert window.pair_label.text() == "fake"
     _send(qtbot, window, "Again")
     assert _assistant_rows(window)[-1].finish_reason == "stop"
+
+
+def test_stats_popover_never_makes_up_a_remote_acceptance() -> None:
+    from app.ui.stats_popover import stats_rows
+
+    silent = Stats(tokens=10, generation_seconds=1.0, stats_scope="not reported")
+    wide = Stats(tokens=10, drafted=8, accepted=6, draft_rounds=2, stats_scope="server")
+    assert dict(stats_rows(silent, "http://h:1#kind=mlx-lm", None))["Acceptance"] == (
+        "not reported by the server"
+    )
+    assert dict(stats_rows(wide, "http://h:1", None))["Acceptance"] == (
+        "75% (6 of 8) across the server"
+    )

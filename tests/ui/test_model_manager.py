@@ -303,3 +303,43 @@ def test_download_shows_the_file_and_the_total(qtbot: QtBot, library: Path, tmp_
     assert dialog.progress.value() == 750
     assert dialog.progress.format() == "3.0 GB of 4.0 GB"
     assert dialog.progress_label.text() == "Downloading model.safetensors"
+
+
+def test_remote_engine_is_chosen_as_a_url_target(
+    qtbot: QtBot, library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.hub.secrets as secrets
+
+    saved: dict[str, str] = {}
+    monkeypatch.setattr(secrets, "keyring_status", lambda: None)
+    monkeypatch.setattr(secrets, "set_remote_key", lambda url, key: saved.update({url: key}))
+    dialog = ModelManagerDialog(library, tmp_path / "hf")
+    qtbot.addWidget(dialog)
+    remote = dialog.remote_dialog()
+    remote.url_edit.setText("not a url")
+    remote.use_button.click()
+    assert "not an http(s) server address" in remote.error_label.text()
+
+    remote.url_edit.setText("http://studio.local:8080/v1")
+    remote.kind_combo.setCurrentText("vllm")
+    remote.model_edit.setText("qwen")
+    remote.key_edit.setText("sk-1")
+    with qtbot.waitSignal(dialog.pair_chosen) as blocker:
+        remote.use_button.click()
+    assert blocker.args == ["http://studio.local:8080#kind=vllm&model=qwen", ""]
+    assert saved == {"http://studio.local:8080": "sk-1"}
+
+
+def test_remote_key_field_says_why_without_a_keychain(
+    qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.hub.secrets as secrets
+    from app.ui.remote_dialog import RemoteEngineDialog
+
+    monkeypatch.setattr(
+        secrets, "keyring_status", lambda: "token storage is unavailable: no system keychain"
+    )
+    dialog = RemoteEngineDialog()
+    qtbot.addWidget(dialog)
+    assert not dialog.key_edit.isEnabled()
+    assert dialog.key_note.text() == "key storage is unavailable: no system keychain"

@@ -1,0 +1,300 @@
+"""The Qt bridge of the local server: the server's backend on top of :class:`EngineService`.
+
+Generation stays on the one engine thread: a request calls
+``EngineService.generate`` on the GUI thread (the qasync loop runs there) and
+the engine's signals feed an ``asyncio.Queue`` that the HTTP handler reads.
+
+One request runs at a time. Server requests wait their turn behind one
+another; a request that finds the engine busy with a reply the window asked
+for (or a calibration) gets 503 with a message saying so, rather than waiting
+an unknown time for the user. A client that disconnects stops its reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+from aiohttp import web
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.engine.types import GenerationParams, Message
+from app.server.http import BackendUnavailableError, RequestLog, create_app
+from app.server.protocol import (
+    Event,
+    ModelsInfo,
+    ReplyFailed,
+    ReplyFinished,
+    ReplyStarted,
+    TextDelta,
+)
+from app.server.security import ServerConfig, check_config
+from app.services.engine_service import (
+    EngineFailure,
+    EngineService,
+    GenerationResult,
+    PairInfo,
+    TokenBatch,
+)
+
+log = logging.getLogger(__name__)
+
+BUSY = "Tandem is busy with a reply in its window; try again when it finishes."
+NO_MODEL = "No model is loaded in Tandem; load a pair first."
+
+
+def model_id(path: str) -> str:
+    """A model's id as clients see it: its folder name."""
+    return Path(path).name or path
+
+
+class ServerService(QObject):
+    """Serves :class:`EngineService` over HTTP on the app's qasync loop.
+
+    Signals:
+        request_logged(str): One line per answered request (no chat text unless
+            ``TANDEM_DEBUG_LOG=1``).
+        requests_changed(int): Requests answered since the server started.
+        running_changed(str): The base URL once listening; empty once stopped.
+    """
+
+    request_logged = Signal(str)
+    requests_changed = Signal(int)
+    running_changed = Signal(str)
+
+    def __init__(
+        self,
+        engine: EngineService,
+        defaults: Callable[[], GenerationParams] = GenerationParams,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._engine = engine
+        self._defaults = defaults
+        self._pair: PairInfo | None = None
+        self._lock = asyncio.Lock()
+        self._queue: asyncio.Queue[Event] | None = None
+        self._rid: int | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._runner: web.AppRunner | None = None
+        self._url = ""
+        self.request_count = 0
+        engine.pair_loaded.connect(self._on_pair_loaded)
+        engine.tokens_generated.connect(self._on_tokens_generated)
+        engine.generation_finished.connect(self._on_generation_finished)
+        engine.failed.connect(self._on_failed)
+
+    @property
+    def url(self) -> str:
+        """The base URL while running, else empty."""
+        return self._url
+
+    # Backend
+
+    def models(self) -> ModelsInfo | None:
+        if self._pair is None:
+            return None
+        draft = self._pair.draft
+        return ModelsInfo(
+            model_id(self._pair.target),
+            model_id(draft) if draft else None,
+            (draft,) if draft else (),
+        )
+
+    async def generate(
+        self, messages: Sequence[Message], params: GenerationParams
+    ) -> AsyncIterator[Event]:
+        async with self._lock:  # server requests take turns
+            await self._idle.wait()  # a stopped reply is still winding down
+            if self._pair is None:
+                raise BackendUnavailableError(NO_MODEL)
+            if self._engine.busy:
+                raise BackendUnavailableError(BUSY)
+            queue: asyncio.Queue[Event] = asyncio.Queue()
+            self._queue = queue
+            self._idle.clear()
+            self._rid = self._engine.generate(messages, params)
+            done = False
+            try:
+                yield ReplyStarted()
+                while True:
+                    event = await queue.get()
+                    yield event
+                    if isinstance(event, ReplyFinished | ReplyFailed):
+                        done = True
+                        return
+            finally:
+                if not done:
+                    self.cancel()  # _idle is set once the engine says it stopped
+
+    def cancel(self) -> None:
+        if self._rid is not None:
+            self._engine.stop()
+
+    # Engine signals, on the GUI thread
+
+    @Slot(object)
+    def _on_pair_loaded(self, info: PairInfo) -> None:
+        self._pair = info
+
+    @Slot(object)
+    def _on_tokens_generated(self, batch: TokenBatch) -> None:
+        if batch.request_id == self._rid and self._queue is not None:
+            self._queue.put_nowait(TextDelta(batch.text))
+
+    @Slot(object)
+    def _on_generation_finished(self, result: GenerationResult) -> None:
+        if result.request_id == self._rid:
+            self._end(ReplyFinished(result.finished.finish_reason, result.finished.stats))
+
+    @Slot(object)
+    def _on_failed(self, failure: EngineFailure) -> None:
+        if failure.unloaded:  # out of memory: the engine dropped the pair
+            self._pair = None
+        if failure.request_id is not None and failure.request_id == self._rid:
+            self._end(ReplyFailed(failure.message))
+
+    def _end(self, event: Event) -> None:
+        if self._queue is not None:
+            self._queue.put_nowait(event)
+        self._queue = None
+        self._rid = None
+        self._idle.set()
+
+    # Listening
+
+    async def start(self, config: ServerConfig) -> str:
+        """Starts listening; returns the base URL.
+
+        Raises:
+            ServerConfigError: The configuration is refused (see :func:`check_config`).
+            OSError: The address cannot be bound (say, the port is taken).
+        """
+        check_config(config)
+        await self.stop()
+        app = create_app(self, config, defaults=self._defaults, on_request=self._on_request)
+        # Cancel a handler when its client disconnects, so the reply stops.
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, config.host, config.port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        port = config.port
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None)
+        if sockets:
+            port = sockets[0].getsockname()[1]  # the port chosen when config.port is 0
+        self._url = config.url(port)
+        self.request_count = 0
+        log.info("server listening on %s", self._url)
+        self.running_changed.emit(self._url)
+        return self._url
+
+    async def stop(self) -> None:
+        """Stops listening and any reply the server asked for."""
+        if self._runner is None:
+            return
+        runner, self._runner = self._runner, None
+        self.cancel()
+        await runner.cleanup()
+        self._url = ""
+        log.info("server stopped")
+        self.running_changed.emit("")
+
+    def _on_request(self, entry: RequestLog) -> None:
+        self.request_count += 1
+        line = entry.line()
+        log.info("server: %s", line)
+        self.request_logged.emit(line)
+        self.requests_changed.emit(self.request_count)
+
+
+def serve_headless(
+    config: ServerConfig,
+    target: str,
+    draft: str | None,
+    *,
+    defaults: Callable[[], GenerationParams] = GenerationParams,
+    announce: Callable[[str], None] = print,
+) -> int:
+    """Loads a pair and serves it without a window until SIGINT or SIGTERM.
+
+    Runs a ``QCoreApplication`` on a qasync loop; the engine thread is stopped
+    and joined before this returns.
+
+    Returns:
+        0 after a clean stop, 1 when the pair cannot be loaded, 2 when the
+        address cannot be bound.
+    """
+    import signal
+    import sys
+
+    import qasync
+    from PySide6.QtCore import QCoreApplication, QTimer
+
+    app = QCoreApplication.instance() or QCoreApplication([sys.argv[0]])
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    engine = EngineService()
+    server = ServerService(engine, defaults)
+    stop = asyncio.Event()
+
+    def on_signal(*_: object) -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # Python runs signal handlers only when it gets control; Qt's loop must hand it back.
+    ticker = QTimer()
+    ticker.timeout.connect(lambda: None)
+    ticker.start(200)
+
+    async def run() -> int:
+        loaded: asyncio.Future[str | None] = loop.create_future()
+
+        def on_loaded(_info: PairInfo) -> None:
+            if not loaded.done():
+                loaded.set_result(None)
+
+        def on_failed(failure: EngineFailure) -> None:
+            if failure.stage == "load" and not loaded.done():
+                loaded.set_result(failure.message)
+
+        engine.pair_loaded.connect(on_loaded)
+        engine.failed.connect(on_failed)
+        engine.load_pair(target, draft)
+        stopping: asyncio.Future[bool] = asyncio.ensure_future(stop.wait())
+        done: set[asyncio.Future[object]] = {loaded, stopping}  # type: ignore[arg-type]
+        await asyncio.wait(done, return_when=asyncio.FIRST_COMPLETED)
+        if not loaded.done():
+            return 0  # stopped while loading
+        stopping.cancel()
+        problem = loaded.result()
+        if problem is not None:
+            print(f"tandem: {problem}", file=sys.stderr)
+            return 1
+        try:
+            url = await server.start(config)
+        except OSError as exc:
+            print(f"tandem: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+            return 2
+        announce(url)
+        await stop.wait()
+        await server.stop()
+        return 0
+
+    try:
+        with loop:
+            code = loop.run_until_complete(run())
+    finally:
+        ticker.stop()
+        engine.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code
