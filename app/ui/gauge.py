@@ -66,14 +66,18 @@ def k_text(snapshot: LiveSnapshot) -> str:
     return f"k {snapshot.k} (auto)" if snapshot.auto else f"k {snapshot.k}"
 
 
-def summarize(snapshot: LiveSnapshot | None) -> str:
+NOT_REPORTED_TEXT = "Acceptance not reported"
+
+
+def summarize(snapshot: LiveSnapshot | None, empty: str = EMPTY_TEXT) -> str:
     """One line of the gauge's figures, for screen readers and tooltips.
 
     For example ``"Acceptance 72% (message 70%, lifetime 68%), 4.5 tok/s,
-    1.41× plain, k 4"``; unknown figures are left out.
+    1.41× plain, k 4"``; unknown figures are left out. ``empty`` is what an
+    unknown acceptance reads as.
     """
     if snapshot is None:
-        return EMPTY_TEXT
+        return empty
     s = snapshot
     scopes = [
         f"{name} {percent(value)}"
@@ -81,7 +85,7 @@ def summarize(snapshot: LiveSnapshot | None) -> str:
         if value is not None
     ]
     rolling = s.rolling_acceptance
-    head = EMPTY_TEXT if rolling is None else f"Acceptance {percent(rolling)}"
+    head = empty if rolling is None else f"Acceptance {percent(rolling)}"
     if scopes:
         head += f" ({', '.join(scopes)})"
     parts = [head]
@@ -132,6 +136,8 @@ class GaugeWidget(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._snapshot: LiveSnapshot | None = None
+        # A remote server that reports no acceptance says so, never a guess.
+        self.empty_text = EMPTY_TEXT
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.setAccessibleName("Speculation gauge")
         self._describe()
@@ -148,7 +154,7 @@ class GaugeWidget(QWidget):
 
     def summary(self) -> str:
         """The figures on show as one line (also the accessible description)."""
-        return summarize(self._snapshot)
+        return summarize(self._snapshot, self.empty_text)
 
     def _describe(self) -> None:
         text = self.summary()
@@ -303,7 +309,7 @@ class GaugeWidget(QWidget):
         bottom = Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom
         if rolling is None:
             p.setFont(self.font())
-            self._text(p, text_box, EMPTY_TEXT, bottom, QPalette.ColorRole.PlaceholderText)
+            self._text(p, text_box, self.empty_text, bottom, QPalette.ColorRole.PlaceholderText)
             return
         # Shrink the big figure to fit inside a small arc.
         metrics = QFontMetricsF(big)

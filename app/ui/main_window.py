@@ -65,6 +65,7 @@ from app.store import Settings, SettingsFile, Store, pair_key
 from app.store.presets import Preset, PresetsFile
 from app.ui.composer import Composer
 from app.ui.conversation_model import ConversationIdRole, ConversationListModel
+from app.ui.gauge import EMPTY_TEXT, NOT_REPORTED_TEXT
 from app.ui.model_bar import ModelBar
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.onboarding import OnboardingView
@@ -900,6 +901,9 @@ class MainWindow(QMainWindow):
         self.pair_label.setText(info.label)
         self._close_onboarding()
         self.live.reset_pair()
+        remote = info.target.startswith(("http://", "https://"))
+        self.panel.gauge.empty_text = NOT_REPORTED_TEXT if remote else EMPTY_TEXT
+        self.panel.tune_button.setEnabled(not remote)  # a sweep needs a local pair
         self.live.set_lifetime(*self.store.pair_totals(info.target, info.draft))
         self.panel.gauge.set_snapshot(self.live.snapshot())
         self._update_context()

@@ -684,3 +684,17 @@ def test_stats_popover_never_makes_up_a_remote_acceptance() -> None:
     assert dict(stats_rows(wide, "http://h:1", None))["Acceptance"] == (
         "75% (6 of 8) across the server"
     )
+
+
+def test_a_remote_pair_shows_acceptance_as_not_reported(qtbot: QtBot, make_window) -> None:
+    from app.services import PairInfo
+
+    window = make_window()
+    window._on_pair_loaded(
+        PairInfo("http://127.0.0.1:9#kind=mlx-lm", None, "remote: m @ 127.0.0.1:9")
+    )
+    assert window.panel.gauge.summary() == "Acceptance not reported"
+    assert not window.panel.tune_button.isEnabled()
+    window._on_pair_loaded(PairInfo("/m/target", "/m/draft", "target + draft"))
+    assert window.panel.gauge.summary().startswith("No drafting yet")
+    assert window.panel.tune_button.isEnabled()
