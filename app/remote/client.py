@@ -7,10 +7,13 @@ failure leaves as a :class:`ModelError` with a one-line message.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -36,6 +39,9 @@ CHECK_TIMEOUT = 3.0  # seconds for the reachability check when loading
 STREAM_TIMEOUT = 120.0  # seconds without a byte before a reply is given up
 _METRICS_TIMEOUT = 2.0
 _SCHEMES = ("http://", "https://")
+OPENAI_CHAT = "/v1/chat/completions"
+LMSTUDIO_CHAT = "/api/v0/chat/completions"
+"""LM Studio's native REST API (beta): same body and SSE framing, plus a ``stats`` object."""
 
 
 def is_remote_target(target: str) -> bool:
@@ -192,7 +198,7 @@ def check_remote(
 def request_body(
     engine: RemoteEngine, messages: Sequence[Message], params: GenerationParams
 ) -> dict[str, Any]:
-    """The JSON of ``POST /v1/chat/completions`` for ``engine``'s kind."""
+    """The JSON of ``POST /v1/chat/completions`` (and LM Studio's ``/api/v0``) for ``engine``."""
     body: dict[str, Any] = {
         "messages": [m.as_dict() for m in messages],
         "stream": True,
@@ -220,6 +226,25 @@ def request_body(
     return body
 
 
+def _close_on_cancel(
+    response: httpx.Response, cancel: threading.Event, done: threading.Event
+) -> None:
+    """Ends a blocked read once ``cancel`` is set, so Stop does not wait for the server.
+
+    Closing the response alone leaves a read in progress blocked; shutting the
+    socket down wakes it.
+    """
+    while not done.wait(0.05):
+        if cancel.is_set():
+            stream = response.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            response.close()
+            return
+
+
 def _events(response: httpx.Response, cancel: threading.Event) -> Iterator[str]:
     """The ``data`` of each server-sent event; stops early once ``cancel`` is set."""
     data: list[str] = []
@@ -240,6 +265,30 @@ def _events(response: httpx.Response, cancel: threading.Event) -> Iterator[str]:
             raise ModelError(f"{response.request.url.host} sent a garbled stream: {line[:60]!r}")
     if data and not cancel.is_set():
         yield "\n".join(data)
+
+
+def chat_paths(kind: ServerKind) -> tuple[str, ...]:
+    """The chat endpoints to try for ``kind``, in order; each but the last may answer 404.
+
+    LM Studio reports draft counts only on its native ``/api/v0`` endpoint, which
+    older versions lack, so they fall back to the OpenAI-compatible one.
+    """
+    return (LMSTUDIO_CHAT, OPENAI_CHAT) if kind == "lmstudio" else (OPENAI_CHAT,)
+
+
+@contextmanager
+def _open_chat(
+    client: httpx.Client, engine: RemoteEngine, body: Mapping[str, Any]
+) -> Iterator[httpx.Response]:
+    """The streamed response of the first chat endpoint of ``engine`` that exists."""
+    *preferred, last = chat_paths(engine.kind)
+    for path in preferred:
+        with client.stream("POST", engine.url + path, json=body) as response:
+            if response.status_code != 404:
+                yield response
+                return
+    with client.stream("POST", engine.url + last, json=body) as response:
+        yield response
 
 
 def _metrics(client: httpx.Client, engine: RemoteEngine) -> dict[str, float] | None:
@@ -293,12 +342,25 @@ def stream_remote(
     reason: FinishReason | None = None
     done = False
     first: float | None = None
+    end = start = time.perf_counter()
     try:
-        with httpx.Client(timeout=limits, headers=_headers(key)) as client:
+        with (
+            contextlib.ExitStack() as stack,
+            httpx.Client(timeout=limits, headers=_headers(key)) as client,
+        ):
             before = _metrics(client, engine) if engine.kind == "vllm" else None
             start = time.perf_counter()
-            url = engine.url + "/v1/chat/completions"
-            with client.stream("POST", url, json=body) as response:
+            with _open_chat(client, engine, body) as response:
+                # Stop must not wait for the server's next event: a watcher closes
+                # the response, which ends the blocking read at once.
+                watched = threading.Event()
+                threading.Thread(
+                    target=_close_on_cancel,
+                    args=(response, cancel, watched),
+                    name="tandem-remote-stop",
+                    daemon=True,
+                ).start()
+                stack.callback(watched.set)
                 if not response.is_success:
                     raise _status_error(response, engine, response.read())
                 ctype = response.headers.get("content-type", "").split(";")[0].strip()
@@ -327,6 +389,8 @@ def stream_remote(
                         usage = payload["usage"]
                     if isinstance(payload.get("timings"), Mapping):
                         timings = payload["timings"]
+                    elif isinstance(payload.get("stats"), Mapping):
+                        timings = _lmstudio_timings(payload["stats"])
                     report = adapters.from_payload(engine.kind, payload) or report
                     for choice in payload.get("choices") or ():
                         if not isinstance(choice, Mapping):
@@ -348,11 +412,24 @@ def stream_remote(
             if report is None and before is not None and reason != "cancelled":
                 after = _metrics(client, engine)
                 report = adapters.vllm_counters(before, after) if after is not None else None
-    except httpx.HTTPError as exc:
-        raise _transport_error(exc, engine, timeout) from None
+    except (httpx.HTTPError, httpx.StreamError) as exc:
+        if not cancel.is_set():
+            if isinstance(exc, httpx.HTTPError):
+                raise _transport_error(exc, engine, timeout) from None
+            raise ModelError(f"{engine.host}: the stream broke ({_first_line(str(exc))})") from None
+        # The watcher closed the stream for Stop: a cancelled reply, not an error.
+        end, reason = time.perf_counter(), "cancelled"
     stats = _stats(usage, timings, report or NOT_REPORTED, pieces, start, first, end)
     ids = (REMOTE_TOKEN,) * pieces
     yield Finished(stats, reason or "stop", ids, (Origin.TARGET,) * pieces)
+
+
+def _lmstudio_timings(stats: Mapping[str, Any]) -> dict[str, float]:
+    """LM Studio's own times (seconds) in llama-server's ``timings`` shape, when both are there."""
+    ttft, generation = stats.get("time_to_first_token"), stats.get("generation_time")
+    if isinstance(ttft, int | float) and isinstance(generation, int | float):
+        return {"prompt_ms": ttft * 1000, "predicted_ms": generation * 1000}
+    return {}
 
 
 def _stats(

@@ -87,8 +87,12 @@ def llama_server(payload: Mapping[str, Any]) -> SpecReport | None:
 def vllm_request(payload: Mapping[str, Any]) -> SpecReport | None:
     """vLLM's per-request ``metrics.speculative_decoding`` (``--per-request-spec-decode-metrics``).
 
-    The block is experimental in vLLM; both its count names (``num_draft_tokens``,
-    ``num_accepted_tokens``) and the ``_draft_`` spelling of accepted are read.
+    vLLM's own end-to-end test of ``--per-request-spec-decode-metrics`` reads
+    ``num_draft_tokens``, ``num_accepted_draft_tokens`` and ``num_spec_steps``
+    (plus ``mean_acceptance_length``, ``draft_acceptance_rate`` and, when
+    detailed, ``acceptance_histogram`` and ``per_step_*``). The block is marked
+    experimental, so the older ``num_accepted_tokens`` / ``num_drafts`` spellings
+    are read too.
 
     Returns:
         The report, or ``None`` when the payload has no such block.
@@ -100,10 +104,10 @@ def vllm_request(payload: Mapping[str, Any]) -> SpecReport | None:
     if not isinstance(spec, Mapping):
         return None
     drafted = _count(spec.get("num_draft_tokens"))
-    accepted = _count(spec.get("num_accepted_tokens", spec.get("num_accepted_draft_tokens")))
+    accepted = _count(spec.get("num_accepted_draft_tokens", spec.get("num_accepted_tokens")))
     if drafted is None or accepted is None:
         return None
-    rounds = _count(spec.get("num_drafts", spec.get("num_spec_steps"))) or 0
+    rounds = _count(spec.get("num_spec_steps", spec.get("num_drafts"))) or 0
     return SpecReport("request", drafted, min(accepted, drafted), rounds)
 
 

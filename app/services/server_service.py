@@ -54,13 +54,13 @@ class ServerService(QObject):
     """Serves :class:`EngineService` over HTTP on the app's qasync loop.
 
     Signals:
-        request_logged(str): One line per answered request (no chat text unless
-            ``TANDEM_DEBUG_LOG=1``).
+        request_logged(RequestLog): Each answered request (its ``prompt`` is empty
+            unless ``TANDEM_DEBUG_LOG=1``; the window's panel never shows it).
         requests_changed(int): Requests answered since the server started.
         running_changed(str): The base URL once listening; empty once stopped.
     """
 
-    request_logged = Signal(str)
+    request_logged = Signal(object)
     requests_changed = Signal(int)
     running_changed = Signal(str)
 
@@ -81,6 +81,7 @@ class ServerService(QObject):
         self._idle.set()
         self._runner: web.AppRunner | None = None
         self._url = ""
+        self._api_key: str | None = None
         self.request_count = 0
         engine.pair_loaded.connect(self._on_pair_loaded)
         engine.tokens_generated.connect(self._on_tokens_generated)
@@ -91,6 +92,11 @@ class ServerService(QObject):
     def url(self) -> str:
         """The base URL while running, else empty."""
         return self._url
+
+    @property
+    def api_key(self) -> str | None:
+        """The key clients must send while running; ``None`` for none (or stopped)."""
+        return self._api_key
 
     # Backend
 
@@ -192,6 +198,7 @@ class ServerService(QObject):
         if sockets:
             port = sockets[0].getsockname()[1]  # the port chosen when config.port is 0
         self._url = config.url(port)
+        self._api_key = config.api_key or None
         self.request_count = 0
         log.info("server listening on %s", self._url)
         self.running_changed.emit(self._url)
@@ -205,6 +212,7 @@ class ServerService(QObject):
         self.cancel()
         await runner.cleanup()
         self._url = ""
+        self._api_key = None
         log.info("server stopped")
         self.running_changed.emit("")
 
@@ -212,7 +220,7 @@ class ServerService(QObject):
         self.request_count += 1
         line = entry.line()
         log.info("server: %s", line)
-        self.request_logged.emit(line)
+        self.request_logged.emit(entry)
         self.requests_changed.emit(self.request_count)
 
 

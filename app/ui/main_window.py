@@ -69,6 +69,7 @@ from app.ui.gauge import EMPTY_TEXT, NOT_REPORTED_TEXT
 from app.ui.model_bar import ModelBar
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.onboarding import OnboardingView
+from app.ui.server_panel import ClickableLabel, ServerPanel
 from app.ui.settings_dialog import SettingsDialog
 from app.ui.speculation_panel import SpeculationPanel
 from app.ui.stats_popover import StatsPopover
@@ -241,12 +242,16 @@ class MainWindow(QMainWindow):
         status.addPermanentWidget(self.acceptance_label)
         # The local server (off by default) answers with the window's sampling defaults.
         self.server = ServerService(service, defaults=self.params, parent=self)
-        self.server_label = QLabel()
+        self.server_label = ClickableLabel()
         self.server_label.setAccessibleName("Local server")
         self.server_label.hide()
+        self.server_label.clicked.connect(self.open_server_panel)
         status.addPermanentWidget(self.server_label)
+        # Made now, shown on demand, so it has the requests served before it opens.
+        self.server_panel = ServerPanel(self)
         self.server.running_changed.connect(self._show_server)
         self.server.requests_changed.connect(self._show_server)
+        self.server.request_logged.connect(self.server_panel.add_request)
         if self._settings.server_enabled:
             QTimer.singleShot(0, self.apply_server_settings)  # once the event loop runs
         self._build_menus()
@@ -372,6 +377,7 @@ class MainWindow(QMainWindow):
         self.panel_action.toggled.connect(self._on_panel_toggled)
         view.addAction(self.panel_action)
         self._action(view, "&Tune Draft Length…", self.open_tune_dialog)
+        self.server_panel_action = self._action(view, "&Local Server…", self.open_server_panel)
         view.addSeparator()
         self._action(view, "Save Settings as &Preset…", self._on_save_preset_requested)
         self._action(view, "&Delete Preset", self._on_delete_preset_requested)
@@ -456,8 +462,18 @@ class MainWindow(QMainWindow):
         url = self.server.url
         count = self.server.request_count
         self.server_label.setText(f"Serving {url} · {count} request{'s' if count != 1 else ''}")
-        self.server_label.setToolTip("Tandem's OpenAI-compatible server; see Settings")
+        self.server_label.setToolTip("Tandem's OpenAI-compatible server; click for its key and log")
         self.server_label.setVisible(bool(url))
+        self.server_panel.set_server(url, self.server.api_key)
+
+    @Slot()
+    def open_server_panel(self) -> ServerPanel:
+        """Shows the local server's URL, key and recent requests (modeless)."""
+        self.server_panel.set_server(self.server.url, self.server.api_key)
+        self.server_panel.show()
+        self.server_panel.raise_()
+        self.server_panel.activateWindow()
+        return self.server_panel
 
     @Slot()
     def _on_clear_data_requested(self) -> None:

@@ -178,3 +178,110 @@ def test_target_round_trip_keeps_kind_model_and_draft() -> None:
     assert engine.label == "remote: qwen @ Studio.local:8080"
     with pytest.raises(ValueError, match="unknown server kind"):
         RemoteEngine.from_target("http://h:1#kind=tgi")
+
+
+def _sse(events: list[dict]) -> bytes:  # type: ignore[type-arg]
+    import json
+
+    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+
+
+def _routed(routes: dict[str, bytes], seen: list[str]):  # type: ignore[no-untyped-def]
+    """A POST handler that streams ``routes[path]`` and answers 404 on any other path."""
+
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        seen.append(h.path)
+        if h.path in routes:
+            reply(200, "text/event-stream", routes[h.path])(h)
+        else:
+            reply(404, "application/json", b'{"error": "Unexpected endpoint or method."}')(h)
+
+    return handle
+
+
+def test_lmstudio_streams_from_the_native_api_with_draft_stats() -> None:
+    """Shapes from LM Studio's docs, "LM Studio REST API (beta)": ``stats`` on the final chunk."""
+    events = [
+        {"choices": [{"delta": {"content": "Hello"}, "finish_reason": None}]},
+        {"choices": [{"delta": {"content": " there"}, "finish_reason": "stop"}]},
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 2},
+            "stats": {
+                "tokens_per_second": 40.0,
+                "time_to_first_token": 0.02,
+                "generation_time": 0.05,
+                "stop_reason": "eosFound",
+                "draft_model": "qwen2.5-0.5b-instruct",
+                "total_draft_tokens_count": 9,
+                "accepted_draft_tokens_count": 5,
+                "rejected_draft_tokens_count": 3,
+                "ignored_draft_tokens_count": 1,
+            },
+            "model_info": {"arch": "qwen2", "quant": "Q4_K_M", "format": "gguf"},
+            "runtime": {"name": "llama.cpp-mac-arm64-apple-metal-advsimd", "version": "1.3.0"},
+        },
+    ]
+    seen: list[str] = []
+    with stub_server(_routed({"/api/v0/chat/completions": _sse(events)}, seen)) as url:
+        engine = RemoteEngine(url, "lmstudio", "qwen2.5-7b-instruct", "qwen2.5-0.5b-instruct")
+        *chunks, done = list(stream_remote(engine, HELLO, GenerationParams(), threading.Event()))
+    assert seen == ["/api/v0/chat/completions"]
+    assert [c.text for c in chunks] == ["Hello", " there"]
+    assert isinstance(done, Finished) and done.finish_reason == "stop"
+    assert (done.stats.drafted, done.stats.accepted, done.stats.stats_scope) == (9, 5, "request")
+    assert done.stats.generation_seconds == pytest.approx(0.05)
+    assert done.stats.prompt_seconds == pytest.approx(0.02)
+
+
+def test_older_lmstudio_without_the_native_api_falls_back_to_v1() -> None:
+    """An LM Studio older than its REST API (beta) 404s on /api/v0; /v1 has no ``stats``."""
+    events = [
+        {"choices": [{"delta": {"content": "Hi"}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+    ]
+    seen: list[str] = []
+    with stub_server(_routed({"/v1/chat/completions": _sse(events)}, seen)) as url:
+        engine = RemoteEngine(url, "lmstudio", "qwen2.5-7b-instruct", "qwen2.5-0.5b-instruct")
+        *chunks, done = list(stream_remote(engine, HELLO, GenerationParams(), threading.Event()))
+    assert seen == ["/api/v0/chat/completions", "/v1/chat/completions"]
+    assert [c.text for c in chunks] == ["Hi"]
+    assert isinstance(done, Finished)
+    assert (done.stats.tokens, done.stats.drafted, done.stats.stats_scope) == (1, 0, "not reported")
+
+
+def test_other_kinds_use_only_the_openai_endpoint() -> None:
+    seen: list[str] = []
+    with (
+        stub_server(_routed({}, seen)) as url,
+        pytest.raises(ModelError, match=r"/v1/chat/completions was not found \(HTTP 404\)"),
+    ):
+        list(stream_remote(RemoteEngine(url, "vllm"), HELLO, GenerationParams(), threading.Event()))
+    assert seen == ["/v1/chat/completions"]
+
+
+def test_stop_ends_a_read_from_a_silent_server_at_once() -> None:
+    import json
+    import time
+
+    def silent(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        chunk = {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}
+        h.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        h.wfile.flush()
+        time.sleep(10)  # then nothing: the server is thinking, or stuck
+
+    with stub_server(silent) as url:
+        cancel = threading.Event()
+        events = stream_remote(
+            RemoteEngine(url, "openai-compatible"), HELLO, GenerationParams(), cancel, key=""
+        )
+        first = next(events)
+        assert isinstance(first, Chunk) and first.text == "Hi"
+        threading.Timer(0.2, cancel.set).start()
+        start = time.monotonic()
+        *_, done = events
+        assert isinstance(done, Finished) and done.finish_reason == "cancelled"
+        assert time.monotonic() - start < 3  # not the 120 s read timeout

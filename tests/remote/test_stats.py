@@ -112,3 +112,34 @@ def test_malformed_counts_are_ignored() -> None:
     )
     bad = {"metrics": {"speculative_decoding": {"num_draft_tokens": -1, "num_accepted_tokens": 0}}}
     assert stats.from_payload("vllm", bad) is None
+
+
+def test_vllm_per_request_block_as_vllms_own_e2e_test_reads_it() -> None:
+    """vLLM repository, tests/e2e test_per_request_spec_decode_metrics (``detailed``).
+
+    Its check: num_spec_steps == sum(histogram), num_accepted_draft_tokens ==
+    sum(per_step_accepted), num_draft_tokens == sum(per_step_drafted), and the
+    block rides the last (usage) chunk of a stream at the response root.
+    """
+    from app.remote.stats import vllm_request
+
+    chunk = {
+        "id": "cmpl-1",
+        "choices": [],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 24, "total_tokens": 36},
+        "metrics": {
+            "speculative_decoding": {
+                "num_spec_steps": 8,
+                "num_draft_tokens": 24,
+                "num_accepted_draft_tokens": 16,
+                "mean_acceptance_length": 3.0,
+                "draft_acceptance_rate": 16 / 24,
+                "acceptance_histogram": [1, 1, 2, 4],
+                "per_step_accepted": [3, 3, 3, 3, 2, 2, 1, 0],
+                "per_step_drafted": [3, 3, 3, 3, 3, 3, 3, 3],
+            }
+        },
+    }
+    report = vllm_request(chunk)
+    assert report is not None
+    assert (report.scope, report.drafted, report.accepted, report.rounds) == ("request", 24, 16, 8)

@@ -1,0 +1,174 @@
+"""The local server's panel: its URL, its API key (masked) and the last requests it served.
+
+Rows carry only what :class:`RequestLog` says about a request's shape (method, path,
+status, tokens, time taken); a debug-logged prompt is never kept or shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QCursor, QGuiApplication, QMouseEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.server.http import RequestLog
+
+MAX_ROWS = 20
+NO_KEY_TEXT = "none (loopback only)"
+NOT_RUNNING_TEXT = "not running"
+COLUMNS = ("Time", "Method", "Path", "Status", "Tokens", "Duration")
+
+_Index = QModelIndex | QPersistentModelIndex
+
+
+def mask_key(key: str) -> str:
+    """Dots for ``key``, with its last four characters when it is long enough to spare them."""
+    return "•" * 8 + (key[-4:] if len(key) >= 12 else "")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRow:
+    """One served request as the panel shows it."""
+
+    at: datetime
+    method: str
+    path: str
+    status: int
+    tokens: int
+    seconds: float
+
+    @classmethod
+    def from_log(cls, entry: RequestLog, at: datetime) -> RequestRow:
+        # Copies field by field so that the prompt of a debug log stays behind.
+        return cls(at, entry.method, entry.path, entry.status, entry.tokens, entry.seconds)
+
+    def cells(self) -> tuple[str, ...]:
+        return (
+            self.at.strftime("%H:%M:%S"),
+            self.method,
+            self.path,
+            str(self.status),
+            f"{self.tokens:,}" if self.tokens else "",
+            f"{self.seconds * 1000:,.0f} ms",
+        )
+
+
+class RequestListModel(QAbstractTableModel):
+    """The newest :data:`MAX_ROWS` requests, newest first, over a plain list."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[RequestRow] = []
+
+    def add(self, row: RequestRow) -> None:
+        self.beginInsertRows(QModelIndex(), 0, 0)
+        self.rows.insert(0, row)
+        self.endInsertRows()
+        if len(self.rows) > MAX_ROWS:
+            self.beginRemoveRows(QModelIndex(), MAX_ROWS, len(self.rows) - 1)
+            del self.rows[MAX_ROWS:]
+            self.endRemoveRows()
+
+    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or role != Qt.ItemDataRole.DisplayRole:
+            return None
+        return self.rows[index.row()].cells()[index.column()]
+
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        return None
+
+
+class ClickableLabel(QLabel):
+    """A status-bar label that opens something when clicked."""
+
+    clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setCursor(QCursor(Qt.CursorShape.PointingHandCursor))
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.clicked.emit()
+        super().mouseReleaseEvent(event)
+
+
+class ServerPanel(QDialog):
+    """Modeless: it stays open and its list grows while the server answers."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Local Server")
+        self.setAccessibleName("Local server")
+        self._key: str | None = None
+        self.url_label = QLabel(NOT_RUNNING_TEXT)
+        self.url_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.key_label = QLabel(NO_KEY_TEXT)
+        self.copy_button = QPushButton("Copy Key")
+        self.copy_button.setEnabled(False)
+        self.copy_button.clicked.connect(self.copy_key)
+        key_row = QHBoxLayout()
+        key_row.addWidget(self.key_label, 1)
+        key_row.addWidget(self.copy_button)
+        form = QFormLayout()
+        form.addRow("URL:", self.url_label)
+        form.addRow("API key:", key_row)
+
+        self.model = RequestListModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setAccessibleName("Recent requests")
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(QLabel(f"Last {MAX_ROWS} requests (no message text):"))
+        layout.addWidget(self.table, 1)
+        self.resize(560, 360)
+
+    def set_server(self, url: str, key: str | None) -> None:
+        """Shows the server's base URL (empty: stopped) and the key it checks."""
+        self.url_label.setText(url or NOT_RUNNING_TEXT)
+        self._key = key or None
+        self.key_label.setText(mask_key(key) if key else NO_KEY_TEXT)
+        self.copy_button.setEnabled(self._key is not None)
+
+    def add_request(self, entry: RequestLog, at: datetime | None = None) -> None:
+        """Adds one served request at the top; ``at`` defaults to now."""
+        self.model.add(RequestRow.from_log(entry, at or datetime.now()))
+
+    def copy_key(self) -> None:
+        if self._key is not None:
+            QGuiApplication.clipboard().setText(self._key)

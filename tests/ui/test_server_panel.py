@@ -1,0 +1,116 @@
+"""The local server's panel: URL, masked key with Copy Key, and the last requests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from pytestqt.qtbot import QtBot
+
+from app.server.http import RequestLog
+from app.ui.main_window import MainWindow
+from app.ui.server_panel import MAX_ROWS, NO_KEY_TEXT, ServerPanel, mask_key
+
+KEY = "tandem-secret-key-1234"
+
+
+def _panel(qtbot: QtBot) -> ServerPanel:
+    panel = ServerPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    return panel
+
+
+def _shown_rows(panel: ServerPanel) -> list[list[str]]:
+    model = panel.table.model()
+    return [
+        [model.index(r, c).data() for c in range(model.columnCount())]
+        for r in range(model.rowCount())
+    ]
+
+
+def test_requests_are_listed_newest_first_without_the_prompt(qtbot: QtBot) -> None:
+    panel = _panel(qtbot)
+    panel.add_request(RequestLog("GET", "/v1/models", 200, 0.004), datetime(2025, 1, 2, 9, 5, 1))
+    chat = RequestLog("POST", "/v1/chat/completions", 200, 1.25, 42, prompt="my secret question")
+    panel.add_request(chat, datetime(2025, 1, 2, 9, 5, 7))
+    assert _shown_rows(panel) == [
+        ["09:05:07", "POST", "/v1/chat/completions", "200", "42", "1,250 ms"],
+        ["09:05:01", "GET", "/v1/models", "200", "", "4 ms"],
+    ]
+    headers = [panel.model.headerData(c, Qt.Orientation.Horizontal) for c in range(6)]
+    assert headers == ["Time", "Method", "Path", "Status", "Tokens", "Duration"]
+    assert not any("secret" in str(field) for row in panel.model.rows for field in row.cells())
+
+
+def test_only_the_last_requests_are_kept(qtbot: QtBot) -> None:
+    panel = _panel(qtbot)
+    for i in range(MAX_ROWS + 5):
+        panel.add_request(RequestLog("GET", f"/v1/models?n={i}", 200, 0.001))
+    rows = _shown_rows(panel)
+    assert len(rows) == MAX_ROWS
+    assert rows[0][2] == f"/v1/models?n={MAX_ROWS + 4}"
+    assert rows[-1][2] == "/v1/models?n=5"
+
+
+def test_key_is_masked_and_copy_key_puts_it_on_the_clipboard(qtbot: QtBot) -> None:
+    panel = _panel(qtbot)
+    panel.set_server("http://127.0.0.1:8080/v1", KEY)
+    assert panel.url_label.text() == "http://127.0.0.1:8080/v1"
+    assert panel.key_label.text() == "••••••••1234" == mask_key(KEY)
+    assert KEY not in panel.key_label.text()
+    QGuiApplication.clipboard().clear()
+    qtbot.mouseClick(panel.copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == KEY
+
+
+def test_short_keys_show_no_characters() -> None:
+    assert mask_key("abc12") == "••••••••"
+
+
+def test_without_a_key_it_says_loopback_only(qtbot: QtBot) -> None:
+    panel = _panel(qtbot)
+    panel.set_server("http://127.0.0.1:8080/v1", KEY)
+    panel.set_server("http://127.0.0.1:8080/v1", None)
+    assert panel.key_label.text() == NO_KEY_TEXT == "none (loopback only)"
+    assert not panel.copy_button.isEnabled()
+    panel.set_server("", None)
+    assert panel.url_label.text() == "not running"
+
+
+def test_window_opens_the_panel_from_the_view_menu_and_fills_it(
+    qtbot: QtBot, make_window: Callable[[], MainWindow]
+) -> None:
+    window = make_window()
+    assert window.server_panel_action.text() == "&Local Server…"
+    assert not window.server_panel.isVisible()
+    window.server._url = "http://127.0.0.1:8080/v1"
+    window.server._api_key = KEY
+    # What the HTTP app hands the service for each answered request.
+    window.server._on_request(RequestLog("POST", "/v1/chat/completions", 200, 0.5, 7, "hi"))
+    assert window.server.request_count == 1
+    window.server_panel_action.trigger()
+    assert window.server_panel.isVisible()
+    assert window.server_panel.url_label.text() == "http://127.0.0.1:8080/v1"
+    assert window.server_panel.key_label.text() == mask_key(KEY)
+    assert _shown_rows(window.server_panel)[0][1:] == [
+        "POST",
+        "/v1/chat/completions",
+        "200",
+        "7",
+        "500 ms",
+    ]
+
+
+def test_clicking_the_status_label_opens_the_panel(
+    qtbot: QtBot, make_window: Callable[[], MainWindow]
+) -> None:
+    window = make_window()
+    window.server._url = "http://127.0.0.1:8080/v1"
+    window.server.running_changed.emit(window.server._url)
+    assert window.server_label.isVisibleTo(window)
+    qtbot.mouseClick(window.server_label, Qt.MouseButton.LeftButton)
+    assert window.server_panel.isVisible()
+    assert window.server_panel.key_label.text() == NO_KEY_TEXT
