@@ -33,6 +33,8 @@ class Settings:
     server_enabled: bool = False
     server_host: str = "127.0.0.1"
     server_port: int = 8080
+    # Web origins besides loopback ones that may call the server, comma-separated.
+    server_cors_origins: str = ""
     # The fastest fixed k a calibration found, per "target|draft".
     best_k: dict[str, int] = field(default_factory=dict)
 
@@ -58,6 +60,11 @@ def _fits(name: str, value: Any, default: Any) -> bool:
             isinstance(k, str) and type(v) is int and v >= 0 for k, v in value.items()
         )
     return isinstance(value, type(default))
+
+
+def origins(text: str) -> tuple[str, ...]:
+    """The origins of :attr:`Settings.server_cors_origins`, in order, without blanks."""
+    return tuple(o.strip() for o in text.split(",") if o.strip())
 
 
 def pair_key(target: str, draft: str | None) -> str:

@@ -63,6 +63,7 @@ from app.services import (
 from app.services.server_service import ServerService
 from app.store import Settings, SettingsFile, Store, pair_key
 from app.store.presets import Preset, PresetsFile
+from app.store.settings import origins
 from app.ui.composer import Composer
 from app.ui.conversation_model import ConversationIdRole, ConversationListModel
 from app.ui.gauge import EMPTY_TEXT, NOT_REPORTED_TEXT
@@ -101,7 +102,7 @@ SAMPLING_FIELDS = (
     "seed",
 )
 PAIR_FIELDS = ("target", "draft")
-SERVER_FIELDS = ("server_enabled", "server_host", "server_port")
+SERVER_FIELDS = ("server_enabled", "server_host", "server_port", "server_cors_origins")
 CONTEXT_WARNING = 0.85  # share of the window past which the indicator warns
 # Seconds between saves of a streaming reply: a crash or kill keeps it up to its last save.
 REPLY_SAVE_INTERVAL = 2.0
@@ -453,7 +454,8 @@ class MainWindow(QMainWindow):
             log.warning("no server API key: %s", exc)
             key = None
         try:
-            await self.server.start(ServerConfig(s.server_host, s.server_port, key))
+            config = ServerConfig(s.server_host, s.server_port, key, origins(s.server_cors_origins))
+            await self.server.start(config)
         except (ServerConfigError, OSError) as exc:
             self.show_error(f"The local server did not start: {exc}")
 

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from app.server.api_key import ApiKeyStoreError, get_api_key, key_storage_status, set_api_key
 from app.server.security import ServerConfig, ServerConfigError, check_config
 from app.store import Settings
+from app.store.settings import origins
 
 
 def _spin(lo: float, hi: float, step: float, decimals: int, value: float) -> QDoubleSpinBox:
@@ -130,6 +131,13 @@ class SettingsDialog(QDialog):
         self.server_port.setRange(1, 65535)
         self.server_port.setValue(settings.server_port)
         self.server_port.setAccessibleName("Server port")
+        self.server_origins = QLineEdit(settings.server_cors_origins)
+        self.server_origins.setAccessibleName("Allowed web origins")
+        self.server_origins.setPlaceholderText("loopback only, e.g. https://app.example")
+        self.server_origins.setToolTip(
+            "Web pages at these origins may call the server, besides pages on this Mac; "
+            "comma-separated, never *"
+        )
         self.server_key = QLineEdit()
         self.server_key.setEchoMode(QLineEdit.EchoMode.Password)
         self.server_key.setAccessibleName("Server API key")
@@ -160,6 +168,7 @@ class SettingsDialog(QDialog):
         form.addRow("Address:", self.server_host)
         form.addRow("Port:", self.server_port)
         form.addRow("API key:", self.server_key)
+        form.addRow("Web origins:", self.server_origins)
         form.addRow(self.key_note)
         box = QGroupBox("Local server")
         box.setLayout(form)
@@ -170,7 +179,12 @@ class SettingsDialog(QDialog):
         if not self.server_check.isChecked():
             return
         key = self.server_key.text().strip() if self._key_problem is None else ""
-        config = ServerConfig(self.server_host.text().strip(), self.server_port.value(), key)
+        config = ServerConfig(
+            self.server_host.text().strip(),
+            self.server_port.value(),
+            key,
+            origins(self.server_origins.text()),
+        )
         try:
             check_config(config)
         except ServerConfigError as exc:
@@ -241,6 +255,7 @@ class SettingsDialog(QDialog):
             server_enabled=self.server_check.isChecked(),
             server_host=self.server_host.text().strip() or "127.0.0.1",
             server_port=self.server_port.value(),
+            server_cors_origins=", ".join(origins(self.server_origins.text())),
         )
 
     @Slot()

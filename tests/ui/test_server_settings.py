@@ -107,3 +107,40 @@ def test_status_bar_shows_the_url_and_request_count(make_window: Callable[[], Ma
     window.server._url = ""
     window.server.running_changed.emit("")
     assert not window.server_label.isVisibleTo(window)
+
+
+def test_web_origins_are_kept_and_a_wildcard_is_refused(
+    qtbot: QtBot, tmp_path: Path, memory_keyring: MemoryKeyring
+) -> None:
+    dialog = _dialog(qtbot, tmp_path)
+    dialog.server_check.setChecked(True)
+    dialog.server_origins.setText(" https://app.example ,, http://localhost:5173 ")
+    with qtbot.waitSignal(dialog.settings_changed) as blocker:
+        dialog._on_ok_clicked()
+    assert blocker.args[0].server_cors_origins == "https://app.example, http://localhost:5173"
+    again = _dialog(qtbot, tmp_path, blocker.args[0])
+    again.server_origins.setText("*")
+    with qtbot.assertNotEmitted(again.settings_changed):
+        again._on_ok_clicked()
+    assert "must be a full origin" in again.error_label.text()
+
+
+def test_the_window_starts_the_server_with_the_web_origins(
+    qtbot: QtBot, make_window: Callable[[], MainWindow], memory_keyring: MemoryKeyring
+) -> None:
+    from app.server.security import ServerConfig
+
+    window = make_window()
+    started: list[ServerConfig] = []
+
+    async def start(config: ServerConfig) -> None:
+        started.append(config)
+
+    import asyncio
+
+    window.server.start = start  # type: ignore[method-assign]
+    window._save_settings(server_enabled=True, server_cors_origins="https://app.example")
+    # The app runs this on its qasync loop; here a plain loop runs it once.
+    asyncio.run(window._apply_server())
+    assert started[0].cors_origins == ("https://app.example",)
+    assert started[0].host == "127.0.0.1"
