@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.engine.loader import ModelError, read_config
-from app.hub.library import human_size
+from app.hub.library import require_space
 from app.hub.secrets import scrub
 
 if TYPE_CHECKING:
@@ -445,14 +445,9 @@ def _require_space(models_dir: Path, staging: Path, files: list[_RemoteFile], re
     remaining = sum(f.size for f in files if not _kept(staging / f.name, f.size))
     try:
         models_dir.mkdir(parents=True, exist_ok=True)
-        free = shutil.disk_usage(models_dir).free
     except OSError:
         return  # cannot tell; a full disk still fails cleanly while writing
-    if remaining > free:
-        raise ModelError(
-            f"not enough disk space for {repo_id}: {human_size(remaining)} to download, "
-            f"{human_size(free)} free"
-        )
+    require_space(models_dir, remaining, repo_id, "{} to download")
 
 
 def _kept(file: Path, size: int) -> bool:

@@ -40,6 +40,7 @@ from app.engine.loader import (
     read_error,
     user_path,
 )
+from app.hub.library import require_space
 
 # Shards stay below 2 GB so every filesystem and the Hub's tooling accept them.
 _SHARD_BYTES = 2_000_000_000
@@ -243,7 +244,7 @@ def import_folder(src: Path, models_dir: Path, *, link: bool = False) -> Path:
             raise _write_error(exc, target) from exc
         return target
     with _partial_folder(target) as partial:
-        _require_space(target.parent, _tree_size(src), src.name)
+        require_space(target.parent, _tree_size(src), src.name)
         partial.rmdir()  # copytree creates the folder itself
         # Follow file links: a Hub cache snapshot links to blobs that must be copied.
         shutil.copytree(src, partial, ignore=_linked_folders, ignore_dangling_symlinks=True)
@@ -300,7 +301,7 @@ def _convert(
     needed = float_bytes
     if q_bits is not None:
         needed += float_bytes * q_bits // (8 * _DTYPES[dtype]) + float_bytes // 8
-    _require_space(out.parent, needed, name)
+    require_space(out.parent, needed, name)
 
     weights_dir = out if q_bits is None else out / ".unquantized"
     weights_dir.mkdir(exist_ok=True)
@@ -1053,18 +1054,6 @@ def _move_into_place(partial: Path, target: Path) -> None:
     # rename() would replace an empty folder that appeared meanwhile; refuse instead.
     _refuse_existing(target)
     os.rename(partial, target)
-
-
-def _require_space(folder: Path, needed: int, name: str) -> None:
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return  # cannot tell; a full disk still fails cleanly while writing
-    if needed > free:
-        raise ModelError(
-            f"not enough disk space for {name}: about {needed / 1e9:.1f} GB needed, "
-            f"{free / 1e9:.1f} GB free"
-        )
 
 
 def _tree_size(folder: Path) -> int:

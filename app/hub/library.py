@@ -367,6 +367,29 @@ def _hub_repo_id(path: Path) -> str | None:
     return None
 
 
+def require_space(folder: Path, needed: int, name: str, need: str = "about {} needed") -> None:
+    """Refuses to start writing ``needed`` bytes into ``folder`` when its disk has less free.
+
+    Args:
+        folder: An existing folder on the disk that will be written.
+        needed: Bytes about to be written.
+        name: What is being written, for the message.
+        need: How the message words the amount; ``{}`` is the size.
+
+    Raises:
+        ModelError: Not enough space; the message gives both numbers.
+    """
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # cannot tell; a full disk still fails cleanly while writing
+    if needed > free:
+        raise ModelError(
+            f"not enough disk space for {name}: {need.format(human_size(needed))}, "
+            f"{human_size(free)} free"
+        )
+
+
 def human_size(n: int) -> str:
     """Bytes as people read them (decimal units, as Finder shows)."""
     value = float(n)

@@ -8,6 +8,8 @@ never written to a file or a log, and no message here ever contains it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import keyring
 import keyring.errors
@@ -50,11 +52,7 @@ def get_token() -> str | None:
     Raises:
         TokenStoreError: The keychain is unavailable, locked or failed.
     """
-    try:
-        token = keyring.get_password(SERVICE, USERNAME)
-    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
-        raise TokenStoreError(_failure("read", exc)) from None
-    return token or None
+    return _read(USERNAME, _TOKEN)
 
 
 def set_token(token: str) -> None:
@@ -67,20 +65,7 @@ def set_token(token: str) -> None:
         ValueError: The token is empty or has whitespace inside.
         TokenStoreError: No usable keychain, or it refused; nothing was written elsewhere.
     """
-    token = token.strip()
-    if not token:
-        raise ValueError("the token is empty")
-    if any(c.isspace() for c in token):
-        raise ValueError("the token has spaces or line breaks inside")
-    # A null or empty backend accepts the token and drops it; refuse instead of pretending.
-    problem = keyring_status()
-    if problem is not None:
-        raise TokenStoreError(problem)
-    try:
-        keyring.set_password(SERVICE, USERNAME, token)
-    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
-        # from None: a backend's own message might quote what it was given.
-        raise TokenStoreError(_failure("save", exc, token)) from None
+    _write(USERNAME, _TOKEN, token)
 
 
 def delete_token() -> None:
@@ -89,14 +74,66 @@ def delete_token() -> None:
     Raises:
         TokenStoreError: The keychain is unavailable, locked or failed.
     """
+    _delete(USERNAME, _TOKEN)
+
+
+@dataclass(frozen=True, slots=True)
+class _Secret:
+    """How messages name one kind of secret."""
+
+    noun: str  # in "the token is empty"
+    name: str  # in "cannot save the Hugging Face token: ..."
+    storage: str  # replaces "token storage" in keyring_status's reason
+
+
+_TOKEN = _Secret("token", "the Hugging Face token", "token storage")
+_REMOTE_KEY = _Secret("key", "the server key", "key storage")
+
+
+def _read(username: str, secret: _Secret) -> str | None:
     try:
-        keyring.delete_password(SERVICE, USERNAME)
+        value = keyring.get_password(SERVICE, username)
+    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
+        raise TokenStoreError(_failure("read", exc, secret)) from None
+    return value or None
+
+
+def _write(username: str, secret: _Secret, value: str) -> None:
+    value = value.strip()
+    if not value:
+        raise ValueError(f"the {secret.noun} is empty")
+    if any(c.isspace() for c in value):
+        raise ValueError(f"the {secret.noun} has spaces or line breaks inside")
+    # A null or empty backend accepts the secret and drops it; refuse instead of pretending.
+    problem = keyring_status()
+    if problem is not None:
+        raise TokenStoreError(problem.replace("token storage", secret.storage))
+    try:
+        keyring.set_password(SERVICE, username, value)
+    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
+        # from None: a backend's own message might quote what it was given.
+        raise TokenStoreError(_failure("save", exc, secret, value)) from None
+
+
+def _delete(username: str, secret: _Secret) -> None:
+    try:
+        keyring.delete_password(SERVICE, username)
     except keyring.errors.PasswordDeleteError as exc:
         # Backends raise this both for "nothing stored" and for real failures.
-        if get_token() is not None:
-            raise TokenStoreError(_failure("delete", exc)) from None
+        if _read(username, secret) is not None:
+            raise TokenStoreError(_failure("delete", exc, secret)) from None
     except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
-        raise TokenStoreError(_failure("delete", exc)) from None
+        raise TokenStoreError(_failure("delete", exc, secret)) from None
+
+
+def _stored(read: Callable[[], str | None]) -> str | None:
+    """What ``read`` returns, or ``None`` when there is no usable keychain or it fails."""
+    if keyring_status() is not None:
+        return None
+    try:
+        return read()
+    except TokenStoreError:
+        return None
 
 
 def _unusable(backend: KeyringBackend) -> str | None:
@@ -120,12 +157,12 @@ def _unusable(backend: KeyringBackend) -> str | None:
     return None
 
 
-def _failure(verb: str, exc: BaseException, token: str | None = None) -> str:
+def _failure(verb: str, exc: BaseException, secret: _Secret, value: str | None = None) -> str:
     if isinstance(exc, keyring.errors.NoKeyringError):
-        return f"cannot {verb} the Hugging Face token: no system keychain was found"
+        return f"cannot {verb} {secret.name}: no system keychain was found"
     if isinstance(exc, keyring.errors.KeyringLocked):
-        return f"cannot {verb} the Hugging Face token: the keychain is locked"
-    return f"cannot {verb} the Hugging Face token: the keychain failed ({scrub(exc, token)})"
+        return f"cannot {verb} {secret.name}: the keychain is locked"
+    return f"cannot {verb} {secret.name}: the keychain failed ({scrub(exc, value)})"
 
 
 def scrub(exc: BaseException, token: str | None = None, limit: int = 200) -> str:
@@ -140,12 +177,7 @@ def scrub(exc: BaseException, token: str | None = None, limit: int = 200) -> str
 
 def stored_token() -> str | None:
     """The saved token, or ``None`` when there is none or no usable keychain."""
-    if keyring_status() is not None:
-        return None
-    try:
-        return get_token()
-    except TokenStoreError:
-        return None
+    return _stored(get_token)
 
 
 # Remote engines' bearer keys share the service; each is stored under its server's URL.
@@ -160,14 +192,6 @@ def _remote_username(url: str) -> str:
     return f"{_REMOTE_PREFIX}{scheme.lower()}{sep}{host.lower()}{slash}{path}"
 
 
-def _remote_failure(verb: str, exc: BaseException, key: str | None = None) -> str:
-    if isinstance(exc, keyring.errors.NoKeyringError):
-        return f"cannot {verb} the server key: no system keychain was found"
-    if isinstance(exc, keyring.errors.KeyringLocked):
-        return f"cannot {verb} the server key: the keychain is locked"
-    return f"cannot {verb} the server key: the keychain failed ({scrub(exc, key)})"
-
-
 def set_remote_key(url: str, key: str) -> None:
     """Stores the bearer key of the remote server at ``url``, replacing any before.
 
@@ -175,18 +199,7 @@ def set_remote_key(url: str, key: str) -> None:
         ValueError: The key is empty or has whitespace inside.
         TokenStoreError: No usable keychain, or it refused; nothing was written elsewhere.
     """
-    key = key.strip()
-    if not key:
-        raise ValueError("the key is empty")
-    if any(c.isspace() for c in key):
-        raise ValueError("the key has spaces or line breaks inside")
-    problem = keyring_status()
-    if problem is not None:
-        raise TokenStoreError(problem.replace("token storage", "key storage"))
-    try:
-        keyring.set_password(SERVICE, _remote_username(url), key)
-    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
-        raise TokenStoreError(_remote_failure("save", exc, key)) from None
+    _write(_remote_username(url), _REMOTE_KEY, key)
 
 
 def get_remote_key(url: str) -> str | None:
@@ -195,11 +208,7 @@ def get_remote_key(url: str) -> str | None:
     Raises:
         TokenStoreError: The keychain is unavailable, locked or failed.
     """
-    try:
-        key = keyring.get_password(SERVICE, _remote_username(url))
-    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
-        raise TokenStoreError(_remote_failure("read", exc)) from None
-    return key or None
+    return _read(_remote_username(url), _REMOTE_KEY)
 
 
 def delete_remote_key(url: str) -> None:
@@ -208,20 +217,9 @@ def delete_remote_key(url: str) -> None:
     Raises:
         TokenStoreError: The keychain is unavailable, locked or failed.
     """
-    try:
-        keyring.delete_password(SERVICE, _remote_username(url))
-    except keyring.errors.PasswordDeleteError as exc:
-        if get_remote_key(url) is not None:
-            raise TokenStoreError(_remote_failure("delete", exc)) from None
-    except Exception as exc:  # backends raise their own types (D-Bus, Security framework) too
-        raise TokenStoreError(_remote_failure("delete", exc)) from None
+    _delete(_remote_username(url), _REMOTE_KEY)
 
 
 def stored_remote_key(url: str) -> str | None:
     """The key saved for ``url``, or ``None`` when there is none or no usable keychain."""
-    if keyring_status() is not None:
-        return None
-    try:
-        return get_remote_key(url)
-    except TokenStoreError:
-        return None
+    return _stored(lambda: get_remote_key(url))

@@ -462,6 +462,25 @@ class Store:
         )
         return [r[0] for r in rows]
 
+    def branches(self, conversation_id: int) -> dict[int, tuple[int, int]]:
+        """Each message that has alternatives: its place among them (1-based) and their count.
+
+        One query for the whole conversation, where :meth:`siblings` asks per message.
+        """
+        rows = self._db.execute(
+            "SELECT id, parent_id FROM messages WHERE conversation_id = ? ORDER BY id",
+            (conversation_id,),
+        )
+        groups: dict[int | None, list[int]] = {}
+        for message_id, parent_id in rows:
+            groups.setdefault(parent_id, []).append(message_id)
+        return {
+            m: (i + 1, len(ids))
+            for ids in groups.values()
+            if len(ids) > 1
+            for i, m in enumerate(ids)
+        }
+
     def switch_branch(self, message_id: int) -> None:
         """Brings a message's branch on screen.
 

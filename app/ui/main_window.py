@@ -61,7 +61,7 @@ from app.services import (
     TokenBatch,
 )
 from app.services.server_service import ServerService
-from app.store import Settings, SettingsFile, Store, pair_key
+from app.store import Settings, SettingsFile, Store, StoredMessage, pair_key
 from app.store.presets import Preset, PresetsFile
 from app.store.settings import origins
 from app.ui.composer import Composer
@@ -108,6 +108,11 @@ CONTEXT_WARNING = 0.85  # share of the window past which the indicator warns
 REPLY_SAVE_INTERVAL = 2.0
 
 TUNE_K_MAX = 8  # a sweep runs every k up to this, then auto
+
+
+def _matching(segments: tuple[Segment, ...], text: str) -> tuple[Segment, ...]:
+    """``segments`` when they spell ``text``; partial runs would colour the wrong text."""
+    return segments if "".join(t for _, t in segments) == text else ()
 
 
 def format_stats(stats: Stats) -> tuple[str, str]:
@@ -525,12 +530,7 @@ class MainWindow(QMainWindow):
         if upto is not None:  # a regenerated reply replaces what followed its prompt
             ids = [m.id for m in messages]
             messages = messages[: ids.index(upto) + 1] if upto in ids else messages
-        branches = {}
-        for m in messages:
-            siblings = self.store.siblings(m.id)
-            if len(siblings) > 1:
-                branches[m.id] = (siblings.index(m.id) + 1, len(siblings))
-        self.transcript.show_messages(messages, branches)
+        self.transcript.show_messages(messages, self.store.branches(conversation_id))
         last = next((m.stats for m in reversed(messages) if m.stats is not None), None)
         self._update_context(last.prompt_tokens + last.tokens if last else 0)
         if self._reply_conversation_id == conversation_id:
@@ -1043,24 +1043,11 @@ class MainWindow(QMainWindow):
         text = "".join(self._reply_text)
         if cid is None or not text or self.store.conversation(cid) is None:
             return
-        segments = tuple(self._reply_segments)
-        if "".join(t for _, t in segments) != text:
-            segments = ()
+        segments = _matching(tuple(self._reply_segments), text)
         try:
             if self._reply_message_id is None:
-                branch: dict[str, Any] = (
-                    {} if self._reply_parent_id is None else {"parent_id": self._reply_parent_id}
-                )
-                pair = self._pair
-                saved = self.store.add_message(
-                    cid,
-                    "assistant",
-                    text,
-                    **branch,
-                    target=pair.target if pair else None,
-                    draft=pair.draft if pair else None,
-                    finish_reason="error",
-                    segments=segments,
+                saved = self._add_reply(
+                    cid, text, self._pair, finish_reason="error", segments=segments
                 )
                 self._reply_message_id = saved.id
             else:
@@ -1106,6 +1093,23 @@ class MainWindow(QMainWindow):
             )
         self.show_error(failure.message)
 
+    def _add_reply(
+        self, cid: int, text: str, pair: PairInfo | None, **details: Any
+    ) -> StoredMessage:
+        """Adds the reply after the message it answers, with the pair that wrote it."""
+        branch: dict[str, Any] = (
+            {} if self._reply_parent_id is None else {"parent_id": self._reply_parent_id}
+        )
+        return self.store.add_message(
+            cid,
+            "assistant",
+            text,
+            **branch,
+            target=pair.target if pair else None,
+            draft=pair.draft if pair else None,
+            **details,
+        )
+
     def _save_reply(
         self,
         text: str,
@@ -1126,8 +1130,7 @@ class MainWindow(QMainWindow):
         if cid is None or self.store.conversation(cid) is None:
             return
         saved = None
-        if "".join(t for _, t in segments) != text:
-            segments = ()  # partial runs would colour the wrong text
+        segments = _matching(segments, text)
         if partial_id is not None and self.store.message(partial_id) is not None:
             # Saved while it streamed: it gets its final text and details.
             saved = self.store.update_message(
@@ -1139,14 +1142,10 @@ class MainWindow(QMainWindow):
                 segments=segments,
             )
         elif text or reason != "error":
-            branch = {} if self._reply_parent_id is None else {"parent_id": self._reply_parent_id}
-            saved = self.store.add_message(
+            saved = self._add_reply(
                 cid,
-                "assistant",
                 text,
-                **branch,
-                target=pair.target if pair else None,
-                draft=pair.draft if pair else None,
+                pair,
                 finish_reason=reason,
                 stats=stats,
                 origins=origins,
