@@ -179,22 +179,28 @@ def _below_unreadable(dest: Path, src: Sources) -> Path:
     return model
 
 
+def shard(folder: Path) -> dict[str, str]:
+    """Splits ``model.safetensors`` into two shards; returns the index's weight map."""
+    weights = mx.load(str(folder / "model.safetensors"))
+    assert isinstance(weights, dict)
+    (folder / "model.safetensors").unlink()
+    names = sorted(weights)
+    shards = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
+    weight_map: dict[str, str] = {}
+    for name, keys in shards.items():
+        mx.save_safetensors(str(folder / name), {k: weights[k] for k in keys})
+        weight_map.update(dict.fromkeys(keys, name))
+    return weight_map
+
+
 def _sharded(drop_second: bool, index: Any = None) -> Callable[[Path], object]:
     """Splits the weights into two shards with an index, then damages the set."""
 
     def change(folder: Path) -> None:
-        weights = mx.load(str(folder / "model.safetensors"))
-        assert isinstance(weights, dict)
-        (folder / "model.safetensors").unlink()
-        names = sorted(weights)
-        shards = {
-            "model-00001-of-00002.safetensors": names[::2],
-            "model-00002-of-00002.safetensors": names[1::2],
-        }
-        weight_map = {}
-        for shard, keys in shards.items():
-            mx.save_safetensors(str(folder / shard), {k: weights[k] for k in keys})
-            weight_map.update(dict.fromkeys(keys, shard))
+        weight_map = shard(folder)
         if drop_second:
             (folder / "model-00002-of-00002.safetensors").unlink()
         data = {"weight_map": weight_map} if index is None else index
@@ -240,11 +246,9 @@ def _smaller_vocabulary(dest: Path, src: Sources) -> Path:
     return build_model(dest, config, tokenizer_from=src.target, seed=7)
 
 
-def _mamba(folder: Path) -> None:
-    from app.engine.tiny import build_model
-
-    eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
-    config = {
+def mamba_config(eos_token_id: Any, **extra: Any) -> dict[str, Any]:
+    """A tiny recurrent (mamba) model's config: its cache cannot be rewound."""
+    return {
         "model_type": "mamba",
         "vocab_size": 384,
         "hidden_size": 32,
@@ -255,9 +259,16 @@ def _mamba(folder: Path) -> None:
         "use_bias": False,
         "use_conv_bias": True,
         "time_step_rank": 4,
-        "tie_word_embeddings": True,
-        "eos_token_id": eos,
+        **extra,
+        "eos_token_id": eos_token_id,
     }
+
+
+def _mamba(folder: Path) -> None:
+    from app.engine.tiny import build_model
+
+    eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
+    config = mamba_config(eos, tie_word_embeddings=True)
     build_model(folder, config, tokenizer_from=folder, seed=5)
 
 

@@ -13,8 +13,6 @@ import io
 import json
 import os
 import stat
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,26 +29,10 @@ from app.hub.gguf_import import import_folder, import_gguf
 from app.services import EngineFailure, EngineService, GenerationResult, PairInfo
 from tests.conftest import TinyModels
 from tests.corpus import FOLDERS, GGUFS, Entry, GgufEntry, Sources
+from tests.test_cli import _tandem_in
 
 BROKEN = [e for e in FOLDERS if e.broken]
 PAIRS = [e for e in FOLDERS if e.pair]
-
-# Bugs the corpus finds on one path, marked as strict xfails until fixed.
-KNOWN_BUGS: dict[tuple[str, str], str] = {}
-
-
-def _params(path: str, entries: list[Entry] | tuple[Entry, ...]) -> list[Any]:
-    """The entries as parameters, a known bug on this path marked as one."""
-    return [
-        pytest.param(
-            e,
-            id=e.id,
-            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[path, e.id])]
-            if (path, e.id) in KNOWN_BUGS
-            else [],
-        )
-        for e in entries
-    ]
 
 
 @dataclass(frozen=True)
@@ -185,7 +167,7 @@ def test_load_pair_refuses_the_draft(corpus: Corpus, entry: Entry) -> None:
 
 
 @pytest.mark.usefixtures("deny")
-@pytest.mark.parametrize("entry", _params("check-pair", FOLDERS))
+@pytest.mark.parametrize("entry", FOLDERS, ids=_ids(FOLDERS))
 def test_check_pair_exit_code_and_one_line(
     corpus: Corpus, entry: Entry, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -220,24 +202,8 @@ def test_generate_refuses_with_one_line(
     assert err.startswith("tandem: ") and str(entry.load_error) in err
 
 
-def _tandem(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "XDG_DATA_HOME": str(home / "data"),
-        "HF_HUB_CACHE": str(home / "hf"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-
-
 def test_models_list_json_over_the_corpus(corpus: Corpus) -> None:
-    r = _tandem(corpus.home, "models", "list", "--json")
+    r = _tandem_in(corpus.home, "models", "list", "--json")
 
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stdout + r.stderr
@@ -266,13 +232,14 @@ SAMPLE = {
     "tokenizer-of-no-known-kind": 1,
     "recurrent-draft": 2,
 }
+SAMPLED = [e for e in FOLDERS if e.id in SAMPLE]
 
 
-@pytest.mark.parametrize("entry", _params("check-pair", [e for e in FOLDERS if e.id in SAMPLE]))
+@pytest.mark.parametrize("entry", SAMPLED, ids=_ids(SAMPLED))
 def test_check_pair_process(corpus: Corpus, entry: Entry) -> None:
     code = SAMPLE[entry.id]
 
-    r = _tandem(corpus.home, "check-pair", str(corpus.target), str(corpus.paths[entry.id]))
+    r = _tandem_in(corpus.home, "check-pair", str(corpus.target), str(corpus.paths[entry.id]))
 
     assert r.returncode == code, r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr

@@ -11,14 +11,16 @@ import pytest
 from tests.conftest import TinyModels
 
 
-def _tandem(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+def _tandem(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "app", *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        input=stdin,
     )
 
 
@@ -147,20 +149,9 @@ def test_bad_num_draft_is_refused() -> None:
 def _tandem_in(
     home: Path, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "XDG_DATA_HOME": str(home / "data"),
-        "HF_HUB_CACHE": str(home / "hf"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        input=stdin,
-    )
+    """``tandem`` with its data folder and Hub cache under ``home``."""
+    env = {"XDG_DATA_HOME": str(home / "data"), "HF_HUB_CACHE": str(home / "hf")}
+    return _tandem(*args, env=env, stdin=stdin)
 
 
 def test_check_pair_exit_codes(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> None:

@@ -111,19 +111,10 @@ def test_quantized_model(tmp_path: Path, tiny: TinyModels) -> None:
 
 
 def test_sharded_weights_with_index(tmp_path: Path, tiny: TinyModels) -> None:
+    from tests.corpus import shard
+
     folder = shutil.copytree(tiny.target, tmp_path / "sharded")
-    weights = mx.load(str(folder / "model.safetensors"))
-    assert isinstance(weights, dict)
-    (folder / "model.safetensors").unlink()
-    names = sorted(weights)
-    shards = {
-        "model-00001-of-00002.safetensors": names[::2],
-        "model-00002-of-00002.safetensors": names[1::2],
-    }
-    weight_map = {}
-    for shard, keys in shards.items():
-        mx.save_safetensors(str(folder / shard), {k: weights[k] for k in keys})
-        weight_map.update(dict.fromkeys(keys, shard))
+    weight_map = shard(folder)
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
 
     assert inspect_model(folder).parameters == true_parameters(tiny.target)

@@ -131,19 +131,9 @@ def test_missing_chat_template(tmp_path: Path, tiny: TinyModels, small_draft: Pa
 
 def test_recurrent_draft_cannot_rewind(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
     draft = _copy(small_draft, tmp_path / "tiny-mamba")
-    mamba = {
-        "model_type": "mamba",
-        "vocab_size": 384,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "state_size": 4,
-        "num_hidden_layers": 1,
-        "conv_kernel": 4,
-        "use_bias": False,
-        "use_conv_bias": True,
-        "time_step_rank": 4,
-        "eos_token_id": json.loads((small_draft / "config.json").read_text())["eos_token_id"],
-    }
+    from tests.corpus import mamba_config
+
+    mamba = mamba_config(json.loads((small_draft / "config.json").read_text())["eos_token_id"])
     # Weights of its own: the library refuses a config its weights do not fit.
     build_model(draft, mamba, tokenizer_from=small_draft, seed=5)
 

@@ -33,20 +33,6 @@ from tests.conftest import TinyModels
 HELLO = [Message("user", "Hello")]
 
 
-@pytest.fixture
-def make_service(qtbot: QtBot) -> Iterator:
-    services: list[EngineService] = []
-
-    def make(worker: EngineWorker | None = None) -> EngineService:
-        service = EngineService(worker)
-        services.append(service)
-        return service
-
-    yield make
-    for service in services:
-        assert service.shutdown()
-
-
 def _fake_load(target: str, _draft: str | None, progress=None) -> ModelPair:
     return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config={}))
 

@@ -10,26 +10,12 @@ from pytestqt.qtbot import QtBot
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, Stats
 from app.remote import RemoteEngine
-from app.services import EngineFailure, EngineService, EngineWorker, GenerationResult, PairInfo
+from app.services import EngineFailure, EngineWorker, GenerationResult, PairInfo
 from app.services.engine_service import LoadRequest
 from tests.remote.conftest import mlx_url  # noqa: F401  (a real mlx_lm.server)
 from tests.remote.servers import free_port
 
 HELLO = [Message("user", "Hello")]
-
-
-@pytest.fixture
-def make_service(qtbot: QtBot) -> Iterator:
-    services: list[EngineService] = []
-
-    def make(worker: EngineWorker | None = None) -> EngineService:
-        service = EngineService(worker)
-        services.append(service)
-        return service
-
-    yield make
-    for service in services:
-        assert service.shutdown()
 
 
 def _no_local_load(*_args, **_kwargs):

@@ -523,3 +523,22 @@ def test_update_message_of_no_message_raises(tmp_path: Path) -> None:
     store = Store(tmp_path / "t.sqlite3")
     with pytest.raises(ValueError, match="no message 7"):
         store.update_message(7, content="x")
+
+
+def test_branches_give_each_alternative_its_place(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation()
+    first = store.add_message(c.id, "user", "a")
+    reply = store.add_message(c.id, "assistant", "b")
+    again = store.add_message(c.id, "assistant", "b2", parent_id=first.id)
+    edit = store.add_message(c.id, "user", "a2", parent_id=None)
+    assert store.branches(c.id) == {
+        first.id: (1, 2),
+        edit.id: (2, 2),
+        reply.id: (1, 2),
+        again.id: (2, 2),
+    }
+    for m in (first, reply, again, edit):  # the same answer as asking one by one
+        ids = store.siblings(m.id)
+        assert store.branches(c.id)[m.id] == (ids.index(m.id) + 1, len(ids))
+    store.close()
