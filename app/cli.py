@@ -94,9 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--num-draft",
         type=_num_draft,
-        default=4,
+        default=None,
         metavar="K|auto",
-        help="draft tokens per round when a request does not say",
+        help="draft tokens per round (0-16) when a request does not say; default auto",
     )
     serve.add_argument("--max-tokens", type=int, default=512, help="reply length when unsaid")
     token = sub.add_parser("token", help="the Hugging Face token, kept in the system keychain")
@@ -113,16 +113,46 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--synthetic",
         metavar="TARGET:DRAFT",
-        help="random-weight pair of real shapes (tiny, 0.5b, 1.5b, 7b) with a set acceptance",
+        help="random-weight pair of real shapes (tiny, 0.5b, 1.5b, 7b, 32b; Llama-shaped "
+        "1b, 3b, 8b, 70b) with a set acceptance",
+    )
+    bench.add_argument(
+        "--bits", type=int, choices=[4, 8], help="quantize synthetic models (group 64)"
     )
     bench.add_argument("--miss", type=float, default=0.0, help="synthetic draft's miss rate")
     bench.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    bench.add_argument("--ks", default="0,2,4,6,auto", help="draft lengths, 'auto' adapts")
+    bench.add_argument(
+        "--ks", default="0,2,4,6,8,auto", help="draft lengths from 0 to 16; 'auto' adapts"
+    )
+    bench.add_argument(
+        "--k-max",
+        dest="k_max",
+        type=_k_max,
+        help="longest draft Auto may choose (default: the largest k asked for)",
+    )
+    bench.add_argument(
+        "--profile",
+        action="store_true",
+        help="measure and print the verification cost of each width, then stop",
+    )
+    bench.add_argument(
+        "--cold", action="store_true", help="Auto starts without a profile and measures as it runs"
+    )
+    bench.add_argument(
+        "--context", type=int, default=512, help="cache length the profile is measured against"
+    )
+    bench.add_argument(
+        "--draft-cutoff", action="store_true", help="end a draft early when the draft is unsure"
+    )
+    bench.add_argument(
+        "--ttft", action="store_true", help="time to first token, plain and with each drafter"
+    )
     bench.add_argument("--temps", default="0", help="temperatures, comma-separated")
     bench.add_argument("--prompts", help="JSON list or one prompt per line")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--impls", default="plain,mlx-lm,tandem")
+    bench.add_argument("--mlx-lm-ks", dest="mlx_ks", help="mlx-lm's draft lengths (default: --ks)")
     bench.add_argument("--prompt-lookup", action="store_true", help="Tandem drafts by lookup too")
     bench.add_argument(
         "--attention",
@@ -142,23 +172,35 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _num_draft(value: str) -> int | None:
+    from app.engine.costs import K_MAX
+
     if value == "auto":
         return None
-    k = int(value)
-    if k < 0:
-        raise argparse.ArgumentTypeError("must be 'auto' or a whole number >= 0")
-    return k
+    if not value.isdigit() or int(value) > K_MAX:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a whole number from 0 to {K_MAX}")
+    return int(value)
+
+
+def _k_max(value: str) -> int:
+    from app.engine.costs import K_MAX
+
+    if not value.isdigit() or not 1 <= int(value) <= K_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {K_MAX}")
+    return int(value)
 
 
 def _decoding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-draft",
         type=_num_draft,
-        default=4,
+        default=None,
         metavar="K|auto",
-        help="draft tokens per round; 0 turns speculation off, 'auto' adapts",
+        help="draft tokens per round (0-16); 0 turns speculation off, 'auto' (the default) "
+        "picks k each round from measured costs",
     )
-    parser.add_argument("--k-max", type=int, default=8, help="upper bound of an adaptive k")
+    parser.add_argument(
+        "--k-max", type=_k_max, default=16, help="upper bound of an adaptive k (1-16)"
+    )
     parser.add_argument(
         "--prompt-lookup",
         action="store_true",

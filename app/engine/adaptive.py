@@ -1,25 +1,30 @@
-"""Adaptive draft length: pick k to maximise expected tokens per second.
+"""Adaptive draft length: pick each round's k from measured costs and acceptance.
 
-With per-token acceptance a (the chance that a drafted token survives, given
-its predecessors did), a round that drafts k tokens commits
-E(k) = (1 - a^(k+1)) / (1 - a) tokens on average (Leviathan et al. 2023) and
-costs T(k) = k*c + v(k): k draft steps plus one verification of k + 1 tokens.
-Both are measured as the reply runs; k = argmax E(k) / T(k) within [1, k_max].
+A round that drafts k tokens commits E(k) tokens on average (from the running
+per-position acceptance) and costs k·c + v̂(k + 1) (:mod:`app.engine.costs`).
+Auto takes the k of highest E(k) / cost over the whole range [1, k_max], now
+and then tries a longer draft from across the rest of the range so the
+acceptance of far positions stays known, and while widths are unmeasured it
+pads a round's verification to one of them, a few rounds per width.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
+
+from app.engine.costs import K_MAX, CostModel, CostProfile, Plan, expected_tokens, plan_round
+
+PRIOR = 0.6  # acceptance assumed before any round
+PRIOR_WEIGHT = 4.0  # rounds of evidence the prior is worth
+EVIDENCE = 8.0  # drafted positions seen before Auto may conclude that drafting does not pay
+EXPLORE_EVERY = 16  # fewest rounds between two tries of a longer draft
+EXPLORE_BUDGET = 0.02  # share of decoding time that tries of longer drafts may cost
 
 
-def expected_tokens(alpha: float, k: int) -> float:
-    """Expected tokens a round of ``k`` drafts commits, bonus or correction included."""
-    if alpha >= 1.0:
-        return k + 1.0
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+class Ema:
+    """An exponential moving average; ``value`` is ``None`` until the first sample."""
 
-
-class _Ema:
     __slots__ = ("decay", "value")
 
     def __init__(self, decay: float) -> None:
@@ -30,82 +35,157 @@ class _Ema:
         self.value = x if self.value is None else self.decay * self.value + (1 - self.decay) * x
 
 
+class Acceptance:
+    """Running per-position acceptance of one pair and proposal source.
+
+    Position i counts the rounds that reached it (every earlier proposal was
+    accepted) and the rounds that accepted it there. Old rounds fade, so the
+    rates follow the conversation. Few observations lean on the pooled rate,
+    and that on :data:`PRIOR`.
+    """
+
+    def __init__(self, positions: int = K_MAX, decay: float = 0.98) -> None:
+        self.decay = decay
+        self._reached = [0.0] * positions
+        self._accepted = [0.0] * positions
+
+    @property
+    def evidence(self) -> float:
+        """Drafted positions seen (faded like the rates)."""
+        return sum(self._reached)
+
+    @property
+    def alpha(self) -> float:
+        """The pooled per-token acceptance."""
+        reached, accepted = sum(self._reached), sum(self._accepted)
+        return min((accepted + PRIOR * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT), 0.999)
+
+    def rates(self) -> tuple[float, ...]:
+        """Acceptance at each position, given the ones before it were accepted.
+
+        A position seldom reached leans on the one before it, not on the pooled
+        rate: acceptance comes in easy stretches, so a draft that got this far
+        tends to go on. That errs long, which the next rounds correct; erring
+        short would never be corrected, since positions past k are never seen.
+        """
+        out: list[float] = []
+        lean = self.alpha
+        for r, a in zip(self._reached, self._accepted, strict=True):
+            lean = min((a + lean * PRIOR_WEIGHT) / (r + PRIOR_WEIGHT), 0.999)
+            out.append(lean)
+        return tuple(out)
+
+    def observe(self, k: int, accepted: int) -> None:
+        """A round proposed ``k`` tokens and the first ``accepted`` survived."""
+        if k <= 0:
+            return
+        for i in range(len(self._reached)):
+            self._reached[i] *= self.decay
+            self._accepted[i] *= self.decay
+        for i in range(min(k, accepted + 1, len(self._reached))):
+            self._reached[i] += 1.0
+            if i < accepted:
+                self._accepted[i] += 1.0
+
+
 class DraftLength:
-    """Chooses k each round, fixed or adaptive.
+    """Chooses each round's plan: k and the width of its verification.
 
     Args:
         k_max: Upper bound of k.
         fixed: A fixed k; ``None`` adapts.
-        explore_every: In adaptive mode, try a neighbouring k this often so the
-            cost estimates stay current.
+        costs: The pair's running costs (shared by every controller of the pair).
+        acceptance: Acceptance of the pair and source this controller drafts for.
+        explore_every: In adaptive mode, try another k this often.
     """
 
-    def __init__(self, k_max: int = 8, fixed: int | None = None, explore_every: int = 8) -> None:
-        self.k_max = max(1, k_max)
+    def __init__(
+        self,
+        k_max: int = 8,
+        fixed: int | None = None,
+        costs: CostModel | None = None,
+        acceptance: Acceptance | None = None,
+        explore_every: int = EXPLORE_EVERY,
+    ) -> None:
+        self.k_max = max(1, min(k_max, K_MAX))
         self.fixed = fixed
+        self.costs = costs if costs is not None else CostModel()
+        self.acceptance = acceptance if acceptance is not None else Acceptance()
         self.explore_every = explore_every
-        self._accepted = _Ema(0.9)  # accepted tokens per round
-        self._trials = _Ema(0.9)  # tokens tested per round (accepted + first rejection)
-        self._cost: dict[int, _Ema] = {}
-        self._rounds = itertools.count()
-        self._best = min(4, self.k_max)
+        self._since_explore = 0
+        self._explored = 0
+        self.last: Plan | None = None
 
-    @property
-    def acceptance(self) -> float:
-        """Running per-token acceptance a, with a prior of 0.6."""
-        acc, trials = self._accepted.value, self._trials.value
-        if acc is None or not trials:
-            return 0.6
-        return min(acc / trials, 0.999)
+    def best(self) -> Plan | None:
+        """The plan of highest expected tokens per second from what is known now."""
+        return plan_round(self.costs.profile(), self.acceptance.rates(), self.k_max)
 
-    def cost(self, k: int) -> float | None:
-        """Measured, or inferred from a linear fit, seconds of a round with ``k`` drafts."""
-        ema = self._cost.get(k)
-        if ema is not None and ema.value is not None:
-            return ema.value
-        points = [(j, e.value) for j, e in self._cost.items() if e.value is not None and j > 0]
-        if not points:
-            return None
-        if len(points) == 1:
-            # One point: assume half of a round's cost scales with its tokens.
-            j, t = points[0]
-            return t * (0.5 + 0.5 * (k + 1) / (j + 1))
-        n = len(points)
-        mean_k = sum(j for j, _ in points) / n
-        mean_t = sum(t for _, t in points) / n
-        var = sum((j - mean_k) ** 2 for j, _ in points)
-        slope = sum((j - mean_k) * (t - mean_t) for j, t in points) / var
-        return max(mean_t + max(slope, 0.0) * (k - mean_k), 1e-9)
-
-    def choose(self) -> int:
-        """The k for the next round."""
+    def choose(self) -> Plan:
+        """The plan of the next round."""
+        profile = self.costs.profile()
+        rates = self.acceptance.rates()
         if self.fixed is not None:
-            return self.fixed
-        alpha = self.acceptance
-        best, best_rate = self._best, -1.0
-        seen = [j for j, e in self._cost.items() if e.value is not None]
-        for k in range(1, self.k_max + 1):
-            # Trust the cost model only next to measured k: far extrapolations of
-            # noisy timings would send k to an extreme.
-            if seen and min(abs(k - j) for j in seen) > 1:
-                continue
-            cost = self.cost(k)
-            if cost is None:
-                continue
-            rate = expected_tokens(alpha, k) / cost
-            if rate > best_rate:
-                best, best_rate = k, rate
-        self._best = best
-        n = next(self._rounds)
-        if n and n % self.explore_every == 0:
-            step = 1 if (n // self.explore_every) % 2 else -1
-            return min(max(best + step, 1), self.k_max)
-        return best
+            plan = plan_round(profile, rates, self.k_max, self.fixed)
+            self.last = plan or Plan(self.fixed, self.fixed + 1)
+            return self.last
+        # Plain decoding (k = 0) competes too: Auto is never slower than not drafting.
+        # Only measured acceptance may rule drafting out, never the prior alone.
+        plain = self.acceptance.evidence >= EVIDENCE
+        best = plan_round(profile, rates, self.k_max, plain=plain) or Plan(
+            min(4, self.k_max), min(4, self.k_max) + 1
+        )
+        plan = best
+        missing = [w for w in self.costs.missing() if w <= self.k_max + 1]
+        if missing:
+            # Measure one unmeasured width: pad to it, or draft fewer to reach it.
+            w = next((w for w in missing if w >= best.k + 1), missing[-1])
+            plan = Plan(min(best.k or 4, w - 1), w, best.tokens, best.seconds, best.steps)
+        else:
+            plan = self._explore(profile, rates, best) or best
+        self.last = best
+        return plan
 
-    def observe(self, k: int, accepted: int, seconds: float) -> None:
-        """Records a round: ``k`` drafted, ``accepted`` kept, ``seconds`` spent."""
-        if k <= 0:
-            return
-        self._accepted.add(accepted)
-        self._trials.add(accepted + (1 if accepted < k else 0))
-        self._cost.setdefault(k, _Ema(0.8)).add(seconds)
+    def _explore(self, profile: CostProfile, rates: Sequence[float], best: Plan) -> Plan | None:
+        """Now and then a longer draft, so the acceptance of far positions stays known.
+
+        Shorter drafts teach nothing new: a round of k observes every position up
+        to its first rejection. Tries spread over (best k, k_max] and are spaced
+        so that they cost at most :data:`EXPLORE_BUDGET` of the time.
+        """
+        self._since_explore += 1
+        if self._since_explore < self.explore_every:
+            return None
+        longer = [k for k in _spread(self.k_max) if k > best.k]  # from plain, any k
+        if not longer or best.rate <= 0:
+            return None
+        k = longer[self._explored % len(longer)]
+        trial = plan_round(profile, rates, self.k_max, k)
+        if trial is None:
+            return None
+        loss = max(0.0, 1.0 - trial.rate / best.rate) * trial.seconds
+        if self._since_explore * EXPLORE_BUDGET * best.seconds < loss:
+            return None
+        self._since_explore = 0
+        self._explored += 1
+        return trial
+
+    def observe(self, k: int, accepted: int) -> None:
+        """Records a round: ``k`` proposed, the first ``accepted`` kept."""
+        self.acceptance.observe(k, accepted)
+
+
+def _spread(k_max: int) -> list[int]:
+    """1 … k_max ordered so that consecutive picks lie far apart."""
+    order: list[int] = []
+    lo, hi = 1, k_max
+    while lo <= hi:
+        order.append(hi)
+        if lo != hi:
+            order.append(lo)
+        lo, hi = lo + 1, hi - 1
+    # Interleave halves so the middle is not visited last in a run.
+    half = (len(order) + 1) // 2
+    return [x for pair in itertools.zip_longest(order[:half], order[half:]) for x in pair if x]
+
+
+__all__ = ["Acceptance", "DraftLength", "Ema", "expected_tokens"]

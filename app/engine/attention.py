@@ -20,7 +20,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 Mode = Literal["auto", "sdpa", "bucketed", "matmul"]
-MAX_QUERIES = 16
+MAX_QUERIES = 32  # a verification of up to 16 drafts, padded
 BUCKET = 256
 _state: dict[str, str] = {"mode": "sdpa"}
 

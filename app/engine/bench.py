@@ -22,7 +22,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from app import resource_path
-from app.engine.speculative import Decoder, Prefill
+from app.engine.costs import K_MAX, CostModel, CostProfile, ProfileProgress, measure_profile
+from app.engine.speculative import Decoder, Prefill, Round
 from app.engine.types import GenerationParams
 
 IMPLS = ("plain", "mlx-lm", "tandem")
@@ -144,9 +145,10 @@ def run_tandem(
     temp: float,
     k: int | None,
     lookup: bool = False,
+    k_max: int = K_MAX,
 ) -> Run:
     params = GenerationParams(
-        max_tokens=max_tokens, temperature=temp, num_draft=k, prompt_lookup=lookup
+        max_tokens=max_tokens, temperature=temp, num_draft=k, prompt_lookup=lookup, k_max=k_max
     )
     rounds = (r for r in decoder.generate(prompt, params) if not isinstance(r, Prefill))
     out, secs, first = _timed(rounds, max_tokens, lambda r: len(r.tokens))
@@ -169,7 +171,7 @@ def ttft_cold_and_warm(
     from app.engine.generate import decoder_for, stream_reply
     from app.engine.types import Chunk, Finished, Message
 
-    params = GenerationParams(max_tokens=max_tokens, num_draft=4 if pair.draft else 0)
+    params = GenerationParams(max_tokens=max_tokens, num_draft=None if pair.draft else 0)
     turn = [Message("user", first)]
     events = list(stream_reply(pair, turn, params))
     reply = "".join(e.text for e in events if isinstance(e, Chunk))
@@ -187,6 +189,52 @@ def ttft_cold_and_warm(
         if label == "warm":
             list(stream_reply(pair, turn, params))
     return out
+
+
+def first_token_seconds(decoder: Decoder, prompt: list[int], params: GenerationParams) -> float:
+    """Time to first token of ``prompt`` from empty caches: prefill plus the first round."""
+    decoder.reset()
+    start = time.perf_counter()
+    gen = decoder.generate(prompt, params)
+    try:
+        for event in gen:
+            if isinstance(event, Round):
+                return time.perf_counter() - start
+    finally:
+        gen.close()
+    return time.perf_counter() - start
+
+
+def ttft_by_drafter(
+    target: nn.Module, draft: nn.Module | None, prompt: list[int], repeats: int = 2
+) -> dict[str, float]:
+    """Median time to first token, cold, plain and with each drafter."""
+    settings = {"plain": (False, 0), "lookup": (True, None)}
+    if draft is not None:
+        settings.update({"draft": (False, None), "lookup+draft": (True, None)})
+    out: dict[str, float] = {}
+    for label, (lookup, k) in settings.items():
+        decoder = Decoder(target, draft if label.endswith("draft") else None)
+        params = GenerationParams(max_tokens=4, num_draft=k, prompt_lookup=lookup)
+        first_token_seconds(decoder, prompt, params)  # builds kernels for this prompt length
+        runs = [first_token_seconds(decoder, prompt, params) for _ in range(repeats)]
+        out[label] = statistics.median(runs)
+    return out
+
+
+def profile_table(profile: CostProfile) -> str:
+    """The verification cost per width, in ms and in plain steps, and the draft step."""
+    lines = [f"{'m':>3} {'ms':>9} {'steps':>6}"]
+    for m in range(1, profile.widths + 1):
+        v, steps = profile.v(m), profile.steps(m)
+        ms = f"{v * 1e3:.2f}" if v is not None else "-"
+        lines.append(f"{m:>3} {ms:>9} {steps:>6.2f}" if steps else f"{m:>3} {ms:>9} {'-':>6}")
+    c, step = profile.draft_step, profile.step
+    if c is not None:
+        ratio = f" (c = {c / step:.3f} of a step)" if step else ""
+        lines.append(f"draft step {c * 1e3:.2f} ms{ratio}")
+    lines.append(f"context {profile.context} tokens, {profile.device}, mlx {profile.mlx}")
+    return "\n".join(lines)
 
 
 def default_prompts() -> list[str]:
@@ -217,8 +265,16 @@ def benchmark(
     warmup: int = 16,
     seed: int = 0,
     log: Callable[[str], None] = lambda _s: None,
+    profile: CostProfile | None = None,
+    k_max: int = K_MAX,
+    draft_cutoff: bool = False,
+    mlx_ks: Sequence[int] | None = None,
 ) -> list[Row]:
-    """Runs every configuration ``repeats`` times over ``prompts``, interleaved."""
+    """Runs every configuration ``repeats`` times over ``prompts``, interleaved.
+
+    Tandem's decoders start from ``profile`` (measured once per pair, as the
+    app stores it); without one they measure costs as they run.
+    """
     configs: list[tuple[str, int | None, float]] = []
     for temp in temps:
         if "plain" in impls:
@@ -228,14 +284,19 @@ def benchmark(
                 if "tandem" in impls and "plain" not in impls:
                     configs.append(("tandem", 0, temp))
                 continue
-            if "mlx-lm" in impls and draft is not None and k is not None:
+            if "mlx-lm" in impls and draft is not None and k is not None and mlx_ks is None:
                 configs.append(("mlx-lm", k, temp))
             if "tandem" in impls and (draft is not None or lookup):
                 configs.append(("tandem", k, temp))
 
+    if "mlx-lm" in impls and draft is not None and mlx_ks is not None:
+        configs += [("mlx-lm", k, temp) for temp in temps for k in mlx_ks if k]
     # One decoder per configuration, kept across prompts as the app keeps it
     # across turns (its draft-length controller and baseline carry over).
-    decoders = {c: Decoder(target, draft) for c in configs if c[0] == "tandem"}
+    tandem = [c for c in configs if c[0] == "tandem"]
+    decoders = {c: Decoder(target, draft, CostModel(k_max + 1, profile)) for c in tandem}
+    for decoder in decoders.values():
+        decoder.draft_cutoff = draft_cutoff
 
     def once(impl: str, k: int | None, temp: float, prompt: list[int], n: int) -> Run:
         if impl == "plain":
@@ -243,7 +304,7 @@ def benchmark(
         if impl == "mlx-lm":
             assert draft is not None and k is not None
             return run_mlx_lm(target, draft, prompt, n, temp, k)
-        return run_tandem(decoders[(impl, k, temp)], prompt, n, temp, k, lookup)
+        return run_tandem(decoders[(impl, k, temp)], prompt, n, temp, k, lookup, k_max)
 
     log(f"warm-up: {len(configs)} configurations, {warmup} tokens")
     for impl, k, temp in configs:
@@ -288,6 +349,33 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def _ks(text: str) -> list[int | None]:
+    """``"0,2,auto"`` -> ``[0, 2, None]``; k from 0 to 16.
+
+    Raises:
+        ValueError: A value that is neither ``auto`` nor a k in range.
+    """
+    out: list[int | None] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part == "auto":
+            out.append(None)
+            continue
+        if not part.isdigit() or int(part) > K_MAX:
+            raise ValueError(f"--ks takes 'auto' or whole numbers from 0 to {K_MAX}, not '{part}'")
+        out.append(int(part))
+    return out
+
+
+def _measure(target: nn.Module, draft: nn.Module | None, widths: int, context: int) -> CostProfile:
+    profile = None
+    for event in measure_profile(target, draft, widths=widths, context=context):
+        if not isinstance(event, ProfileProgress):
+            profile = event
+    assert profile is not None
+    return profile
+
+
 def main(args: Any) -> int:
     """Runs ``tandem bench`` from parsed arguments."""
     from app.engine import synthetic as syn
@@ -298,7 +386,11 @@ def main(args: Any) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    ks: list[int | None] = [None if k == "auto" else int(k) for k in args.ks.split(",")]
+    try:
+        ks = _ks(args.ks)
+    except ValueError as exc:
+        log(f"tandem: {exc}")
+        return 2
     temps = [float(t) for t in args.temps.split(",")]
     impls = [i for i in args.impls.split(",") if i]
     for impl in impls:
@@ -308,23 +400,29 @@ def main(args: Any) -> int:
     from app.engine import attention
 
     attention.set_mode(args.attention)
+    k_max = min(args.k_max or max([k for k in ks if k] or [K_MAX]), K_MAX)
     meta: dict[str, Any] = {
         "device": str(mx.default_device()),
         "mlx": getattr(mx, "__version__", "?"),
         "attention": args.attention,
         "verify_attention": attention.resolve(args.attention),
         "fused": args.fuse,
+        "k_max": k_max,
+        "draft_cutoff": args.draft_cutoff,
     }
     if args.synthetic:
         try:
             t_shape, d_shape = syn.parse_pair(args.synthetic)
+            dtype = getattr(mx, args.dtype)
+            log(f"building {t_shape} ({syn.describe(t_shape)}) and {d_shape}")
+            target = syn.build(t_shape, dtype=dtype, bits=args.bits)
+            vocab = syn.config(t_shape)["vocab_size"]
+            draft = syn.build(
+                d_shape, miss=args.miss, vocab_size=vocab, dtype=dtype, seed=1, bits=args.bits
+            )
         except ValueError as exc:
             log(f"tandem: {exc}")
             return 2
-        dtype = getattr(mx, args.dtype)
-        target = syn.build(t_shape, dtype=dtype)
-        vocab = syn.config(t_shape)["vocab_size"]
-        draft = syn.build(d_shape, miss=args.miss, vocab_size=vocab, dtype=dtype, seed=1)
         if args.fuse:
             from app.engine.fuse import fuse
 
@@ -332,7 +430,8 @@ def main(args: Any) -> int:
             fuse(draft)
         draft_model: nn.Module | None = draft
         prompts = [syn.prompt(t_shape)]
-        meta.update(synthetic=args.synthetic, miss=args.miss, dtype=args.dtype)
+        ttft_prompt = syn.prompt(t_shape, repeats=6)
+        meta.update(synthetic=args.synthetic, miss=args.miss, dtype=args.dtype, bits=args.bits)
     else:
         if not args.model:
             log("tandem: bench needs --model DIR (and usually --draft DIR) or --synthetic T:D")
@@ -349,7 +448,19 @@ def main(args: Any) -> int:
         draft_model = pair.draft.model if pair.draft else None
         texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
         prompts = [encode_chat(pair.target.tokenizer, [Message("user", t)]) for t in texts]
+        ttft_prompt = max(prompts, key=len)
         meta.update(model=args.model, draft=args.draft, prompts=len(prompts))
+
+    profile: CostProfile | None = None
+    if args.profile or not args.cold:
+        log(f"measuring verification costs for widths 1-{k_max + 1}")
+        profile = _measure(target, draft_model, k_max + 1, args.context)
+        print(profile_table(profile))
+        meta["profile"] = profile.as_dict()
+    if args.profile:
+        if args.json:
+            Path(args.json).write_text(json.dumps({"meta": meta}, indent=2))
+        return 0
     rows = benchmark(
         target,
         draft_model,
@@ -362,16 +473,25 @@ def main(args: Any) -> int:
         lookup=args.prompt_lookup,
         warmup=args.warmup,
         log=log,
+        profile=profile,
+        k_max=k_max,
+        draft_cutoff=args.draft_cutoff,
+        mlx_ks=[int(k) for k in args.mlx_ks.split(",")] if args.mlx_ks else None,
     )
     print(table(rows))
+    if args.ttft:
+        ttft = ttft_by_drafter(target, draft_model, ttft_prompt)
+        meta["ttft_first_turn"] = {"prompt_tokens": len(ttft_prompt), **ttft}
+        cells = ", ".join(f"{label} {secs:.3f} s" for label, secs in ttft.items())
+        print(f"time to first token, {len(ttft_prompt)}-token prompt, cold: {cells}")
     if not args.synthetic:
         texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
-        ttft = ttft_cold_and_warm(pair, texts[0], "Now make it shorter.")
-        meta["ttft_turn2"] = ttft
+        ttft2 = ttft_cold_and_warm(pair, texts[0], "Now make it shorter.")
+        meta["ttft_turn2"] = ttft2
         print(
-            f"time to first token, turn 2 of {ttft['prompt_tokens']} prompt tokens: "
-            f"cold {ttft['cold_ttft_seconds']:.3f} s, warm {ttft['warm_ttft_seconds']:.3f} s "
-            f"({ttft['warm_reused_tokens']} tokens reused)"
+            f"time to first token, turn 2 of {ttft2['prompt_tokens']} prompt tokens: "
+            f"cold {ttft2['cold_ttft_seconds']:.3f} s, warm {ttft2['warm_ttft_seconds']:.3f} s "
+            f"({ttft2['warm_reused_tokens']} tokens reused)"
         )
     if args.json:
         meta.update(max_tokens=args.max_tokens, repeats=args.repeats, lookup=args.prompt_lookup)

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.bench import default_prompts
-from app.engine.generate import stream_reply
+from app.engine.costs import CostProfile, Plan, ProfileProgress, measure_profile, plan_round
+from app.engine.costs import predicted_rates as _predicted_rates
+from app.engine.generate import decoder_for, stream_reply
 from app.engine.loader import ModelPair
 from app.engine.types import Finished, GenerationParams, Message, Stats
 from app.files import write_atomic
 
-DEFAULT_K_MAX = 8
+DEFAULT_K_MAX = 16
 WARMUP_TOKENS = 8
 
 
@@ -87,6 +89,9 @@ class CalibrationResult:
         prompts: Prompts each k ran on.
         max_tokens: Token budget of each run.
         pair: Label of the pair, for the export.
+        profile: The verification costs measured before the sweep.
+        accept: Per-position acceptance the sweep observed (greedy).
+        k_max: Longest draft Auto may choose.
     """
 
     points: tuple[CalibrationPoint, ...]
@@ -95,6 +100,22 @@ class CalibrationResult:
     prompts: int
     max_tokens: int
     pair: str = ""
+    profile: CostProfile | None = None
+    accept: tuple[float, ...] = ()
+    k_max: int = DEFAULT_K_MAX
+
+    @property
+    def auto_plan(self) -> Plan | None:
+        """The k Auto picks from this profile and acceptance, and why."""
+        if self.profile is None or not self.accept:
+            return None
+        return plan_round(self.profile, self.accept, self.k_max)
+
+    def predicted(self) -> list[Plan]:
+        """Expected tokens per second of every fixed k, from the profile."""
+        if self.profile is None or not self.accept:
+            return []
+        return _predicted_rates(self.profile, self.accept, self.k_max)
 
     def point(self, k: int | None) -> CalibrationPoint | None:
         """The point of ``k`` (``None`` for auto), if it was measured."""
@@ -122,6 +143,9 @@ class CalibrationResult:
             "prompts": self.prompts,
             "max_tokens": self.max_tokens,
             "points": [{**p.as_dict(), "speedup": self.speedup(p)} for p in self.points],
+            "profile": self.profile.as_dict() if self.profile is not None else None,
+            "accept": list(self.accept),
+            "k_max": self.k_max,
         }
 
     @classmethod
@@ -133,6 +157,9 @@ class CalibrationResult:
             prompts=int(data["prompts"]),
             max_tokens=int(data["max_tokens"]),
             pair=str(data.get("pair", "")),
+            profile=CostProfile.from_dict(data["profile"]) if data.get("profile") else None,
+            accept=tuple(float(a) for a in data.get("accept") or ()),
+            k_max=int(data.get("k_max", DEFAULT_K_MAX)),
         )
 
 
@@ -269,6 +296,18 @@ def _sweep(
 
     if cancelled():
         return
+    # Verification costs first: they explain the sweep and Auto plans with them.
+    decoder = decoder_for(pair)
+    draft = pair.draft.model if pair.draft is not None else None
+    profile: CostProfile | None = None
+    for event in measure_profile(pair.target.model, draft, widths=k_max + 1, cancel=cancel):
+        if isinstance(event, ProfileProgress):
+            yield CalibrationProgress(0, total, f"measuring costs: {event.text}")
+        else:
+            profile = event
+    if cancelled() or profile is None:
+        return
+    decoder.costs.replace(profile)
     yield CalibrationProgress(0, total, "warming up")
     for k in ks:
         if cancelled() or run(k, prompts[0], min(WARMUP_TOKENS, max_tokens)) is None:
@@ -302,6 +341,9 @@ def _sweep(
         prompts=len(prompts),
         max_tokens=max_tokens,
         pair=pair.label,
+        profile=decoder.costs.profile(),
+        accept=decoder.acceptance(temperature > 0).rates(),
+        k_max=k_max,
     )
 
 

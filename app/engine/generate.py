@@ -9,6 +9,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from app.engine.costs import CostModel, CostProfile, ProfileStore
 from app.engine.loader import ModelError, ModelPair, first_line
 from app.engine.speculative import CacheError, Decoder, DraftControl, Prefill
 from app.engine.types import (
@@ -48,12 +49,28 @@ def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
     return list(tokenizer.encode(text))
 
 
-def decoder_for(pair: ModelPair) -> Decoder:
-    """The pair's decoder, whose caches persist across turns."""
+def decoder_for(pair: ModelPair, store: ProfileStore | None = None) -> Decoder:
+    """The pair's decoder, whose caches persist across turns.
+
+    Its cost model starts from the pair's stored profile on this machine, when
+    there is one, and stores the profile once rounds have measured every width.
+    """
     if pair.decoder is None:
         draft = pair.draft.model if pair.draft is not None else None
-        pair.decoder = Decoder(pair.target.model, draft)
+        pair.decoder = Decoder(pair.target.model, draft, cost_model_for(pair, store))
     return pair.decoder
+
+
+def cost_model_for(pair: ModelPair, store: ProfileStore | None = None) -> CostModel:
+    """A cost model seeded from ``store`` (the default one when omitted) that saves to it."""
+    store = store if store is not None else ProfileStore()
+    target = str(pair.target.path)
+    draft = str(pair.draft.path) if pair.draft is not None else None
+
+    def save(profile: CostProfile) -> None:
+        store.put(target, draft, profile)
+
+    return CostModel(profile=store.get(target, draft), on_complete=save)
 
 
 def stream_reply(

@@ -23,12 +23,15 @@ import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from app.engine import attention
-from app.engine.adaptive import DraftLength, _Ema
+from app.engine.adaptive import Acceptance, DraftLength, Ema
+from app.engine.costs import K_MAX, PLAIN_BURST, CostModel, Plan
 from app.engine.lookup import PromptLookup
 from app.engine.sampling import contexts_for, log_probs, penalize
 from app.engine.types import AcceptRule, GenerationParams, Origin
 
 PREFILL_STEP = 512
+CATCH_UP_STEP = 128  # draft prompt tokens fed between two of the first plain steps
+ROUND_LAG = 2 * K_MAX + 2  # tokens a round feeds the draft with its first step
 PROBE_EVERY = 64  # a plain target step this often keeps the baseline current
 TIME_DRAFT_EVERY = 8  # sync after drafting this often to split draft and verify time
 
@@ -60,6 +63,7 @@ class Round:
     seconds: float
     draft_seconds: float
     auto: bool = False  # k was chosen by the adaptive controller
+    width: int = 0  # rows of the verification (k + 1 plus any padding)
 
 
 class DraftControl:
@@ -69,7 +73,7 @@ class DraftControl:
     UI) and the engine thread that reads it once per round.
     """
 
-    def __init__(self, num_draft: int | None = 4) -> None:
+    def __init__(self, num_draft: int | None = None) -> None:
         self._lock = threading.Lock()
         self._num_draft = num_draft
 
@@ -80,16 +84,18 @@ class DraftControl:
             return self._num_draft
 
     def set(self, num_draft: int | None) -> None:
-        if num_draft is not None and num_draft < 0:
-            raise ValueError(f"num_draft must be 0 or more, not {num_draft}")
+        if num_draft is not None and not 0 <= num_draft <= K_MAX:
+            raise ValueError(f"num_draft must be from 0 to {K_MAX}, not {num_draft}")
         with self._lock:
             self._num_draft = num_draft
 
 
-def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int]) -> None:
-    """Runs ``tokens`` through ``model`` into ``cache`` in chunks."""
-    for i in range(0, len(tokens), PREFILL_STEP):
-        model(mx.array(list(tokens[i : i + PREFILL_STEP]))[None], cache=cache)
+def prefill(
+    model: nn.Module, cache: list[Any], tokens: Sequence[int], step: int = PREFILL_STEP
+) -> None:
+    """Runs ``tokens`` through ``model`` into ``cache`` in chunks of ``step``."""
+    for i in range(0, len(tokens), step):
+        model(mx.array(list(tokens[i : i + step]))[None], cache=cache)
         mx.eval([c.state for c in cache])
 
 
@@ -160,9 +166,17 @@ class Decoder:
 
     Owns both models' KV caches and keeps them between turns, so it belongs to
     the one thread that runs the models.
+
+    Args:
+        target: The model whose output the user gets.
+        draft: The model that proposes tokens, if any.
+        costs: The pair's measured costs (a stored profile, say); a fresh model
+            measures them as replies run.
     """
 
-    def __init__(self, target: nn.Module, draft: nn.Module | None = None) -> None:
+    def __init__(
+        self, target: nn.Module, draft: nn.Module | None = None, costs: CostModel | None = None
+    ) -> None:
         self.target = target
         self.draft = draft
         for model in (target, draft):
@@ -175,10 +189,14 @@ class Decoder:
         self._d_cache: list[Any] | None = None
         self._d_tokens: list[int] = []
         self.probe_every = PROBE_EVERY  # 0: never a plain step between drafting rounds
-        self._step = _Ema(0.8)  # seconds of one plain target step
-        # Draft-length controllers outlive turns: the pair's costs do not change.
-        self._lengths: dict[tuple[int, int | None], DraftLength] = {}
-        self._draft_step = _Ema(0.8)  # seconds of one draft step
+        # End a draft early when its own confidence says the rest will be rejected.
+        self.draft_cutoff = False
+        self._step = Ema(0.8)  # seconds of one plain target step
+        self.costs = costs if costs is not None else CostModel()
+        # Acceptance per (sampling, lookup) and controllers per setting outlive
+        # turns: the pair's behaviour does not change between them.
+        self._acceptance: dict[tuple[bool, bool], Acceptance] = {}
+        self._lengths: dict[tuple[int, int | None, bool, bool], DraftLength] = {}
 
     @property
     def baseline_tps(self) -> float | None:
@@ -186,15 +204,33 @@ class Decoder:
         v = self._step.value
         return 1.0 / v if v else None
 
+    def acceptance(self, sampling: bool = False, lookup: bool = False) -> Acceptance:
+        """The running acceptance of greedy or sampled drafting, with or without lookup."""
+        return self._acceptance.setdefault((sampling, lookup), Acceptance())
+
+    def draft_length(self, params: GenerationParams, num_draft: int | None) -> DraftLength:
+        """The controller of this reply's setting (shared with earlier replies)."""
+        sampling, lookup = params.temperature > 0, params.prompt_lookup
+        key = (params.k_max, num_draft, sampling, lookup)
+        if key not in self._lengths:
+            accept = self.acceptance(sampling, lookup)
+            self._lengths[key] = DraftLength(params.k_max, num_draft, self.costs, accept)
+        return self._lengths[key]
+
     def reset(self) -> None:
         """Drops both caches (the next turn prefills from scratch)."""
         self._t_cache, self._t_tokens = None, []
         self._d_cache, self._d_tokens = None, []
 
     def _prepare(
-        self, model: nn.Module, cache: list[Any] | None, cached: list[int], tokens: list[int]
+        self,
+        model: nn.Module,
+        cache: list[Any] | None,
+        cached: list[int],
+        tokens: list[int],
+        limit: int | None = None,
     ) -> tuple[list[Any], list[int], int]:
-        """Makes ``cache`` hold exactly ``tokens``, reusing the common prefix."""
+        """Makes ``cache`` hold ``tokens`` (at most ``limit`` more), reusing the common prefix."""
         n = common_prefix(cached, tokens)
         if cache is not None and len(cached) > n:
             if can_trim_prompt_cache(cache):
@@ -203,8 +239,9 @@ class Decoder:
                 cache = None
         if cache is None:
             cache, n = make_prompt_cache(model), 0
-        prefill(model, cache, tokens[n:])
-        return cache, list(tokens), n
+        end = len(tokens) if limit is None else min(len(tokens), n + limit)
+        prefill(model, cache, tokens[n:end], min(PREFILL_STEP, limit or PREFILL_STEP))
+        return cache, list(tokens[:end]), n
 
     def generate(
         self,
@@ -254,24 +291,56 @@ class Decoder:
                 return 0
             return control.num_draft if control is not None else params.num_draft
 
-        if can_draft and wanted() != 0:
-            self._sync_draft(seq)
         yield Prefill(len(seq), reused, time.perf_counter() - start)
 
         rounds = itertools.count()  # drafting rounds over the whole reply
+        probe_first = self.probe_every > 0 and (self._step.value is None or params.seed is not None)
+        if wanted() != 0 and (probe_first or (can_draft and not self._draft_ready(seq))):
+            # The first token comes at plain latency, before a probe's second
+            # step or the draft's prefill.
+            yield self._single_step(seq, params)
+        if params.seed is not None and can_draft and wanted() != 0:
+            # A seeded reply's schedule must not depend on what the draft's cache
+            # held before: the whole catch-up at once.
+            assert self.draft is not None
+            self._d_cache, self._d_tokens, _ = self._prepare(
+                self.draft, self._d_cache, self._d_tokens, seq[:-1]
+            )
         while True:
             if wanted() == 0:
                 # Plain decoding until the control asks for drafting again.
                 yield from self._plain(seq, params, until=lambda: wanted() != 0)
-                if can_draft:
-                    self._sync_draft(seq)
+            # No token waits for the draft's prefill: while it catches up, a
+            # chunk at a time, the target decodes plainly.
+            while can_draft and wanted() != 0 and not self._draft_ready(seq):
+                self._feed_draft(seq)
+                if not self._draft_ready(seq):
+                    yield self._single_step(seq, params)
             yield from self._speculate_rounds(seq, params, can_draft, can_lookup, wanted, rounds)
 
-    def _sync_draft(self, seq: list[int]) -> None:
-        """Makes the draft's cache hold ``seq[:-1]``, reusing what it has."""
+    def _draft_ready(self, seq: list[int]) -> bool:
+        """Whether a round can draft now: the draft holds ``seq[:-1]`` but for a short tail.
+
+        A draft ahead of ``seq`` (an edit, or a regenerated reply) is cut back to
+        the common prefix first.
+        """
+        goal = seq[:-1]
+        if self._d_cache is not None:
+            n = common_prefix(self._d_tokens, goal)
+            if len(self._d_tokens) > n:
+                if can_trim_prompt_cache(self._d_cache):
+                    trim_prompt_cache(self._d_cache, len(self._d_tokens) - n)
+                    self._d_tokens = self._d_tokens[:n]
+                else:
+                    self._d_cache, self._d_tokens = None, []
+        # A round's own first draft step feeds the few tokens it lags after a round.
+        return self._d_cache is not None and len(goal) - len(self._d_tokens) <= ROUND_LAG
+
+    def _feed_draft(self, seq: list[int]) -> None:
+        """Feeds the draft up to :data:`CATCH_UP_STEP` more tokens of ``seq[:-1]``."""
         assert self.draft is not None
         self._d_cache, self._d_tokens, _ = self._prepare(
-            self.draft, self._d_cache, self._d_tokens, seq[:-1]
+            self.draft, self._d_cache, self._d_tokens, seq[:-1], limit=CATCH_UP_STEP
         )
 
     def _speculate_rounds(
@@ -288,11 +357,19 @@ class Decoder:
         if lookup is not None:
             lookup.reset(seq)
         while (num_draft := wanted()) != 0:
+            if can_draft and not self._draft_ready(seq):
+                return  # back from plain decoding: catch the draft up first
             n_round = next(rounds)
-            key = (params.k_max, num_draft)
-            lengths = self._lengths.setdefault(key, DraftLength(params.k_max, num_draft))
-            k = lengths.choose()
-            proposed = lookup.propose(k) if lookup is not None else []
+            lengths = self.draft_length(params, num_draft)
+            plan = lengths.choose()
+            if plan.k == 0:
+                # Auto found that drafting does not pay: plain decoding for a while.
+                for rnd in self._plain(seq, params, limit=PLAIN_BURST):
+                    if lookup is not None:
+                        lookup.extend(list(rnd.tokens))
+                    yield replace(rnd, auto=True)
+                continue
+            proposed = lookup.propose(plan.k) if lookup is not None else []
             # Measure plain decoding once per pair, then refresh it now and then.
             # A seeded reply always starts with a probe: its schedule then does
             # not depend on earlier replies, so it reproduces.
@@ -301,21 +378,20 @@ class Decoder:
                 first or n_round % self.probe_every == self.probe_every - 1
             )
             if probe or (not proposed and not can_draft):
-                new = self._plain_steps(seq, params)
-                origins, rnd = [Origin.TARGET] * len(new), None
+                new = tuple(self._plain_steps(seq, params))
+                step = self._step.value or 0.0
+                rnd = Round(new, (Origin.TARGET,) * len(new), 0, 0, "none", step, 0.0, width=1)
             else:
-                rnd = self._speculate(seq, params, proposed, k if can_draft else 0, n_round)
-                new, origins = list(rnd.tokens), list(rnd.origins)
-                lengths.observe(rnd.k, rnd.accepted, rnd.seconds)
+                rnd = self._speculate(
+                    seq, params, proposed, plan, plan.k if can_draft else 0, n_round
+                )
+                lengths.observe(rnd.k, rnd.accepted)
                 if num_draft is None:
                     rnd = replace(rnd, auto=True)
-            seq += new
+            seq += rnd.tokens
             if lookup is not None:
-                lookup.extend(new)
-            if rnd is None:
-                yield Round(tuple(new), tuple(origins), 0, 0, "none", self._step.value or 0, 0)
-            else:
-                yield rnd
+                lookup.extend(list(rnd.tokens))
+            yield rnd
 
     def _pick(
         self, logits: mx.array, params: GenerationParams, contexts: list[mx.array]
@@ -331,6 +407,24 @@ class Decoder:
         """The tokens the repetition penalty looks at (none when it is off)."""
         size = params.repetition_context_size if params.repetition_penalty != 1.0 else 0
         return mx.array(seq[-size:] if size else [], dtype=mx.int32)
+
+    def _single_step(self, seq: list[int], params: GenerationParams) -> Round:
+        """One plain target step, not pipelined: the next token as soon as possible."""
+        assert self._t_cache is not None
+        start = time.perf_counter()
+        penal = params.repetition_penalty != 1.0
+        history = self._history(seq[:-1], params)
+        ctx = mx.concatenate([history, mx.array(seq[-1:], dtype=mx.int32)])
+        y, _ = self._pick(
+            _logits(self.target, mx.array(seq[-1:]), self._t_cache),
+            params,
+            [ctx[-params.repetition_context_size :]] if penal else [],
+        )
+        t = _ints(y)[0]
+        self._t_tokens.append(seq[-1])
+        seq.append(t)
+        seconds = time.perf_counter() - start
+        return Round((t,), (Origin.TARGET,), 0, 0, "none", seconds, 0.0, width=1)
 
     def _plain_steps(self, seq: list[int], params: GenerationParams) -> list[int]:
         """Two plain target steps, the second queued while the first runs.
@@ -355,7 +449,9 @@ class Decoder:
         y2, _ = self._pick(_logits(self.target, y1, self._t_cache), params, [ctx] if penal else [])
         mx.async_eval(y2)
         t1, t2 = _ints(y1)[0], _ints(y2)[0]
-        self._step.add((time.perf_counter() - built) / 2)
+        step = (time.perf_counter() - built) / 2
+        self._step.add(step)
+        self.costs.observe_step(step)
         self._t_tokens += [seq[-1], t1]
         return [t1, t2]
 
@@ -364,11 +460,13 @@ class Decoder:
         seq: list[int],
         params: GenerationParams,
         until: Callable[[], bool] | None = None,
+        limit: int | None = None,
     ) -> Generator[Round, None, None]:
         """Plain decoding, one step ahead so the device never waits on Python.
 
-        Returns once ``until()`` is true after a token, leaving the target's
-        cache holding ``seq[:-1]`` as a drafting round expects.
+        Returns once ``until()`` is true after a token, or after ``limit``
+        tokens, leaving the target's cache holding ``seq[:-1]`` as a drafting
+        round expects. A known ``limit`` queues no step past its last token.
         """
         assert self._t_cache is not None
         cache = self._t_cache
@@ -385,16 +483,21 @@ class Decoder:
         self._t_tokens.append(seq[-1])
         mx.async_eval(y)
         last = time.perf_counter()
-        while True:
-            history = self._history(seq, params)
-            next_y = step(y, history)
-            mx.async_eval(next_y)
+        for n in itertools.count(1):
+            final = limit is not None and n >= limit
+            if not final:
+                next_y = step(y, self._history(seq, params))
+                mx.async_eval(next_y)
             t = _ints(y)[0]
-            self._t_tokens.append(t)  # fed to compute next_y
             seq.append(t)
             now = time.perf_counter()
             self._step.add(now - last)
-            yield Round((t,), (Origin.TARGET,), 0, 0, "none", now - last, 0.0)
+            rnd = Round((t,), (Origin.TARGET,), 0, 0, "none", now - last, 0.0, width=1)
+            if final:
+                yield rnd  # t was never fed: the cache holds seq[:-1]
+                return
+            self._t_tokens.append(t)  # fed to compute next_y
+            yield rnd
             if until is not None and until():
                 # next_y fed t to the cache; give it back, since a round feeds it.
                 trim_prompt_cache(cache, 1)
@@ -403,11 +506,61 @@ class Decoder:
             last = time.perf_counter()
             y = next_y
 
+    def _draft_tokens(
+        self,
+        seq: list[int],
+        params: GenerationParams,
+        parts: list[mx.array],
+        q_rows: list[mx.array | int],
+        feed: list[int],
+        n_draft: int,
+        stop_below: float,
+    ) -> int:
+        """Drafts up to ``n_draft`` tokens onto ``parts`` (and their rows onto ``q_rows``).
+
+        With ``stop_below`` above 0 the draft ends once the product of its own
+        probabilities of its tokens falls below it; each probability is read one
+        step late, so the device keeps drafting while Python looks.
+
+        Returns:
+            Tokens drafted.
+        """
+        assert self.draft is not None and self._d_cache is not None
+        history = self._history(seq, params)
+        penal = params.repetition_penalty != 1.0
+        x = mx.array(feed, dtype=mx.int32)
+        sure: list[mx.array] = []
+        chain = 1.0
+        for i in range(n_draft):
+            logits = _logits(self.draft, x, self._d_cache)[-1:]
+            if self.vocab_size is not None:
+                logits = fit_vocab(logits, self.vocab_size)
+            ctx = []
+            if penal:
+                ctx = [mx.concatenate([history, *parts])[-params.repetition_context_size :]]
+            token, probs = self._pick(logits, params, ctx)
+            if probs is not None:
+                q_rows.append(probs[0])
+            x = token
+            parts.append(token)
+            if stop_below > 0:
+                p = probs if probs is not None else mx.softmax(logits, axis=-1)
+                sure.append(mx.take(p[0], token))
+                mx.async_eval(x, sure[-1])
+                if i:
+                    chain *= cast(float, sure[i - 1].item())
+                    if chain < stop_below:
+                        return i + 1
+            else:
+                mx.async_eval(x)  # the device drafts while Python builds the next step
+        return n_draft
+
     def _speculate(
         self,
         seq: list[int],
         params: GenerationParams,
         proposed: list[int],
+        plan: Plan,
         k_draft: int,
         n_round: int,
     ) -> Round:
@@ -421,36 +574,41 @@ class Decoder:
         q_rows: list[mx.array | int] = list(proposed)  # an int stands for a one-hot row
         n_draft = max(k_draft - m, 0)
         feed: list[int] = []
+        missing = plan.width in self.costs.missing()
         if n_draft:
             assert self.draft is not None and self._d_cache is not None
             feed = seq[len(self._d_tokens) :] + proposed
-            x = mx.array(feed, dtype=mx.int32)
-            for _ in range(n_draft):
-                logits = _logits(self.draft, x, self._d_cache)[-1:]
-                if self.vocab_size is not None:
-                    logits = fit_vocab(logits, self.vocab_size)
-                ctx = []
-                if penal:
-                    ctx = [mx.concatenate([history, *parts])[-params.repetition_context_size :]]
-                token, probs = self._pick(logits, params, ctx)
-                if probs is not None:
-                    q_rows.append(probs[0])
-                x = token
-                parts.append(token)
-                mx.async_eval(x)  # the device drafts while Python builds the next step
+            # Each more draft token must be worth its step at the round's rate.
+            c, rate = self.costs.draft_step, plan.rate
+            stop_below = min(c * rate, 0.9) if self.draft_cutoff and c and rate else 0.0
+            n_draft = self._draft_tokens(seq, params, parts, q_rows, feed, n_draft, stop_below)
         proposal = mx.concatenate(parts)
         k = m + n_draft
+        width = plan.width
+        if k + 1 > width or k < plan.k:
+            padded = self.costs.profile().padded(k + 1)
+            width = padded[1] if padded is not None and not missing else max(width, k + 1)
         draft_seconds = 0.0
-        timed = n_draft > 0 and (n_round % TIME_DRAFT_EVERY == 1 or self._draft_step.value is None)
+        timed = missing or (
+            n_draft > 0 and (n_round % TIME_DRAFT_EVERY == 1 or self.costs.draft_step is None)
+        )
+        verify_start = start
         if timed:
             mx.eval(proposal)
-            draft_seconds = time.perf_counter() - start
-            self._draft_step.add(draft_seconds / n_draft)
+            verify_start = time.perf_counter()
+            draft_seconds = verify_start - start
+            if n_draft:
+                self.costs.observe_draft_step(draft_seconds / n_draft)
         elif n_draft:
-            draft_seconds = (self._draft_step.value or 0.0) * n_draft
+            draft_seconds = (self.costs.draft_step or 0.0) * n_draft
 
+        # Padding rows come after the real ones, so causal attention keeps them
+        # out of every logit that is read; the cache gives them back below.
+        pad = [proposed[-1] if m else seq[-1]] * (width - k - 1)
         v_in = mx.concatenate([mx.array(seq[-1:], dtype=mx.int32), proposal])
-        v_logits = _logits(self.target, v_in, self._t_cache)
+        if pad:
+            v_in = mx.concatenate([v_in, mx.array(pad, dtype=mx.int32)])
+        v_logits = _logits(self.target, v_in, self._t_cache)[: k + 1]
         if penal:
             v_logits = penalize(
                 v_logits,
@@ -460,9 +618,9 @@ class Decoder:
         if not sampling:
             choice = mx.argmax(v_logits, axis=-1)
             mx.eval(proposal, choice)
-            d, c = _ints(proposal), _ints(choice)
-            n = common_prefix(d, c[:k])
-            t = c[n]
+            d, c_ = _ints(proposal), _ints(choice)
+            n = common_prefix(d, c_[:k])
+            t = c_[n]
         else:
             p = mx.exp(log_probs(v_logits, params))
             vocab = p.shape[-1]
@@ -477,8 +635,10 @@ class Decoder:
             d, ok, fb = _ints(proposal), cast(list[bool], accept.tolist()), _ints(fallback)
             n = ok.index(False) if False in ok else k
             t = fb[n]
+        if timed:
+            self.costs.observe_verify(width, time.perf_counter() - verify_start, len(seq))
 
-        trim_prompt_cache(self._t_cache, k - n)
+        trim_prompt_cache(self._t_cache, width - 1 - n)
         self._t_tokens += [seq[-1], *d[:n]]
         if n_draft:
             assert self._d_cache is not None
@@ -491,4 +651,13 @@ class Decoder:
         origins.append(Origin.BONUS if n == k else Origin.CORRECTION)
         source: Source = "lookup+draft" if m and n_draft else ("lookup" if m else "draft")
         seconds = time.perf_counter() - start
-        return Round((*d[:n], t), tuple(origins), k, n, source, seconds, draft_seconds)
+        return Round(
+            tokens=(*d[:n], t),
+            origins=tuple(origins),
+            k=k,
+            accepted=n,
+            source=source,
+            seconds=seconds,
+            draft_seconds=draft_seconds,
+            width=width,
+        )

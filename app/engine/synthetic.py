@@ -6,72 +6,162 @@ short cycle. The draft predicts t + 2 instead for a chosen fraction of tokens,
 so its greedy acceptance is known in advance. The other weights are random,
 so every forward costs what the real shape costs, and no weights need to be
 downloaded.
+
+Shapes come in two families, qwen2 (Qwen2.5) and llama (Llama 3.x); see
+:data:`SHAPES`. Models can be quantized to 4 or 8 bits: the one-hot rows of
+the embedding and head (values 0 and 1) survive affine quantization exactly,
+so the cycle, and the draft's acceptance, are the same as in full precision.
 """
 
 from __future__ import annotations
 
+import importlib
 import random
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import mlx.core as mx
 import mlx.nn as nn
 
-SHAPES: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        vocab_size=384,
-    ),
-    "0.5b": dict(
-        hidden_size=896,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        intermediate_size=4864,
-        vocab_size=151936,
-    ),
-    "1.5b": dict(
-        hidden_size=1536,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        intermediate_size=8960,
-        vocab_size=151936,
-    ),
-    "7b": dict(
-        hidden_size=3584,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        intermediate_size=18944,
-        vocab_size=152064,
-    ),
-}
+Family = Literal["qwen2", "llama"]
+
 CYCLE_START = 10
+BITS = (4, 8)
+GROUP_SIZES = (32, 64, 128)
 
 
-def config(shape: str, vocab_size: int | None = None) -> dict[str, Any]:
-    """A qwen2 ``config.json`` of a named shape."""
-    if shape not in SHAPES:
-        raise ValueError(f"unknown shape '{shape}' (one of {', '.join(SHAPES)})")
-    cfg = {
-        "model_type": "qwen2",
+@dataclass(frozen=True)
+class Shape:
+    """The dimensions of a model, as its ``config.json`` gives them.
+
+    Attributes:
+        family: The mlx-lm model module (and ``model_type``).
+        layers: Number of decoder layers.
+        hidden: Hidden size.
+        heads: Attention heads.
+        kv_heads: Key/value heads.
+        intermediate: MLP intermediate size.
+        vocab: Vocabulary size.
+    """
+
+    family: Family
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+SHAPES: dict[str, Shape] = {
+    # Test sizes: hidden and intermediate are multiples of 64, so they quantize.
+    "tiny": Shape("qwen2", 2, 64, 4, 2, 128, 384),
+    "tiny-llama": Shape("llama", 2, 64, 4, 2, 128, 384),
+    # Qwen2.5
+    "0.5b": Shape("qwen2", 24, 896, 14, 2, 4864, 151936),
+    "1.5b": Shape("qwen2", 28, 1536, 12, 2, 8960, 151936),
+    "7b": Shape("qwen2", 28, 3584, 28, 4, 18944, 152064),
+    "32b": Shape("qwen2", 64, 5120, 40, 8, 27648, 152064),
+    # Llama 3.1 (8B, 70B) and 3.2 (1B, 3B)
+    "1b": Shape("llama", 16, 2048, 32, 8, 8192, 128256),
+    "3b": Shape("llama", 28, 3072, 24, 8, 8192, 128256),
+    "8b": Shape("llama", 32, 4096, 32, 8, 14336, 128256),
+    "70b": Shape("llama", 80, 8192, 64, 8, 28672, 128256),
+}
+
+_FAMILY_CONFIG: dict[Family, dict[str, Any]] = {
+    "qwen2": {
         "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0,
         "max_position_embeddings": 32768,
+    },
+    # Llama 3's rope_scaling is left out: it changes the frequencies, not the cost.
+    "llama": {
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "max_position_embeddings": 131072,
+        "attention_bias": False,
+        "mlp_bias": False,
+    },
+}
+
+
+def _shape(name: str) -> Shape:
+    if name not in SHAPES:
+        raise ValueError(f"unknown shape '{name}' (one of {', '.join(SHAPES)})")
+    return SHAPES[name]
+
+
+def config(shape: str, vocab_size: int | None = None) -> dict[str, Any]:
+    """The ``config.json`` of a named shape, for its family's mlx-lm model.
+
+    Args:
+        shape: One of :data:`SHAPES`.
+        vocab_size: Overrides the shape's vocabulary.
+
+    Raises:
+        ValueError: The shape is unknown.
+    """
+    s = _shape(shape)
+    cfg: dict[str, Any] = {
+        "model_type": s.family,
+        "hidden_size": s.hidden,
+        "num_hidden_layers": s.layers,
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "intermediate_size": s.intermediate,
+        "vocab_size": s.vocab if vocab_size is None else vocab_size,
+        # The head is wired apart from the embedding, so it must not be tied.
         "tie_word_embeddings": False,
-        **SHAPES[shape],
+        **_FAMILY_CONFIG[s.family],
     }
-    if vocab_size is not None:
-        cfg["vocab_size"] = vocab_size
+    if s.family == "llama":
+        cfg["head_dim"] = s.head_dim
     return cfg
 
 
+def describe(shape: str) -> str:
+    """One line for logs and benchmark tables, e.g. ``"llama 80 layers, hidden 8192"``."""
+    s = _shape(shape)
+    return f"{s.family} {s.layers} layers, hidden {s.hidden}"
+
+
 def cycle_length(shape: str) -> int:
-    return min(64, SHAPES[shape]["hidden_size"])
+    """Number of tokens in the cycle the models continue."""
+    return min(64, _shape(shape).hidden)
+
+
+def _check_quantization(shape: str, bits: int | None, group_size: int) -> None:
+    if bits is None:
+        return
+    if bits not in BITS:
+        raise ValueError(f"bits must be None, 4 or 8, not {bits}")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES}, not {group_size}")
+    s = _shape(shape)
+    # Quantization groups run along each weight's input dimension.
+    dims = {
+        "hidden size": s.hidden,
+        "attention width": s.heads * s.head_dim,
+        "intermediate size": s.intermediate,
+    }
+    bad = [f"{name} {dim}" for name, dim in dims.items() if dim % group_size]
+    if bad:
+        raise ValueError(
+            f"shape '{shape}' cannot be quantized with group size {group_size}: "
+            f"{', '.join(bad)} must be multiples of {group_size}"
+        )
+
+
+def _one_hot(vocab: int, hidden: int, rows: list[int], dtype: mx.Dtype) -> mx.array:
+    """A ``vocab x hidden`` matrix with a 1 at ``(rows[i], i)`` for each i."""
+    m = mx.zeros((vocab, hidden), dtype=dtype)
+    m[mx.array(rows), mx.arange(len(rows))] = 1.0
+    return m
 
 
 def build(
@@ -81,40 +171,71 @@ def build(
     vocab_size: int | None = None,
     dtype: mx.Dtype = mx.float32,
     seed: int = 0,
+    bits: int | None = None,
+    group_size: int = 64,
 ) -> nn.Module:
     """A model whose greedy continuation of cycle token t is t + 1.
+
+    The model is built one decoder layer at a time: MLX arrays are lazy, so
+    the module's random weights exist only as a graph until each layer is
+    zeroed where it must be, quantized if asked, and evaluated. Peak memory is
+    therefore about the finished model plus the larger of one decoder layer
+    and one ``vocab x hidden`` matrix in ``dtype``, never the whole model in
+    full precision. For a 4-bit 70B in bfloat16 that is about 40 GB plus
+    about 2 GB (44 GB plus 4 GB in float32, whose scales are float32 too),
+    against 141 GB for the 70B in bfloat16.
 
     Args:
         shape: One of :data:`SHAPES`.
         miss: Fraction of cycle tokens for which it predicts t + 2 instead
             (a draft that the target rejects there).
         vocab_size: Overrides the shape's vocabulary (a draft must match its target).
-        dtype: Weight dtype.
+        dtype: Dtype of the weights, and of the scales and biases when quantized.
         seed: Seed of the random weights.
-    """
-    from mlx_lm.models import qwen2
+        bits: 4 or 8 to quantize every Linear layer, the embedding and the
+            head (affine, as ``mlx.nn.quantize`` does); None keeps ``dtype``.
+        group_size: Quantization group size.
 
+    Raises:
+        ValueError: The shape is unknown, ``bits`` is not None, 4 or 8, or the
+            shape's dimensions are not multiples of ``group_size``.
+    """
     cfg = config(shape, vocab_size)
+    _check_quantization(shape, bits, group_size)
+    family = importlib.import_module(f"mlx_lm.models.{cfg['model_type']}")
     mx.random.seed(seed)
-    model = qwen2.Model(qwen2.ModelArgs.from_dict(cfg))
-    model.set_dtype(dtype)
-    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
-    length = cycle_length(shape)
+    # Lazy: nothing is allocated until a layer is evaluated below.
+    model: nn.Module = family.Model(family.ModelArgs.from_dict(cfg))
     for layer in model.model.layers:
+        layer.set_dtype(dtype)
         layer.self_attn.o_proj.weight = mx.zeros_like(layer.self_attn.o_proj.weight)
         layer.mlp.down_proj.weight = mx.zeros_like(layer.mlp.down_proj.weight)
-    tokens = mx.arange(CYCLE_START, CYCLE_START + length)
-    embed = mx.zeros((vocab, hidden), dtype=dtype)
-    embed[tokens, mx.arange(length)] = 1.0
+        if bits is not None:
+            nn.quantize(layer, group_size, bits)
+        mx.eval(layer.parameters())
+    model.model.norm.set_dtype(dtype)
+    mx.eval(model.model.norm.parameters())
+
+    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    length = cycle_length(shape)
+    embed = _one_hot(vocab, hidden, [CYCLE_START + i for i in range(length)], dtype)
     model.model.embed_tokens.weight = embed
+    if bits is not None:
+        model.model.embed_tokens = model.model.embed_tokens.to_quantized(group_size, bits)
+    mx.eval(model.model.embed_tokens.parameters())
+    del embed
+
     # Scatter the misses: an even spacing would alias with the rhythm of rounds.
     missed = set(random.Random(seed).sample(range(length), round(miss * length)))
-    head = mx.zeros((vocab, hidden), dtype=dtype)
-    for i in range(length):
-        step = 2 if i in missed else 1
-        head[CYCLE_START + (i + step) % length, i] = 1.0
+    nexts = [CYCLE_START + (i + (2 if i in missed else 1)) % length for i in range(length)]
+    head = _one_hot(vocab, hidden, nexts, dtype)
     model.lm_head.weight = head
-    mx.eval(model.parameters())
+    if bits is not None:
+        model.lm_head = model.lm_head.to_quantized(group_size, bits)
+    mx.eval(model.lm_head.parameters())
+    del head
+    # Hand the freed full-precision buffers back rather than keep them cached.
+    mx.clear_cache()
     return model
 
 
@@ -125,7 +246,11 @@ def prompt(shape: str, repeats: int = 2) -> list[int]:
 
 
 def parse_pair(spec: str) -> tuple[str, str]:
-    """``"7b:0.5b"`` -> ``("7b", "0.5b")``."""
+    """``"70b:1b"`` -> ``("70b", "1b")``.
+
+    Raises:
+        ValueError: Either shape is unknown; the message lists all shapes.
+    """
     target, _, draft = spec.partition(":")
     for s in (target, draft):
         if s not in SHAPES:

@@ -88,8 +88,8 @@ class GenerationParams:
     repetition_penalty: float = 1.0
     repetition_context_size: int = 20
     seed: int | None = None
-    num_draft: int | None = 4
-    k_max: int = 8
+    num_draft: int | None = None
+    k_max: int = 16
     prompt_lookup: bool = False
     accept_rule: AcceptRule = "leviathan"
 

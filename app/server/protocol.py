@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, cast, get_args
 
+from app.engine.costs import K_MAX
 from app.engine.types import FinishReason, GenerationParams, Message, Role, Stats
 
 _ROLES = get_args(Role)
@@ -165,9 +166,9 @@ def _num_draft(value: Any, default: int | None) -> int | None:
         return default
     if value == "auto":
         return None  # the engine adapts k each round
-    if type(value) is not int or not 0 <= value <= 64:
+    if type(value) is not int or not 0 <= value <= K_MAX:
         raise RequestError(
-            "'num_draft_tokens' must be 'auto' or a whole number from 0 to 64.",
+            f"'num_draft_tokens' must be 'auto' or a whole number from 0 to {K_MAX}.",
             param="num_draft_tokens",
         )
     return value

@@ -11,12 +11,13 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app.engine.costs import K_MAX
 from app.files import write_atomic
 from app.store.db import default_data_dir
 
 FILE_VERSION = 1
 MAX_NAME_LENGTH = 60
-MAX_DRAFT = 12  # the speculation panel's largest k
+MAX_DRAFT = K_MAX  # the speculation panel's largest k: the longest draft the engine plans
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +28,9 @@ class Preset:
         name: Unique among presets; built-in names are reserved.
         system_prompt: Given to new conversations; ``""`` for none.
         seed: ``None`` leaves sampling unseeded.
-        num_draft: Fixed draft length k (0 turns speculation off).
-        auto_draft: Let k adapt instead of using ``num_draft``.
+        num_draft: Fixed draft length k (0 turns speculation off), used when
+            ``auto_draft`` is off.
+        auto_draft: Let the engine plan k each round instead of using ``num_draft``.
     """
 
     name: str
@@ -41,7 +43,7 @@ class Preset:
     max_tokens: int = 1024
     seed: int | None = None
     num_draft: int = 4
-    auto_draft: bool = False
+    auto_draft: bool = True
     prompt_lookup: bool = False
 
     def validated(self) -> Preset:

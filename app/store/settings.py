@@ -17,8 +17,8 @@ class Settings:
 
     target: str | None = None
     draft: str | None = None
-    num_draft: int = 4
-    auto_draft: bool = False
+    num_draft: int = 4  # the slider's fixed k, used when Auto is off
+    auto_draft: bool = True  # the engine plans k from measured costs unless told otherwise
     prompt_lookup: bool = False
     temperature: float = 0.0
     max_tokens: int = 1024

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.costs import K_MAX
 from app.engine.live import LiveStats
 from app.engine.loader import ModelError, first_line
 from app.engine.types import FinishReason, GenerationParams, Message, Origin, Segment, Stats
@@ -62,6 +63,7 @@ from app.services import (
 )
 from app.services.server_service import ServerService
 from app.store import Settings, SettingsFile, Store, StoredMessage, pair_key
+from app.store.calibrations import CalibrationsFile
 from app.store.presets import Preset, PresetsFile
 from app.store.settings import origins
 from app.ui.composer import Composer
@@ -90,8 +92,9 @@ exactly the target's, only faster.</p>
 <tr><td>⌥⌘S</td><td>Show or hide the speculation panel</td></tr>
 <tr><td>⌘,</td><td>Settings</td></tr>
 </table>
-<p>The speculation panel shows how many drafted tokens the target accepts; its k slider
-sets how many tokens the draft proposes per round, and Tune… finds the fastest k.</p>"""
+<p>The speculation panel shows how many drafted tokens the target accepts. With Auto on,
+each round drafts as many tokens as pay best on this machine; untick it to fix k with the
+slider. Tune… measures what verification costs and the speed of each k.</p>"""
 SAMPLING_FIELDS = (
     "temperature",
     "top_p",
@@ -107,7 +110,9 @@ CONTEXT_WARNING = 0.85  # share of the window past which the indicator warns
 # Seconds between saves of a streaming reply: a crash or kill keeps it up to its last save.
 REPLY_SAVE_INTERVAL = 2.0
 
-TUNE_K_MAX = 8  # a sweep runs every k up to this, then auto
+# The sweep's draft lengths, then auto: every short k, then every second one up to the
+# longest, so a slow Mac finishes in minutes.
+TUNE_KS: tuple[int | None, ...] = (0, 1, 2, 3, 4, 5, 6, *range(8, K_MAX + 1, 2), None)
 
 
 def _matching(segments: tuple[Segment, ...], text: str) -> tuple[Segment, ...]:
@@ -157,11 +162,12 @@ class MainWindow(QMainWindow):
         self._reply_saved_at = 0.0
         self._pending_system_prompt: str | None = None
         self._context_used = 0
-        self.live = LiveStats()
+        self.live = LiveStats(max_positions=K_MAX)  # every position a draft can reach
         self.tune_dialog: Any = None
 
         self.model_bar = ModelBar(self._settings)
         self._presets_file = PresetsFile(settings_file.path.parent / "presets.json")
+        self._calibrations = CalibrationsFile(settings_file.path.parent / "calibrations.json")
         self.presets: list[Preset] = self._presets_file.load()
         self._fill_presets()
         self.conversations = ConversationListModel(store, self)
@@ -919,6 +925,7 @@ class MainWindow(QMainWindow):
         self.pair_label.setText(info.label)
         self._close_onboarding()
         self.live.reset_pair()
+        self.panel.show_auto_k(None)  # the last pair's choice says nothing of this one
         remote = info.target.startswith(("http://", "https://"))
         self.panel.gauge.empty_text = NOT_REPORTED_TEXT if remote else EMPTY_TEXT
         self.panel.tune_button.setEnabled(not remote)  # a sweep needs a local pair
@@ -926,8 +933,8 @@ class MainWindow(QMainWindow):
         self.panel.gauge.set_snapshot(self.live.snapshot())
         self._update_context()
         best = self._settings.best_k.get(pair_key(info.target, info.draft))
-        if best is not None:  # the calibrated k is this pair's default
-            self.panel.set_num_draft(best)
+        if best is not None:  # the calibrated k is this pair's fixed k; Auto stays as it is
+            self.panel.set_fixed_k(best)
         self._save_settings(target=info.target, draft=info.draft)
 
     # Chat
@@ -943,6 +950,7 @@ class MainWindow(QMainWindow):
             repetition_penalty=s.repetition_penalty,
             seed=s.seed,
             num_draft=self.panel.num_draft(),
+            k_max=K_MAX,  # Auto may plan as far as the slider reaches
             prompt_lookup=self.model_bar.lookup_check.isChecked(),
         )
 
@@ -1027,6 +1035,9 @@ class MainWindow(QMainWindow):
             self.transcript.append_segments(batch.segments)
         # Batches arrive at most about 30 times a second: one repaint each.
         self.live.add(batch.rounds, batch.baseline_tps)
+        auto_k = next((r.k for r in reversed(batch.rounds) if r.auto and r.k), None)
+        if auto_k is not None:
+            self.panel.show_auto_k(auto_k)
         if self.panel.isVisible():
             self.panel.gauge.set_snapshot(self.live.snapshot())
         if time.monotonic() - self._reply_saved_at >= REPLY_SAVE_INTERVAL:
@@ -1331,6 +1342,9 @@ class MainWindow(QMainWindow):
         dialog.run_requested.connect(self._on_tune_run_requested)
         dialog.cancel_requested.connect(self.service.cancel_calibration)
         dialog.best_k_chosen.connect(self.panel.set_num_draft)
+        last = self._calibrations.get(self._pair.target, self._pair.draft)
+        if last is not None:
+            dialog.show_last_result(last)
         self.tune_dialog = dialog
         dialog.open()
         return dialog
@@ -1341,7 +1355,7 @@ class MainWindow(QMainWindow):
             self.tune_dialog.show_error("Wait for the reply to finish, or stop it, then run.")
             return
         self.composer.set_busy(True)
-        self.service.calibrate(prompts, [*range(0, TUNE_K_MAX + 1), None])
+        self.service.calibrate(prompts, TUNE_KS)
 
     @Slot(object)
     def _on_calibration_progressed(self, progress: Any) -> None:
@@ -1360,6 +1374,10 @@ class MainWindow(QMainWindow):
             best = dict(self._settings.best_k)
             best[pair_key(self._pair.target, self._pair.draft)] = result.best_k
             self._save_settings(best_k=best)
+            try:  # shown again the next time Tune… opens for this pair
+                self._calibrations.put(self._pair.target, self._pair.draft, result)
+            except OSError as exc:
+                log.warning("cannot save the calibration: %s", exc)
 
     # Errors
 

@@ -15,16 +15,22 @@ from PySide6.QtWidgets import (
 
 from app.engine.types import Origin
 from app.store import Settings
+from app.store.presets import MAX_DRAFT
 from app.ui.gauge import GaugeWidget
 from app.ui.transcript import ORIGIN_COLORS, ORIGIN_LABELS
 
-K_MAX = 12
+K_MAX = MAX_DRAFT  # the slider's right end: the longest draft the engine plans
 
 
-def k_label(num_draft: int | None) -> str:
-    """What the slider's value means, in words."""
+def k_label(num_draft: int | None, auto_k: int | None = None) -> str:
+    """What the slider's value means, in words.
+
+    Args:
+        num_draft: The fixed k, or ``None`` when Auto plans it.
+        auto_k: The k Auto chose last; ``None`` before its first drafting round.
+    """
     if num_draft is None:
-        return "k: auto"
+        return "auto" if auto_k is None else f"auto: {auto_k}"
     return "k: off" if num_draft == 0 else f"k: {num_draft}"
 
 
@@ -52,7 +58,10 @@ class SpeculationPanel(QWidget):
         self.auto_check.setAccessibleName("Adapt draft length")
         self.auto_check.setToolTip("Pick k each round from measured acceptance and cost")
         self.k_value = QLabel()
-        self.k_value.setMinimumWidth(52)
+        # Wide enough for the longest text, so the slider does not move as k changes.
+        self.k_value.setMinimumWidth(self.k_value.fontMetrics().horizontalAdvance("auto: 16") + 4)
+        self.k_value.setAccessibleName("Draft length")
+        self._auto_k: int | None = None
         self.colour_check = QCheckBox("Colour tokens by origin")
         self.colour_check.setChecked(settings.colour_tokens)
         self.tune_button = QPushButton("Tune…")
@@ -89,12 +98,30 @@ class SpeculationPanel(QWidget):
         self.auto_check.setChecked(False)
         self.k_slider.setValue(k)
 
+    def set_fixed_k(self, k: int) -> None:
+        """Sets the k used while Auto is off, leaving Auto as it is."""
+        self.k_slider.setValue(k)
+
+    def show_auto_k(self, k: int | None) -> None:
+        """Shows the k Auto chose in the latest drafting round ("auto: 8").
+
+        Args:
+            k: That k; ``None`` forgets it ("auto"), as for a newly loaded pair.
+                Ignored while k is fixed (a round still in flight as Auto was
+                turned off), and forgotten when Auto is turned off.
+        """
+        if self.auto_check.isChecked():
+            self._auto_k = k
+            self._sync()
+
     def _sync(self) -> None:
         self.k_slider.setEnabled(not self.auto_check.isChecked())
-        self.k_value.setText(k_label(self.num_draft()))
+        self.k_value.setText(k_label(self.num_draft(), self._auto_k))
 
     @Slot()
     def _on_k_changed(self) -> None:
+        if not self.auto_check.isChecked():
+            self._auto_k = None  # a k chosen before a fixed stretch says nothing of the next
         self._sync()
         self.draft_length_changed.emit(self.num_draft())
 

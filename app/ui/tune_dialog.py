@@ -1,8 +1,11 @@
 """The draft-length tuner: run a calibration sweep and chart speed against k.
 
-The dialog only shows and asks; the engine thread runs
-:func:`app.engine.calibrate.calibrate` when :attr:`TuneDialog.run_requested`
-fires and feeds the events back through the ``show_*`` slots.
+Two charts: measured and predicted tok/s (and acceptance) against k, and what
+verifying m tokens costs as a multiple of one plain step, with the k Auto
+picks from those costs marked on both. The dialog only shows and asks; the
+engine thread runs :func:`app.engine.calibrate.calibrate` when
+:attr:`TuneDialog.run_requested` fires and feeds the events back through the
+``show_*`` slots.
 """
 
 from __future__ import annotations
@@ -28,12 +31,24 @@ from PySide6.QtWidgets import (
 
 from app.engine.calibrate import CalibrationProgress, CalibrationResult, save_json
 from app.engine.calibrate import recent_prompts as distinct_recent
+from app.engine.costs import K_MAX, Plan
 
 RECENT, BUILTIN = "recent", "builtin"
 TPS_COLOR = QColor("#1f77b4")
 ACCEPT_COLOR = QColor("#ff7f0e")
 BEST_COLOR = QColor("#2ca02c")
 AUTO_COLOR = QColor("#9467bd")
+PICK_COLOR = QColor("#d62728")
+COST_COLOR = QColor("#8c564b")
+
+
+def plan_text(plan: Plan | None) -> str:
+    """Why Auto picks its k, in words: "Auto picks k = 8: 9 tokens verify for 1.7 steps"."""
+    if plan is None:
+        return "No cost profile in this result: run the sweep again to see what Auto picks."
+    why = f": {plan.reason}" if plan.steps is not None else ""
+    rate = f", about {plan.rate:.0f} tok/s predicted" if plan.rate > 0 else ""
+    return f"Auto picks k = {plan.k}{why}{rate}."
 
 
 def _preview(prompts: list[str]) -> str:
@@ -43,7 +58,7 @@ def _preview(prompts: list[str]) -> str:
 
 
 class TuneDialog(QDialog):
-    """Runs a sweep over the draft length k and shows tok/s and acceptance per k.
+    """Runs a sweep over the draft length k and shows tok/s, acceptance and costs per k.
 
     Args:
         pair_label: The loaded pair, as shown to the user.
@@ -63,12 +78,12 @@ class TuneDialog(QDialog):
         pair_label: str,
         recent_prompts: list[str],
         builtin_prompts: list[str],
-        k_max: int = 8,
+        k_max: int = K_MAX,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Tune Draft Length")
-        self.resize(760, 580)
+        self.resize(1120, 660)
         self.k_max = max(1, k_max)
         self.calibration: CalibrationResult | None = None
         self.running = False
@@ -77,8 +92,8 @@ class TuneDialog(QDialog):
         self.pair_label = QLabel(f"<b>{pair_label}</b>")
         self.pair_label.setTextFormat(Qt.TextFormat.RichText)
         intro = QLabel(
-            "Measures decoding speed for each draft length k on the same prompts, "
-            "then suggests the fastest."
+            "Measures what verifying m tokens at once costs on this machine, then the "
+            "decoding speed of each draft length k on the same prompts, and suggests the fastest."
         )
         intro.setWordWrap(True)
 
@@ -113,6 +128,17 @@ class TuneDialog(QDialog):
         running.addWidget(self.cancel_button)
 
         self._build_chart()
+        self._build_cost_chart()
+        # Both charts in one widget, so the PNG export shows them side by side.
+        self.charts = QWidget()
+        charts = QHBoxLayout(self.charts)
+        charts.setContentsMargins(0, 0, 0, 0)
+        charts.addWidget(self.chart_view, 3)
+        charts.addWidget(self.cost_view, 2)
+        self.plan_label = QLabel("")
+        self.plan_label.setWordWrap(True)
+        self.plan_label.setAccessibleName("What Auto picks")
+        self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.summary = QLabel("Run a sweep to see the speed of each draft length.")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -138,7 +164,8 @@ class TuneDialog(QDialog):
         layout.addLayout(choose)
         layout.addLayout(running)
         layout.addWidget(self.status)
-        layout.addWidget(self.chart_view, 1)
+        layout.addWidget(self.charts, 1)
+        layout.addWidget(self.plan_label)
         layout.addWidget(self.summary)
         layout.addLayout(buttons)
         self.set_running(False)
@@ -172,6 +199,12 @@ class TuneDialog(QDialog):
         self.auto_series.setMarkerSize(14)
         self.auto_series.setColor(AUTO_COLOR)
         self.auto_series.setBorderColor(AUTO_COLOR.darker(140))
+        self.predicted_series = QLineSeries()
+        self.predicted_series.setName("predicted")
+        pen = QPen(TPS_COLOR.lighter(140), 2)
+        pen.setStyle(Qt.PenStyle.DotLine)
+        self.predicted_series.setPen(pen)
+        self.pick_series = _pick_marker()
 
         self.k_axis = QValueAxis()
         self.k_axis.setTitleText("draft length k")
@@ -196,8 +229,10 @@ class TuneDialog(QDialog):
         for series, y_axis in (
             (self.tps_series, self.tps_axis),
             (self.acceptance_series, self.acceptance_axis),
+            (self.predicted_series, self.tps_axis),
             (self.best_series, self.tps_axis),
             (self.auto_series, self.tps_axis),
+            (self.pick_series, self.tps_axis),
         ):
             self.chart.addSeries(series)
             series.attachAxis(self.k_axis)
@@ -208,12 +243,47 @@ class TuneDialog(QDialog):
         self.chart_view.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.chart_view.setMinimumHeight(300)
 
+    def _build_cost_chart(self) -> None:
+        self.cost_chart = QChart()
+        self.cost_chart.setMargins(QMargins(4, 4, 4, 4))
+        self.cost_chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
+        self.cost_chart.setTitle("Verify cost")
+        self.cost_series = QLineSeries()
+        self.cost_series.setName("verify m tokens")
+        self.cost_series.setPointsVisible(True)
+        self.cost_series.setPen(QPen(COST_COLOR, 2.5))
+        self.cost_pick_series = _pick_marker()
+        self.m_axis = QValueAxis()
+        self.m_axis.setTitleText("tokens verified m")
+        self.m_axis.setLabelFormat("%d")
+        self.steps_axis = QValueAxis()
+        self.steps_axis.setTitleText("cost (plain steps)")
+        self.steps_axis.setLabelFormat("%.1f")
+        self.cost_chart.addAxis(self.m_axis, Qt.AlignmentFlag.AlignBottom)
+        self.cost_chart.addAxis(self.steps_axis, Qt.AlignmentFlag.AlignLeft)
+        for series in (self.cost_series, self.cost_pick_series):
+            self.cost_chart.addSeries(series)
+            series.attachAxis(self.m_axis)
+            series.attachAxis(self.steps_axis)
+        self._set_cost_axes(self.k_max + 1, 0.0)
+        self.cost_view = QChartView(self.cost_chart)
+        self.cost_view.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.cost_view.setMinimumHeight(300)
+
     def _set_axes(self, k_max: int, tps_max: float) -> None:
-        self.k_axis.setRange(0, k_max)
-        self.k_axis.setTickCount(k_max + 1)
+        # Half a step beyond the ends, so the end points are not cut in half.
+        self.k_axis.setRange(-0.5, k_max + 0.5)
+        _set_ticks(self.k_axis, 0, k_max)
         top = tps_max * 1.15 if tps_max > 0 else 10.0
         self.tps_axis.setRange(0, top)
         self.tps_axis.applyNiceNumbers()
+
+    def _set_cost_axes(self, widths: int, steps_max: float) -> None:
+        widths = max(widths, 2)
+        self.m_axis.setRange(0.5, widths + 0.5)
+        _set_ticks(self.m_axis, 1, widths - 1)
+        self.steps_axis.setRange(0, steps_max * 1.15 if steps_max > 0 else 2.0)
+        self.steps_axis.applyNiceNumbers()
 
     def chosen_prompts(self) -> list[str]:
         """The prompts of the set chosen in the combo box."""
@@ -241,7 +311,12 @@ class TuneDialog(QDialog):
         self.progress.setRange(0, max(p.total, 1))
         self.progress.setValue(p.done)
         self.progress.setFormat(f"{p.done} of {p.total} runs")
-        self.status.setText(f"Measuring: {p.text}…" if p.text != "warming up" else "Warming up…")
+        if p.text == "warming up":
+            self.status.setText("Warming up…")
+        elif p.text.startswith("measuring"):  # "measuring costs: …" needs no prefix
+            self.status.setText(f"{p.text[:1].upper()}{p.text[1:]}…")
+        else:
+            self.status.setText(f"Measuring: {p.text}…")
 
     @Slot(object)
     def show_result(self, r: CalibrationResult) -> None:
@@ -262,21 +337,64 @@ class TuneDialog(QDialog):
         if auto is not None and auto.mean_k is not None:
             # Auto has no single k: plot it where its k averaged out.
             self.auto_series.replace([QPointF(auto.mean_k, auto.tps)])
-            self.auto_series.setName(f"auto (mean k {auto.mean_k:.1f})")
+            self.auto_series.setName(f"auto, mean k {auto.mean_k:.1f}")
         else:
             self.auto_series.clear()
             self.auto_series.setName("auto")
         self.auto_series.setVisible(auto is not None and auto.mean_k is not None)
+        predicted = r.predicted()
+        self.predicted_series.replace([QPointF(p.k, p.rate) for p in predicted])
+        plan = r.auto_plan
+        self.pick_series.replace([] if plan is None else [QPointF(plan.k, plan.rate)])
+        self.pick_series.setName("Auto" if plan is None else f"Auto picks {plan.k}")
+        self.pick_series.setVisible(plan is not None)
+        self.plan_label.setText(plan_text(plan))
+        widths = self._show_costs(r, plan)
         k_top = max([self.k_max, *(p.k for p in r.points if p.k is not None)])
         if auto is not None and auto.mean_k is not None:
             k_top = max(k_top, math.ceil(auto.mean_k))
-        self._set_axes(k_top, max(p.tps for p in r.points))
+        k_top = max(k_top, widths - 1)
+        self._set_axes(k_top, max([p.tps for p in r.points] + [p.rate for p in predicted]))
         self.chart.setTitle(f"{r.pair or 'Draft length'}: best k = {r.best_k}")
         self.summary.setText(self._summary(r))
         self.status.setText(
             f"Done: {len(r.points)} settings × {r.prompts} prompts, {r.max_tokens} tokens each."
         )
         self.set_running(False)
+
+    def show_last_result(self, r: CalibrationResult) -> None:
+        """Shows a stored result (the pair's last sweep) until a new one runs."""
+        self.show_result(r)
+        self.status.setText(
+            f"Last sweep of this pair: {len(r.points)} settings × {r.prompts} prompts. "
+            "Run to measure again."
+        )
+
+    def _show_costs(self, r: CalibrationResult, plan: Plan | None) -> int:
+        """Plots the verify cost of m = 1 … k_max + 1; returns the widest m (0 for none)."""
+        profile = r.profile
+        widths = r.k_max + 1
+        points = []
+        if profile is not None:
+            for m in range(1, widths + 1):
+                steps = profile.steps(m)
+                if steps is not None:
+                    points.append(QPointF(m, steps))
+        self.cost_series.replace(points)
+        # Auto verifies its k drafts and one more token, padded to the cheapest width.
+        pick = plan if plan is not None and plan.steps is not None and points else None
+        if pick is None:
+            self.cost_pick_series.clear()
+            self.cost_pick_series.setName("Auto")
+        else:
+            self.cost_pick_series.replace([QPointF(pick.width, pick.steps or 0.0)])
+            self.cost_pick_series.setName(f"Auto verifies {pick.width}")
+        self.cost_pick_series.setVisible(pick is not None)
+        self.cost_chart.setTitle(
+            "Verify cost" if points else "Verify cost: not measured in this result"
+        )
+        self._set_cost_axes(widths, max((p.y() for p in points), default=0.0))
+        return widths if points else 0
 
     def _summary(self, r: CalibrationResult) -> str:
         best = r.best
@@ -313,8 +431,8 @@ class TuneDialog(QDialog):
         save_json(self.calibration, path)
 
     def export_png(self, path: Path | str) -> bool:
-        """Saves the chart as a PNG image; returns whether it was written."""
-        return self.chart_view.grab().save(str(path), "PNG")
+        """Saves both charts as one PNG image; returns whether it was written."""
+        return self.charts.grab().save(str(path), "PNG")
 
     @Slot()
     def _on_run_clicked(self) -> None:
@@ -366,3 +484,22 @@ class TuneDialog(QDialog):
         if self.running:
             self.cancel_requested.emit()
         super().reject()
+
+
+def _pick_marker() -> QScatterSeries:
+    """The marker of the k Auto picks, the same on both charts."""
+    series = QScatterSeries()
+    series.setName("Auto")
+    series.setMarkerShape(QScatterSeries.MarkerShape.MarkerShapeRotatedRectangle)
+    series.setMarkerSize(15)
+    series.setColor(PICK_COLOR)
+    series.setBorderColor(PICK_COLOR.darker(150))
+    series.setVisible(False)
+    return series
+
+
+def _set_ticks(axis: QValueAxis, first: int, span: int) -> None:
+    """A labelled tick per integer from ``first``, or per two once the labels would crowd."""
+    axis.setTickType(QValueAxis.TickType.TicksDynamic)
+    axis.setTickAnchor(first)
+    axis.setTickInterval(1 if span <= 10 else 2)

@@ -1,53 +1,161 @@
+"""Auto's choice of k from a cost profile and the running acceptance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
 import pytest
 
-from app.engine.adaptive import DraftLength, expected_tokens
+from app.engine import costs
+from app.engine.adaptive import EVIDENCE, Acceptance, DraftLength
+from app.engine.costs import (
+    CostModel,
+    CostProfile,
+    Plan,
+    ProfileStore,
+    expected_tokens,
+    geometric,
+    plan_round,
+)
+
+# One cached forward of m tokens, in ms: a 70B 4-bit target on MLX's CUDA backend
+# (per-row kernel below 8 rows, one tile from 8) and on an M5 Max (5-row tiles).
+CUDA_70B = (48, 86, 124, 161, 199, 236, 273, 81, 81, 84, 81, 83, 81, 81, 81, 82, 124)
+METAL_M5 = (76, 80, 85, 96, 108, 128, 148, 168, 186, 205, 223, 242, 260, 279, 297, 316, 334)
 
 
-def test_expected_tokens() -> None:
-    assert expected_tokens(0.0, 5) == 1.0
-    assert expected_tokens(1.0, 4) == 5.0
-    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+def _profile(ms: tuple[float, ...], draft_ms: float) -> CostProfile:
+    return CostProfile(tuple(v / 1e3 for v in ms), draft_ms / 1e3, 512, "test", "0")
 
 
-def _run(lengths: DraftLength, alpha_hits: float, cost, rounds: int = 200) -> list[int]:  # type: ignore[no-untyped-def]
-    chosen = []
-    for i in range(rounds):
-        k = lengths.choose()
-        chosen.append(k)
-        # Deterministic acceptance: accept floor(alpha * k) tokens, varying a little.
-        accepted = min(k, int(alpha_hits * k + (i % 2) * 0.5))
-        lengths.observe(k, accepted, cost(k))
-    return chosen
+def _controller(profile: CostProfile, alpha: float, rounds: int = 60) -> DraftLength:
+    """A controller that has seen ``rounds`` of 16-token drafts accepted at about ``alpha``."""
+    lengths = DraftLength(16, costs=CostModel(profile=profile))
+    # A run of a accepted then one rejection has per-token acceptance a / (a + 1).
+    accepted = min(16, round(alpha / (1 - alpha))) if alpha < 1 else 16
+    for _ in range(rounds):
+        lengths.observe(16, accepted)
+    return lengths
 
 
-def test_fixed_k_is_kept() -> None:
-    lengths = DraftLength(k_max=8, fixed=3)
-    assert _run(lengths, 0.1, lambda k: 1.0 + k) == [3] * 200
+def test_expected_tokens_per_position() -> None:
+    assert expected_tokens(geometric(0.0), 5) == 1.0
+    assert expected_tokens(geometric(1.0), 4) == 5.0
+    assert expected_tokens(geometric(0.5), 2) == pytest.approx(1.75)
+    # Past the given positions the last rate carries on.
+    assert expected_tokens((1.0, 0.5), 3) == pytest.approx(1 + 1 + 0.5 + 0.25)
 
 
-def test_high_acceptance_and_flat_verify_cost_pick_a_long_draft() -> None:
-    lengths = DraftLength(k_max=8)
-    chosen = _run(lengths, 1.0, lambda k: 1.0 + 0.05 * k)
-    assert sorted(chosen[-50:])[25] >= 7
+def test_padding_picks_the_cheapest_wider_verification() -> None:
+    p = _profile(CUDA_70B, 2.0)
+    assert p.padded(5) == (pytest.approx(0.081), 8)  # 5 rows cost more than 8
+    assert p.padded(17) == (pytest.approx(0.124), 17)
+    assert p.steps(8) == pytest.approx(81 / 48)
 
 
-def test_low_acceptance_and_costly_drafts_pick_a_short_draft() -> None:
-    lengths = DraftLength(k_max=8)
-    chosen = _run(lengths, 0.2, lambda k: 1.0 + 0.6 * k)
-    assert sorted(chosen[-50:])[25] <= 2
-    assert lengths.acceptance < 0.5
+def test_cuda_costs_draft_long_and_metal_costs_draft_short() -> None:
+    sure = geometric(0.95)
+    cuda = plan_round(_profile(CUDA_70B, 2.0), sure, 16)
+    metal = plan_round(_profile(METAL_M5, 4.0), sure, 16)
+    assert cuda is not None and metal is not None
+    # One 16-row tile verifies 16 tokens for the price of 8; 17 rows cost a second tile.
+    assert cuda.k == 15 and cuda.width == 16
+    assert 2 <= metal.k <= 5 and metal.width == metal.k + 1
+    assert cuda.rate > 2.5 / 0.048  # beyond 2.5x a plain step
+    # A fixed k is padded to the cheapest width too.
+    fixed = plan_round(_profile(CUDA_70B, 2.0), sure, 16, k=4)
+    assert fixed is not None and (fixed.k, fixed.width) == (4, 8)
 
 
-def test_choices_stay_within_bounds() -> None:
-    lengths = DraftLength(k_max=3)
-    chosen = _run(lengths, 0.9, lambda k: 1.0)
-    assert set(chosen) <= {1, 2, 3}
+def test_plan_reason_says_what_verification_costs() -> None:
+    plan = plan_round(_profile(CUDA_70B, 2.0), geometric(0.95), 16, k=8)
+    assert plan is not None
+    assert plan.reason == "9 tokens verify for 1.7 steps"
+    padded = plan_round(_profile(CUDA_70B, 2.0), geometric(0.95), 16, k=5)
+    assert padded is not None and padded.reason == "6 tokens verify for 1.7 steps (padded to 8)"
+    assert Plan(0, 1).reason.startswith("drafting does not pay")
 
 
-def test_k_moves_one_step_past_what_was_measured() -> None:
-    lengths = DraftLength(k_max=8)
-    lengths.observe(4, 4, 1.0)
-    lengths.observe(4, 4, 1.0)
-    # Flat measured cost and full acceptance favour long drafts, but k may only
-    # step to 5 until 5 has been measured.
-    assert lengths.choose() == 5
+def test_auto_follows_the_profile_and_keeps_fixed_k() -> None:
+    auto = _controller(_profile(CUDA_70B, 2.0), 0.95)
+    plans = [auto.choose() for _ in range(100)]
+    assert sorted(p.k for p in plans)[50] == 15
+    fixed = DraftLength(16, fixed=3, costs=CostModel(profile=_profile(CUDA_70B, 2.0)))
+    assert {(p.k, p.width) for p in (fixed.choose() for _ in range(50))} == {(3, 8)}
+
+
+def test_auto_decodes_plainly_only_once_acceptance_is_measured() -> None:
+    # Verification as dear as the tokens it checks, and a draft step of half a step.
+    dear = _profile(tuple(40.0 * m for m in range(1, 18)), 20.0)
+    fresh = DraftLength(16, costs=CostModel(profile=dear))
+    assert fresh.choose().k > 0  # the prior alone never rules drafting out
+    for _ in range(int(EVIDENCE) + 4):  # evidence fades a little each round
+        fresh.observe(2, 0)
+    assert fresh.choose().k == 0
+
+
+def test_longer_drafts_are_tried_now_and_then_across_the_range() -> None:
+    auto = _controller(_profile(METAL_M5, 4.0), 0.7)
+    plans = [auto.choose() for _ in range(2000)]
+    best = sorted(p.k for p in plans)[1000]
+    tried = {p.k for p in plans if p.k > best}
+    assert len(tried) >= 3 and max(tried) == 16  # far ends too, not only neighbours
+    assert sum(p.k > best for p in plans) < 0.1 * len(plans)
+
+
+def test_unmeasured_widths_are_measured_a_round_each() -> None:
+    reported: list[CostProfile] = []
+    model = CostModel(widths=9, on_complete=reported.append)
+    lengths = DraftLength(8, costs=model)
+    widths = []
+    for _ in range(40):
+        plan = lengths.choose()
+        assert plan.width >= plan.k + 1 >= 2
+        widths.append(plan.width)
+        model.observe_verify(plan.width, 0.01 + 0.001 * plan.width)
+        model.observe_draft_step(0.001)
+        model.observe_step(0.01)
+        lengths.observe(plan.k, plan.k)
+    assert set(range(2, 10)) <= set(widths)
+    assert model.complete and len(reported) == 1
+    assert reported[0].v(9) == pytest.approx(0.019)
+
+
+def test_a_position_seldom_reached_leans_on_the_one_before() -> None:
+    acceptance = Acceptance(positions=8)
+    for _ in range(30):
+        acceptance.observe(3, 3)  # three positions always accepted, nothing beyond seen
+    rates = acceptance.rates()
+    assert rates[3] >= rates[2] * 0.99  # not pulled back to the prior
+    acceptance.observe(8, 3)
+    assert acceptance.rates()[3] < rates[3]  # a rejection there counts
+
+
+def test_profile_store_round_trip_and_versions(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    store = ProfileStore(tmp_path / "profiles.json")
+    assert store.get("t", "d") is None
+    profile = _profile(CUDA_70B, 2.0)
+    store.put("t", "d", profile)
+    assert store.get("t", "d") == profile
+    assert store.get("t", None) is None
+    monkeypatch.setattr(costs, "machine", lambda: ("Device(gpu, 0)", "9.9"))
+    assert store.get("t", "d") is None  # another MLX: measure again
+    (tmp_path / "profiles.json").write_text("{not json")
+    assert store.get("t", "d") is None
+    store.put("t", "d", profile)  # a broken file is replaced, not appended to
+    assert json.loads((tmp_path / "profiles.json").read_text())["version"] == 1
+
+
+def test_measure_profile_on_a_tiny_pair() -> None:
+    from app.engine import synthetic as syn
+    from app.engine.costs import ProfileProgress, measure_profile
+
+    events = list(
+        measure_profile(syn.build("tiny"), syn.build("tiny", seed=1), widths=5, context=32)
+    )
+    *progress, profile = events
+    assert [p.done for p in progress if isinstance(p, ProfileProgress)] == [1, 2, 3, 4, 5, 6]
+    assert isinstance(profile, CostProfile) and profile.complete and profile.widths == 5
+    assert all(v is not None and v > 0 for v in profile.verify)
+    assert profile.draft_step is not None and profile.draft_step > 0

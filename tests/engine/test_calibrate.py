@@ -40,7 +40,11 @@ def test_sweep_reports_progress_then_one_result(sweep) -> None:
     *progress, result = sweep
     assert all(isinstance(p, CalibrationProgress) for p in progress)
     assert isinstance(result, CalibrationResult)
-    warmup, *runs = progress
+    measuring = [p for p in progress if p.text.startswith("measuring costs")]
+    # The costs first, one line per verification width (1 … k_max + 1) and the draft step.
+    assert len(measuring) == max(k for k in KS if k) + 2
+    assert progress[: len(measuring)] == measuring
+    warmup, *runs = progress[len(measuring) :]
     assert warmup.text == "warming up" and warmup.done == 0
     assert len(runs) == len(KS) * len(PROMPTS)
     assert [p.done for p in runs] == list(range(len(runs)))
@@ -52,8 +56,11 @@ def test_sweep_reports_progress_then_one_result(sweep) -> None:
 def test_one_point_per_k_with_full_acceptance_for_the_copy(sweep) -> None:
     result = sweep[-1]
     assert [p.k for p in result.points] == KS
-    plain, *drafting = result.points
+    plain, *drafting, auto = result.points
     assert plain.acceptance is None and plain.mean_k is None
+    # The copy costs what the target costs, so drafting cannot pay and Auto
+    # may decode plainly; whatever it drafts is accepted.
+    assert auto.acceptance in (None, 1.0)
     for point in drafting:
         assert point.acceptance == 1.0
         assert point.mean_k is not None and point.mean_k >= 1

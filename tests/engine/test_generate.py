@@ -54,7 +54,8 @@ def test_copy_draft_accepts_everything(tiny_pair) -> None:
     assert s.acceptance == 1.0
     # Plain probe rounds measure the baseline; every other token was drafted.
     assert set(f.origins) <= {Origin.TARGET, Origin.DRAFT, Origin.BONUS}
-    assert f.origins.count(Origin.TARGET) <= 2 * (1 + len(f.origins) // 64)
+    # The first token is a plain step; probes add two plain tokens every 64 rounds.
+    assert f.origins.count(Origin.TARGET) <= 1 + 2 * (1 + len(f.origins) // 64)
 
 
 def test_copy_draft_accepts_everything_when_sampling(tiny_pair) -> None:

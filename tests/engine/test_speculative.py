@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -70,8 +72,9 @@ def test_greedy_is_exact_for_every_source(models, draft_name, params) -> None:
 
 def test_greedy_is_exact_when_lookup_proposes_wrong_tokens() -> None:
     target = syn.build("tiny")
-    # After 12, 13 the prompt continued with 200, 201; the model continues with 14.
-    prompt = [10, 11, 12, 13, 200, 201, 202, 203, 30, 31, 10, 11, 12, 13]
+    # After 15, 16 the prompt continued with 200, 201; the model continues with 17.
+    # (The reply's first three tokens are plain steps: 14, 15, 16.)
+    prompt = [10, 11, 12, 13, 14, 15, 16, 200, 201, 202, 203, 30, 31, 10, 11, 12, 13]
     want, _ = _tokens(Decoder(target), prompt, 60, num_draft=0)
     got, rounds = _tokens(Decoder(target), prompt, 60, num_draft=4, prompt_lookup=True)
     assert got == want
@@ -341,6 +344,9 @@ def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: b
         out += [t for r in rounds for t in r.tokens]
     gen.close()
     assert out == want[: len(out)]
+    # The reply's first token is a plain step, whatever the setting.
+    first = phases[0][1].pop(0)
+    assert first.k == 0 and len(first.tokens) == 1
     for setting, rounds in phases:
         if setting == 0:
             assert all(r.k == 0 and len(r.tokens) == 1 for r in rounds)
@@ -364,6 +370,7 @@ def test_a_control_that_starts_at_zero_drafts_once_raised(models) -> None:
     control.set(4)
     rounds = [next(gen) for _ in range(3)]
     gen.close()
+    # The draft takes in this short prompt in one chunk, so the first round drafts.
     assert [r.k for r in rounds] == [4, 4, 4] and all(r.accepted == 4 for r in rounds)
 
 
@@ -379,6 +386,103 @@ def test_a_seeded_reply_starts_with_the_plain_step_that_measures_the_baseline(mo
     decoder = Decoder(pair.target.model, pair.draft.model)
     for _ in range(2):  # the second reply too, though the baseline is known by then
         _, rounds = _tokens(decoder, PROMPT_IDS, 12, num_draft=3, seed=1)
-        assert rounds[0].k == 0 and len(rounds[0].tokens) == 2
-        assert all(r.k == 3 for r in rounds[1:])
+        # The first token, at plain latency, then the probe's two plain steps.
+        assert [(r.k, len(r.tokens)) for r in rounds[:2]] == [(0, 1), (0, 2)]
+        assert all(r.k == 3 for r in rounds[2:])
         assert decoder.baseline_tps is not None
+
+
+def _costs(ms: list[float], draft_ms: float = 1.0):  # type: ignore[no-untyped-def]
+    from app.engine.costs import CostModel, CostProfile
+
+    profile = CostProfile(tuple(v / 1e3 for v in ms), draft_ms / 1e3, 64, "test", "0")
+    return CostModel(widths=len(ms), profile=profile)
+
+
+# Verification of 8 rows cheaper than of 4 to 7, as on MLX's CUDA backend.
+TILED = [10, 20, 30, 40, 50, 60, 70, 15, 15, 15, 15, 15, 15, 15, 15, 15, 30]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_padded_verification_keeps_the_output(models, temperature) -> None:
+    pair = models["noisy"]
+    kw = dict(num_draft=3, temperature=temperature, seed=5)
+    mx.random.seed(5)
+    want, _ = _tokens(Decoder(pair.target.model, pair.draft.model), PROMPT_IDS, 40, **kw)
+    padded = Decoder(pair.target.model, pair.draft.model, _costs(TILED))
+    mx.random.seed(5)
+    got, rounds = _tokens(padded, PROMPT_IDS, 40, **kw)
+    spec = [r for r in rounds if r.k]
+    assert spec and all(r.width == 8 for r in spec)  # 4 tokens verified in 8 rows
+    if temperature == 0:
+        assert got == want
+    else:
+        # Same draws, same logits in the rows that are read: the same sample.
+        assert got == want
+
+
+def test_the_first_token_does_not_wait_for_the_drafts_prefill(models) -> None:
+    pair = models["noisy"]
+    prompt = (PROMPT_IDS * 6)[:300]  # more than two of the draft's catch-up chunks
+    want, _ = _tokens(Decoder(pair.target.model), prompt, 30, num_draft=0)
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    gen = decoder.generate(prompt, GenerationParams(num_draft=4))
+    assert isinstance(next(gen), Prefill)
+    first = next(gen)
+    assert isinstance(first, Round) and first.k == 0 and len(first.tokens) == 1
+    # The draft has taken in none of the prompt yet; it catches up between plain steps.
+    assert decoder._d_cache is None
+    rounds = [first] + [next(gen) for _ in range(12)]
+    gen.close()
+    lead = next(i for i, r in enumerate(rounds) if r.k)
+    assert 2 <= lead <= 4 and all(len(r.tokens) <= 2 for r in rounds[:lead])
+    assert [t for r in rounds for t in r.tokens][:30] == want[
+        : len([t for r in rounds for t in r.tokens][:30])
+    ]
+
+
+def test_auto_decodes_plainly_where_drafting_cannot_pay(models) -> None:
+    pair = models["noisy"]
+    # Each verified token costs a full step and a draft step costs another.
+    dear = [10.0 * m for m in range(1, 18)]
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, num_draft=0)
+    decoder = Decoder(pair.target.model, pair.draft.model, _costs(dear, draft_ms=10.0))
+    decoder.probe_every = 0
+    got, rounds = _tokens(decoder, PROMPT_IDS, 80, num_draft=None)
+    assert got == want
+    late = rounds[len(rounds) // 2 :]
+    assert late and all(r.k == 0 and r.auto for r in late)
+
+
+def test_auto_measures_unknown_widths_and_stores_the_profile(tiny, tmp_path) -> None:
+    from app.engine.costs import ProfileStore
+    from app.engine.generate import decoder_for
+
+    pair = load_pair(tiny.target, tiny.noisy)
+    store = ProfileStore(tmp_path / "profiles.json")
+    decoder = decoder_for(pair, store)
+    params = GenerationParams(num_draft=None)
+    widths: set[int] = set()
+    gen = decoder.generate(PROMPT_IDS, params)
+    for rnd in itertools.islice(gen, 200):
+        if isinstance(rnd, Round) and rnd.k:
+            widths.add(rnd.width)
+        if decoder.costs.complete:
+            break
+    gen.close()
+    assert set(range(2, 18)) <= widths  # every width up to k_max + 1, padded where needed
+    stored = store.get(str(tiny.target), str(tiny.noisy))
+    assert stored is not None and stored.complete
+    # The next load of the pair starts from it.
+    pair.decoder = None
+    assert decoder_for(pair, store).costs.complete
+
+
+def test_a_draft_cut_short_when_unsure_keeps_greedy_exact(models) -> None:
+    pair = models["draft"]  # independent weights: often unsure
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 48, num_draft=0)
+    decoder = Decoder(pair.target.model, pair.draft.model, _costs(TILED, draft_ms=8.0))
+    decoder.draft_cutoff = True
+    got, rounds = _tokens(decoder, PROMPT_IDS, 48, num_draft=8)
+    assert got == want
+    assert any(0 < r.k < 8 for r in rounds)

@@ -278,7 +278,9 @@ def test_calibration_runs_on_the_engine_thread_and_reports(
     result: CalibrationResult = blocker.args[0]
     assert [p.k for p in result.points] == [0, 2, None]
     assert result.best_k in (0, 2)
-    assert len(progress) == 1 + 3 * 2  # a warm-up, then each k on each prompt
+    # The costs of widths 1 … k_max + 1 and the draft step, a warm-up, each k on each prompt.
+    assert len(progress) == (2 + 1 + 1) + 1 + 3 * 2
+    assert progress[0].startswith("measuring costs")
     assert not service.busy
 
 

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from app.engine.costs import K_MAX
 from app.store import BUILTIN_PRESETS, Preset, PresetsFile, is_builtin, remove, upsert
+from app.store.presets import MAX_DRAFT
 
 
 def test_builtins_are_valid_and_distinct() -> None:
@@ -19,6 +21,14 @@ def test_builtins_are_valid_and_distinct() -> None:
     assert (by_name["Creative"].temperature, by_name["Creative"].top_p) == (0.9, 0.95)
     code = by_name["Code"]
     assert code.prompt_lookup and code.temperature == 0 and "code" in code.system_prompt
+    # Every built-in preset drafts, and lets the engine plan k from measured costs.
+    assert all(p.num_draft > 0 and p.auto_draft for p in BUILTIN_PRESETS)
+    assert Preset("Mine").auto_draft
+
+
+def test_k_runs_to_the_engines_longest_draft() -> None:
+    assert MAX_DRAFT == K_MAX == 16
+    assert Preset("Long", num_draft=16).validated().num_draft == 16
 
 
 def test_a_missing_file_gives_the_builtins(tmp_path: Path) -> None:
@@ -39,7 +49,7 @@ def test_round_trip_keeps_builtins_first_and_out_of_the_file(tmp_path: Path) -> 
         max_tokens=2048,
         seed=7,
         num_draft=6,
-        auto_draft=True,
+        auto_draft=False,  # not the default, so the file must keep it
         prompt_lookup=True,
     )
     presets = upsert(f.load(), mine)
@@ -86,7 +96,7 @@ def test_builtins_cannot_be_removed_or_replaced() -> None:
         ({"min_p": 2.0}, "min_p"),
         ({"repetition_penalty": 0.5}, "repetition_penalty"),
         ({"max_tokens": 0}, "max_tokens"),
-        ({"num_draft": 13}, "num_draft"),
+        ({"num_draft": 17}, "num_draft"),
         ({"seed": -1}, "seed"),
         ({"seed": 2**32}, "seed"),
     ],

@@ -14,12 +14,18 @@ def test_round_trip(tmp_path: Path) -> None:
         target="/m/t",
         draft="/m/d",
         num_draft=6,
-        auto_draft=True,
+        auto_draft=False,  # not the default, so the file must keep it
         prompt_lookup=True,
         temperature=0.7,
     )
     f.save(saved)
     assert SettingsFile(tmp_path / "settings.json").load() == saved
+
+
+def test_a_new_install_lets_auto_pick_k() -> None:
+    s = Settings()
+    assert s.auto_draft is True
+    assert s.num_draft == 4  # the slider's fixed k, for when Auto is turned off
 
 
 @pytest.mark.parametrize("content", ["{", "[]", '{"num_draft": "x", "unknown": 1}', ""])

@@ -11,7 +11,8 @@ from pytestqt.qtbot import QtBot
 from app.engine.types import Finished, Origin, Stats
 from app.services import EngineWorker
 from app.store import SettingsFile
-from app.ui.main_window import MainWindow
+from app.store.calibrations import CalibrationsFile
+from app.ui.main_window import TUNE_KS, MainWindow
 from tests.conftest import TinyModels
 from tests.services.test_engine_service import _fake_load, _scripted
 
@@ -44,7 +45,7 @@ def test_reply_streams_in_and_is_saved(qtbot: QtBot, make_window, tiny: TinyMode
     window = make_window()
     _load(qtbot, window, str(tiny.target), str(tiny.copy))
     assert window.pair_label.text() == "tiny-llama + tiny-copy"
-    window.panel.k_slider.setValue(3)
+    window.panel.set_num_draft(3)
     _send(qtbot, window, "Write a haiku about the sea.")
 
     [conversation] = window.store.conversations()
@@ -283,8 +284,13 @@ def test_loading_shows_its_steps_in_the_status_bar(
 SCRIPT = ((4, 4), (4, 2), (4, 0), (0, 0))  # (k, accepted) per round
 
 
-def _rounds(script=SCRIPT, seen_k: list | None = None, hold=None):  # type: ignore[no-untyped-def]
-    """A stream that plays rounds; ``seen_k`` records the control's k before each."""
+def _rounds(  # type: ignore[no-untyped-def]
+    script=SCRIPT, seen_k: list | None = None, hold=None, auto=False
+):
+    """A stream that plays rounds; ``seen_k`` records the control's k before each.
+
+    With ``auto``, drafting rounds say Auto chose their k.
+    """
     from app.engine.types import Chunk, RoundStat
 
     def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
@@ -302,7 +308,7 @@ def _rounds(script=SCRIPT, seen_k: list | None = None, hold=None):  # type: igno
                 Origin.TARGET if k == 0 else Origin.BONUS if accepted == k else Origin.CORRECTION
             )
             pieces = tuple(f"r{i}t{j} " for j in range(len(orig)))
-            rnd = RoundStat(len(orig), k, accepted, seconds=0.01)
+            rnd = RoundStat(len(orig), k, accepted, seconds=0.01, auto=auto and k > 0)
             ids += range(len(orig))
             origins += orig
             yield Chunk("".join(pieces), tuple(range(len(orig))), tuple(orig), pieces, rnd, 50.0)
@@ -387,7 +393,7 @@ def test_k_slider_applies_to_the_reply_in_flight(qtbot: QtBot, make_window) -> N
 
     window = make_window(EngineWorker(load=_fake_load, stream=_rounds(seen_k=seen, hold=hold)))
     _load(qtbot, window, "/m/target", "/m/draft")
-    window.panel.k_slider.setValue(4)
+    window.panel.set_num_draft(4)
     window.composer.editor.setPlainText("Hello")
     with qtbot.waitSignal(window.service.generation_finished, timeout=10_000):
         qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
@@ -396,8 +402,67 @@ def test_k_slider_applies_to_the_reply_in_flight(qtbot: QtBot, make_window) -> N
         window.panel.auto_check.setChecked(True)
         gate.set()
     assert seen[0] == 4 and seen[-1] is None
-    assert window.panel.k_value.text() == "k: auto"
+    assert window.panel.k_value.text() == "auto"  # no round since said Auto chose its k
     assert window._settings.auto_draft and window._settings.num_draft == 7
+
+
+def test_a_new_install_drafts_with_auto_up_to_16(qtbot: QtBot, make_window) -> None:
+    seen: list[int | None] = []
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds(seen_k=seen)))
+    assert window.panel.auto_check.isChecked() and not window.panel.k_slider.isEnabled()
+    assert window.panel.k_slider.maximum() == 16
+    assert window.panel.k_slider.value() == 4  # the fixed k, for when Auto is turned off
+    assert window.panel.k_value.text() == "auto"
+    _load(qtbot, window, "/m/target", "/m/draft")
+    _send(qtbot, window, "Hello")
+    assert seen and set(seen) == {None}  # the engine plans every round
+    assert window.params().num_draft is None and window.params().k_max == 16
+
+
+def test_the_k_label_shows_what_auto_chose_while_a_reply_streams(qtbot: QtBot, make_window) -> None:
+    import threading
+
+    gate = threading.Event()
+
+    def hold(i: int) -> None:
+        if i == 2:  # the UI looks while the third round waits
+            gate.wait(5)
+
+    # Auto drafts 8, then 5, then a plain step (k = 0) that says nothing of Auto's k.
+    script = ((8, 8), (5, 2), (0, 0))
+    worker = EngineWorker(
+        load=_fake_load, stream=_rounds(script, hold=hold, auto=True), flush_interval=0.0
+    )
+    window = make_window(worker)
+    _load(qtbot, window, "/m/target", "/m/draft")
+    assert window.panel.k_value.text() == "auto"  # before any round
+    window.composer.editor.setPlainText("Hello")
+    with qtbot.waitSignal(window.service.generation_finished, timeout=10_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: window.panel.k_value.text() == "auto: 5", timeout=5_000)
+        gate.set()
+    assert window.panel.k_value.text() == "auto: 5"  # the plain step left it alone
+    # A fixed k reads as itself; Auto again starts from "auto".
+    window.panel.set_num_draft(3)
+    assert window.panel.k_value.text() == "k: 3"
+    window.panel.auto_check.setChecked(True)
+    assert window.panel.k_value.text() == "auto"
+    # A newly loaded pair forgets the last one's choice.
+    window.panel.show_auto_k(9)
+    _load(qtbot, window, "/m/other", "/m/draft")
+    assert window.panel.k_value.text() == "auto"
+
+
+def test_rounds_auto_did_not_plan_leave_the_k_label_alone(qtbot: QtBot, make_window) -> None:
+    # Rounds of a fixed k, as right after Auto is turned on mid-reply.
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds(), flush_interval=0.0))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    assert window.panel.num_draft() is None
+    _send(qtbot, window, "Hello")
+    assert window.panel.k_value.text() == "auto"
+    window.panel.set_num_draft(4)
+    _send(qtbot, window, "Hello again")
+    assert window.panel.k_value.text() == "k: 4"
 
 
 def test_stats_link_opens_the_replys_statistics(qtbot: QtBot, make_window) -> None:
@@ -448,7 +513,12 @@ def test_tune_runs_a_sweep_saves_the_best_k_and_charts_it(
         qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
         assert window.service.busy and not window.composer.send_button.isEnabled()
     result = blocker.args[0]
-    assert [p.k for p in result.points] == [*range(9), None]
+    assert [p.k for p in result.points] == [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, None]
+    assert list(TUNE_KS) == [p.k for p in result.points]
+    # Costs of verifying 1 … 17 tokens were measured first, and charted.
+    assert result.profile is not None and result.profile.widths == 17 and result.k_max == 16
+    assert dialog.cost_series.count() == 17
+    assert dialog.plan_label.text().startswith("Auto picks k = ")
     key = pair_key(str(tiny.target), str(tiny.copy))
     assert window._settings.best_k == {key: result.best_k}
     assert SettingsFile(tmp_path / "settings.json").load().best_k == {key: result.best_k}
@@ -456,10 +526,47 @@ def test_tune_runs_a_sweep_saves_the_best_k_and_charts_it(
     png = tmp_path / "sweep.png"
     assert dialog.export_png(str(png)) and png.stat().st_size > 1000
     assert window.composer.send_button.isEnabled()
+    # Tune… opened again for the pair shows this sweep, from the data folder.
+    dialog.close()
+    again = window.open_tune_dialog()
+    assert again is not dialog and again.calibration == result
+    assert again.status.text().startswith("Last sweep of this pair")
+    assert CalibrationsFile(tmp_path / "calibrations.json").get(*key.split("|")) == result
     # Next time the pair loads, its calibrated k is the default.
+    again.close()
     window.panel.set_num_draft(12)
     _load(qtbot, window, str(tiny.target), str(tiny.copy))
     assert window.panel.num_draft() == result.best_k
+
+
+def test_tune_reopens_with_the_pairs_last_result(qtbot: QtBot, make_window, tmp_path: Path) -> None:
+    from tests.ui.test_tune_dialog import PROFILED
+
+    CalibrationsFile(tmp_path / "calibrations.json").put("/m/target", "/m/draft", PROFILED)
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    dialog = window.open_tune_dialog()
+    assert dialog.calibration == PROFILED
+    assert dialog.cost_series.count() == 17
+    assert dialog.plan_label.text().startswith("Auto picks k = 7: 8 tokens verify for 1.7 steps")
+    dialog.close()
+    _load(qtbot, window, "/m/other", "/m/draft")  # another pair: nothing to show yet
+    other = window.open_tune_dialog()
+    assert other.calibration is None and other.cost_series.count() == 0
+
+
+def test_a_calibrated_pair_keeps_auto_on_with_its_best_k_as_the_fixed_one(
+    qtbot: QtBot, make_window, tmp_path: Path
+) -> None:
+    from app.store import Settings, pair_key
+
+    best = {pair_key("/m/target", "/m/draft"): 6}
+    SettingsFile(tmp_path / "settings.json").save(Settings(best_k=best))
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    assert window.panel.num_draft() is None and window.panel.k_slider.value() == 6
+    window.panel.auto_check.setChecked(False)
+    assert window.panel.num_draft() == 6
 
 
 def test_tune_needs_a_pair_with_a_draft(qtbot: QtBot, make_window, tiny: TinyModels) -> None:

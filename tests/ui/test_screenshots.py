@@ -148,3 +148,21 @@ def test_window_screenshots_in_light_and_dark(
         return sum(pixels) / len(pixels)
 
     assert mean_lightness(shots["dark"]) < mean_lightness(shots["light"]) - 0.3
+
+
+def test_tune_dialog_screenshot_with_a_cuda_like_curve(qtbot: QtBot) -> None:
+    from app.ui.tune_dialog import TuneDialog
+    from tests.ui.test_tune_dialog import BUILTIN, PROFILED
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    dialog = TuneDialog(PROFILED.pair, [], BUILTIN)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.show_last_result(PROFILED)
+    qtbot.wait(50)  # let the charts lay out their series and legends
+    image = dialog.grab().toImage()
+    path = OUT / "tune_curve.png"
+    assert image.save(str(path))
+    assert path.stat().st_size > 10_000
+    assert _colours(image) > 8  # a real dialog, not a blank frame
+    assert dialog.cost_series.count() == 17 and dialog.pick_series.isVisible()

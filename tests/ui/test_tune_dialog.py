@@ -9,6 +9,7 @@ from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
 
 from app.engine.calibrate import CalibrationPoint, CalibrationProgress, CalibrationResult
+from app.engine.costs import K_MAX, CostProfile, geometric
 from app.ui.tune_dialog import TuneDialog
 
 RECENT = ["first", "second", "first", "  ", "third"]
@@ -29,6 +30,39 @@ RESULT = CalibrationResult(
     prompts=5,
     max_tokens=128,
     pair="Qwen2.5-7B + Qwen2.5-0.5B",
+)
+
+# v(m)/v(1) for m = 1 … 17 as MLX's CUDA backend prices a 4-bit target: a kernel per row
+# below 8 rows, one tile from 8, so 8 to 16 tokens verify for barely more than 7 do.
+CUDA_STEPS = (1, 2.1, 2.8, 3.4, 4.4, 5.2, 5.7, *(1.7,), *(1.75,) * 8, 2.6)
+STEP = 0.025  # seconds of one plain target step
+CUDA_PROFILE = CostProfile(
+    verify=tuple(s * STEP for s in CUDA_STEPS), draft_step=0.003, context=512, device="gpu"
+)
+PROFILED = CalibrationResult(
+    points=(
+        CalibrationPoint(0, 40.0, None, None, 640, 16.0),
+        CalibrationPoint(1, 52.0, 0.9, 1.0, 640, 12.3),
+        CalibrationPoint(2, 60.0, 0.87, 2.0, 640, 10.7),
+        CalibrationPoint(3, 63.0, 0.86, 3.0, 640, 10.2),
+        CalibrationPoint(4, 66.0, 0.85, 4.0, 640, 9.7),
+        CalibrationPoint(5, 69.0, 0.85, 5.0, 640, 9.3),
+        CalibrationPoint(6, 71.0, 0.84, 6.0, 640, 9.0),
+        CalibrationPoint(8, 73.0, 0.83, 8.0, 640, 8.8),
+        CalibrationPoint(10, 66.0, 0.8, 10.0, 640, 9.7),
+        CalibrationPoint(12, 61.0, 0.78, 12.0, 640, 10.5),
+        CalibrationPoint(14, 57.0, 0.75, 14.0, 640, 11.2),
+        CalibrationPoint(16, 45.0, 0.72, 16.0, 640, 14.2),
+        CalibrationPoint(None, 74.0, 0.84, 7.2, 640, 8.6),
+    ),
+    best_k=8,
+    baseline_tps=40.0,
+    prompts=5,
+    max_tokens=128,
+    pair="Qwen2.5-7B + Qwen2.5-0.5B",
+    profile=CUDA_PROFILE,
+    accept=geometric(0.85),
+    k_max=K_MAX,
 )
 
 
@@ -57,13 +91,57 @@ def test_result_is_charted_with_the_best_k_marked(dialog: TuneDialog) -> None:
     assert dialog.best_series.name() == "best k = 4"
     assert _points(dialog.auto_series) == [(3.5, 77)]
     assert dialog.auto_series.isVisible()
-    assert "mean k 3.5" in dialog.auto_series.name()
+    assert dialog.auto_series.name() == "auto, mean k 3.5"
     assert "best k = 4" in dialog.summary.text()
     assert "2.00× plain" in dialog.summary.text()
     assert "best k = 4" in dialog.chart.title()
-    assert (dialog.k_axis.min(), dialog.k_axis.max()) == (0, 8)
+    assert (dialog.k_axis.min(), dialog.k_axis.max()) == (-0.5, 8.5)  # k = 0 … 8, whole
     assert dialog.tps_axis.max() >= 80
     assert dialog.use_button.isEnabled() and dialog.png_button.isEnabled()
+    # A result without a cost profile has no curve and no pick, and says so.
+    assert dialog.cost_series.count() == 0 and dialog.predicted_series.count() == 0
+    assert not dialog.pick_series.isVisible() and not dialog.cost_pick_series.isVisible()
+    assert "No cost profile" in dialog.plan_label.text()
+    assert "not measured" in dialog.cost_chart.title()
+
+
+def test_the_cost_curve_the_prediction_and_autos_pick_are_charted(qtbot: QtBot) -> None:
+    d = TuneDialog(PROFILED.pair, RECENT, BUILTIN)
+    qtbot.addWidget(d)
+    assert d.k_axis.max() == 16.5  # k runs to 16 before any result
+    d.show_result(PROFILED)
+    # The verify cost of m = 1 … k_max + 1 tokens, as a multiple of one plain step.
+    cost = _points(d.cost_series)
+    assert len(cost) == K_MAX + 1 == 17
+    assert [m for m, _ in cost] == list(range(1, 18))
+    assert [s for _, s in cost] == pytest.approx(CUDA_STEPS)
+    assert (d.m_axis.min(), d.m_axis.max()) == (0.5, 17.5)
+    assert d.steps_axis.max() >= 5.7
+    # Predicted tok/s of every fixed k, next to the measured ones.
+    plans = PROFILED.predicted()
+    predicted = _points(d.predicted_series)
+    assert [k for k, _ in predicted] == list(range(1, 17))
+    assert [r for _, r in predicted] == pytest.approx([p.rate for p in plans])
+    assert len(_points(d.tps_series)) == 12
+    assert d.tps_axis.max() >= max(p.rate for p in plans)
+    # Auto drafts 7: 8 tokens are one tile, and cost 1.7 steps where 7 cost 5.7.
+    plan = PROFILED.auto_plan
+    assert plan is not None and (plan.k, plan.width) == (7, 8)
+    assert _points(d.pick_series) == [(7, pytest.approx(plan.rate))]
+    assert d.pick_series.isVisible() and d.pick_series.name() == "Auto picks 7"
+    assert _points(d.cost_pick_series) == [(8, pytest.approx(1.7))]
+    assert d.cost_pick_series.isVisible() and d.cost_pick_series.name() == "Auto verifies 8"
+    assert d.plan_label.text().startswith("Auto picks k = 7: 8 tokens verify for 1.7 steps")
+    assert f"about {plan.rate:.0f} tok/s predicted" in d.plan_label.text()
+    assert d.cost_chart.title() == "Verify cost"
+
+
+def test_a_stored_result_is_shown_as_the_last_sweep(dialog: TuneDialog) -> None:
+    dialog.show_last_result(PROFILED)
+    assert dialog.calibration == PROFILED
+    assert dialog.cost_series.count() == K_MAX + 1
+    assert dialog.status.text().startswith("Last sweep of this pair")
+    assert dialog.use_button.isEnabled() and dialog.json_button.isEnabled()
 
 
 def test_use_best_k_emits_it(qtbot: QtBot, dialog: TuneDialog) -> None:
@@ -102,15 +180,24 @@ def test_export_json_writes_the_result(dialog: TuneDialog, tmp_path: Path) -> No
     assert data["pair"] == RESULT.pair
     assert [p["label"] for p in data["points"]][-1] == "auto"
     assert CalibrationResult.from_dict(data) == RESULT
+    # The cost profile travels with the export.
+    dialog.show_result(PROFILED)
+    dialog.export_json(path)
+    data = json.loads(path.read_text())
+    assert data["profile"]["verify"] == pytest.approx([s * STEP for s in CUDA_STEPS])
+    assert data["k_max"] == 16 and len(data["accept"]) == 16
+    assert CalibrationResult.from_dict(data) == PROFILED
 
 
 def test_export_png_writes_an_image(dialog: TuneDialog, tmp_path: Path) -> None:
-    dialog.show_result(RESULT)
+    dialog.show_result(PROFILED)
     path = tmp_path / "chart.png"
     assert dialog.export_png(path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     image = QImage(str(path))
-    assert image.width() > 100 and image.height() > 100
+    # Both charts, side by side.
+    assert image.width() >= dialog.chart_view.width() + dialog.cost_view.width()
+    assert image.height() > 100
 
 
 def test_run_emits_the_chosen_prompts(qtbot: QtBot, dialog: TuneDialog) -> None:
@@ -139,6 +226,8 @@ def test_too_few_recent_prompts_selects_the_built_in_set(qtbot: QtBot) -> None:
 
 def test_progress_moves_the_bar(dialog: TuneDialog) -> None:
     dialog.set_running(True)
+    dialog.show_progress(CalibrationProgress(0, 20, "measuring costs: verifying 3 tokens"))
+    assert dialog.status.text() == "Measuring costs: verifying 3 tokens…"
     dialog.show_progress(CalibrationProgress(0, 20, "warming up"))
     assert dialog.status.text() == "Warming up…"
     dialog.show_progress(CalibrationProgress(6, 20, "k = 2, prompt 2 of 5"))

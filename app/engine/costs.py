@@ -1,0 +1,479 @@
+"""What a round costs on this machine, and the draft length that pays best.
+
+A round that drafts k tokens costs k·c + v(w): k pipelined draft steps of c
+seconds each and one target forward of w ≥ k + 1 tokens. Backends do not price
+w as a line: MLX's CUDA backend runs its 4-bit kernel once per row below 8 rows
+and one tile from 8, and Metal's ``qmv_wide`` covers rows in tiles of 5 up to a
+per-chip limit. So v is measured for every width (a :class:`CostProfile`),
+verification is padded to the cheapest width at or above k + 1 (v̂), and k is
+chosen to maximise expected tokens per second over the whole range.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.files import write_atomic
+
+log = logging.getLogger(__name__)
+
+K_MAX = 16  # the longest draft anywhere in the app
+PLAIN_BURST = 16  # plain tokens per round while Auto finds that drafting does not pay
+FILE_VERSION = 1
+WARMUP_SAMPLES = 1  # the first forward of a new width builds kernels; it is not counted
+SAMPLES = 1  # counted forwards per width before it counts as measured (rounds refine it)
+
+
+def expected_tokens(accept: Sequence[float], k: int) -> float:
+    """Tokens a round of ``k`` drafts commits on average, bonus or correction included.
+
+    Args:
+        accept: Per-position acceptance: ``accept[i]`` is the chance that draft
+            position ``i + 1`` survives given that the ones before it did.
+        k: Tokens drafted; positions past ``accept`` use its last value.
+    """
+    total, survive = 1.0, 1.0
+    for i in range(k):
+        a = accept[min(i, len(accept) - 1)] if accept else 0.0
+        survive *= a
+        total += survive
+    return total
+
+
+def geometric(alpha: float, k_max: int = K_MAX) -> tuple[float, ...]:
+    """The same acceptance ``alpha`` at every position."""
+    return (alpha,) * max(1, k_max)
+
+
+@dataclass(frozen=True, slots=True)
+class CostProfile:
+    """Measured costs of one pair on one machine.
+
+    Attributes:
+        verify: ``verify[m - 1]`` is the seconds of one target forward of ``m``
+            tokens against a cache of ``context`` tokens; ``None`` where not measured.
+        draft_step: Seconds of one pipelined draft step; ``None`` without a draft.
+        context: Cache length the widths were measured against.
+        device: MLX's device, as MLX names it.
+        mlx: MLX's version; another version needs a new profile.
+        measured_at: Unix time of the measurement.
+    """
+
+    verify: tuple[float | None, ...]
+    draft_step: float | None = None
+    context: int = 0
+    device: str = ""
+    mlx: str = ""
+    measured_at: float = 0.0
+
+    @property
+    def widths(self) -> int:
+        """The widest verification measured or planned for."""
+        return len(self.verify)
+
+    @property
+    def step(self) -> float | None:
+        """Seconds of one plain target step: the verification of one token."""
+        return self.verify[0] if self.verify else None
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.verify) and all(v is not None for v in self.verify)
+
+    def v(self, m: int) -> float | None:
+        """Measured seconds of verifying ``m`` tokens."""
+        return self.verify[m - 1] if 1 <= m <= len(self.verify) else None
+
+    def estimate(self, m: int) -> float | None:
+        """``v(m)``, or where unmeasured a line through the nearest measured widths."""
+        if (own := self.v(m)) is not None:
+            return own
+        known = [(i + 1, t) for i, t in enumerate(self.verify) if t is not None]
+        if not known:
+            return None
+        below = [p for p in known if p[0] < m]
+        above = [p for p in known if p[0] > m]
+        if below and above:
+            (m0, t0), (m1, t1) = below[-1], above[0]
+            return t0 + (t1 - t0) * (m - m0) / (m1 - m0)
+        if not above:  # past the widest measured: extend the last slope, never downwards
+            if len(known) == 1:
+                return known[0][1]
+            (m0, t0), (m1, t1) = known[-2], known[-1]
+            return t1 + max((t1 - t0) / (m1 - m0), 0.0) * (m - m1)
+        return above[0][1]  # narrower than any measured: no cheaper than the narrowest
+
+    def padded(self, m: int) -> tuple[float, int] | None:
+        """v̂(m) = min over m' ≥ m of v(m'), and that m' (the width to verify with)."""
+        best: tuple[float, int] | None = None
+        for width in range(m, max(m, self.widths) + 1):
+            t = self.estimate(width)
+            if t is not None and (best is None or t < best[0]):
+                best = (t, width)
+        return best
+
+    def steps(self, m: int) -> float | None:
+        """Verifying ``m`` tokens, as a multiple of one plain step."""
+        t, step = self.estimate(m), self.step
+        return t / step if t is not None and step else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "verify": list(self.verify)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CostProfile:
+        verify = tuple(None if v is None else float(v) for v in data["verify"])
+        step = data.get("draft_step")
+        return cls(
+            verify=verify,
+            draft_step=None if step is None else float(step),
+            context=int(data.get("context", 0)),
+            device=str(data.get("device", "")),
+            mlx=str(data.get("mlx", "")),
+            measured_at=float(data.get("measured_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A round's shape: ``k`` drafts verified in one forward of ``width`` tokens.
+
+    Attributes:
+        k: Tokens to draft.
+        width: Rows of the verification; ``width - k - 1`` of them are padding.
+        tokens: Expected tokens the round commits.
+        seconds: Expected seconds of the round.
+        steps: The verification's cost as a multiple of one plain step, if known.
+    """
+
+    k: int
+    width: int
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: float | None = None
+
+    @property
+    def rate(self) -> float:
+        """Expected tokens per second."""
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def reason(self) -> str:
+        """Why this k, in words: for example "9 tokens verify for 1.7 steps"."""
+        if self.k == 0:
+            return "drafting does not pay here: plain decoding is faster"
+        if self.steps is None:
+            return f"k = {self.k}"
+        pad = f" (padded to {self.width})" if self.width > self.k + 1 else ""
+        return f"{self.k + 1} tokens verify for {self.steps:.1f} steps{pad}"
+
+
+def plan_round(
+    profile: CostProfile,
+    accept: Sequence[float],
+    k_max: int,
+    k: int | None = None,
+    plain: bool = True,
+) -> Plan | None:
+    """The plan of highest expected tokens per second, or the plan of a fixed ``k``.
+
+    Args:
+        profile: Costs to plan with; unmeasured widths are estimated.
+        accept: Per-position acceptance (see :func:`expected_tokens`).
+        k_max: Longest draft to consider.
+        k: Plan this k only (still padded to its cheapest width).
+        plain: Whether plain decoding (k = 0) competes when k is free: where
+            drafting cannot pay, Auto should not draft.
+
+    Returns:
+        ``None`` when the profile has no verification cost yet.
+    """
+    c = profile.draft_step or 0.0
+    best: Plan | None = None
+    if k is None and plain and profile.step:
+        best = Plan(0, 1, PLAIN_BURST, PLAIN_BURST * profile.step, 1.0)
+    for j in [k] if k is not None else range(1, max(1, k_max) + 1):
+        padded = profile.padded(j + 1)
+        if padded is None:
+            return None
+        v, width = padded
+        step = profile.step
+        plan = Plan(j, width, expected_tokens(accept, j), j * c + v, v / step if step else None)
+        if best is None or plan.rate > best.rate:
+            best = plan
+    return best
+
+
+def predicted_rates(profile: CostProfile, accept: Sequence[float], k_max: int) -> list[Plan]:
+    """The plan of every fixed k from 1 to ``k_max``, for charts."""
+    plans = [plan_round(profile, accept, k_max, k) for k in range(1, k_max + 1)]
+    return [p for p in plans if p is not None]
+
+
+@dataclass
+class _Samples:
+    seen: int = 0
+    value: float | None = None
+
+    def add(self, seconds: float, decay: float) -> None:
+        self.seen += 1
+        if self.seen <= WARMUP_SAMPLES:
+            return
+        v = self.value
+        self.value = seconds if v is None else decay * v + (1 - decay) * seconds
+
+
+class CostModel:
+    """Running verification and draft costs of one pair, kept by its decoder.
+
+    It starts from a stored :class:`CostProfile` when there is one and follows
+    the rounds from then on. Engine thread only.
+
+    Args:
+        widths: Verification widths to know: 1 to ``k_max + 1``.
+        profile: A stored profile to start from.
+        on_complete: Called with the profile once every width is measured.
+    """
+
+    def __init__(
+        self,
+        widths: int = K_MAX + 1,
+        profile: CostProfile | None = None,
+        on_complete: Callable[[CostProfile], None] | None = None,
+        decay: float = 0.8,
+    ) -> None:
+        self.widths = widths
+        self.decay = decay
+        self.on_complete = on_complete
+        self._verify = [_Samples() for _ in range(widths)]
+        self._draft = _Samples(seen=WARMUP_SAMPLES)
+        self._context = 0
+        self._device, self._mlx = machine()
+        self._cached: CostProfile | None = None
+        if profile is not None:
+            for i, t in enumerate(profile.verify[:widths]):
+                if t is not None:
+                    self._verify[i] = _Samples(WARMUP_SAMPLES + SAMPLES, t)
+            if profile.draft_step is not None:
+                self._draft = _Samples(WARMUP_SAMPLES + SAMPLES, profile.draft_step)
+            self._context = profile.context
+        self._reported = self.complete
+
+    @property
+    def complete(self) -> bool:
+        """Whether every width has its counted samples."""
+        return all(s.seen >= WARMUP_SAMPLES + SAMPLES for s in self._verify)
+
+    @property
+    def draft_step(self) -> float | None:
+        return self._draft.value
+
+    def missing(self) -> list[int]:
+        """Widths (2 and up) that still need samples, narrowest first."""
+        need = WARMUP_SAMPLES + SAMPLES
+        return [i + 1 for i, s in enumerate(self._verify) if i and s.seen < need]
+
+    def observe_verify(self, width: int, seconds: float, context: int = 0) -> None:
+        if 1 <= width <= self.widths and seconds > 0:
+            self._verify[width - 1].add(seconds, self.decay)
+            self._cached = None
+            self._context = max(self._context, context)
+            self._maybe_report()
+
+    def observe_step(self, seconds: float) -> None:
+        """A plain target step: the verification of one token.
+
+        Plain steps run from the reply's first token on, so their kernels are
+        built: no sample is a warm-up.
+        """
+        first = self._verify[0]
+        first.seen = max(first.seen, WARMUP_SAMPLES)
+        self.observe_verify(1, seconds)
+
+    def observe_draft_step(self, seconds: float) -> None:
+        if seconds > 0:
+            self._draft.add(seconds, self.decay)
+            self._cached = None
+
+    def profile(self) -> CostProfile:
+        """What is known now, as a value."""
+        if self._cached is None:
+            self._cached = CostProfile(
+                verify=tuple(s.value for s in self._verify),
+                draft_step=self._draft.value,
+                context=self._context,
+                device=self._device,
+                mlx=self._mlx,
+                measured_at=time.time(),
+            )
+        return self._cached
+
+    def replace(self, profile: CostProfile) -> None:
+        """Starts again from a fresh measurement (Tune's)."""
+        self.__init__(self.widths, profile, self.on_complete, self.decay)  # type: ignore[misc]
+        self._reported = False
+        self._maybe_report()
+
+    def _maybe_report(self) -> None:
+        if not self._reported and self.complete and self.on_complete is not None:
+            self._reported = True
+            try:
+                self.on_complete(self.profile())
+            except OSError:  # a full disk costs a re-measurement later, nothing more
+                log.warning("could not store the cost profile", exc_info=True)
+
+
+def machine() -> tuple[str, str]:
+    """MLX's device and version: half of a profile's key."""
+    import mlx.core as mx
+
+    return str(mx.default_device()), getattr(mx, "__version__", "")
+
+
+def default_store_path() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("Tandem", appauthor=False)) / "profiles.json"
+
+
+@dataclass
+class ProfileStore:
+    """Cost profiles on disk, one per (target, draft, device, MLX version).
+
+    Written atomically; a missing or unreadable file reads as empty.
+    """
+
+    path: Path = field(default_factory=default_store_path)
+
+    @staticmethod
+    def key(target: str, draft: str | None) -> str:
+        device, version = machine()
+        return f"{target}|{draft or ''}|{device}|mlx {version}"
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("version") != FILE_VERSION:
+            return {}
+        profiles = data.get("profiles")
+        return profiles if isinstance(profiles, dict) else {}
+
+    def get(self, target: str, draft: str | None) -> CostProfile | None:
+        """The stored profile of this pair on this machine and MLX version."""
+        raw = self._read().get(self.key(target, draft))
+        try:
+            return CostProfile.from_dict(raw) if isinstance(raw, dict) else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, target: str, draft: str | None, profile: CostProfile) -> None:
+        profiles = self._read()
+        profiles[self.key(target, draft)] = profile.as_dict()
+        data = {"version": FILE_VERSION, "profiles": profiles}
+        write_atomic(self.path, json.dumps(data, indent=1).encode("utf-8"))
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileProgress:
+    """One width of a measurement is done."""
+
+    done: int
+    total: int
+    text: str
+
+
+def measure_profile(
+    target: Any,
+    draft: Any | None,
+    *,
+    widths: int = K_MAX + 1,
+    context: int = 512,
+    repeats: int = 2,
+    draft_steps: int = 16,
+    cancel: Any = None,
+) -> Iterator[ProfileProgress | CostProfile]:
+    """Measures v(m) for m = 1 … ``widths`` and the draft step c, explicitly.
+
+    The target's cache is filled with ``context`` tokens first, so attention
+    costs what a conversation of that length costs. Each width runs once
+    unmeasured (kernels are built), then ``repeats`` times; the fastest counts.
+
+    Yields:
+        A :class:`ProfileProgress` after each width, then the :class:`CostProfile`
+        (nothing more once ``cancel`` is set).
+    """
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    from app.engine.speculative import prefill
+
+    def cancelled() -> bool:
+        return cancel is not None and cancel.is_set()
+
+    vocab = min(_vocab(target), _vocab(draft) if draft is not None else _vocab(target))
+    tokens = [(i * 7919 + 13) % max(vocab - 1, 1) + 1 for i in range(context + widths + 1)]
+    cache = make_prompt_cache(target)
+    prefill(target, cache, tokens[:context])
+    verify: list[float | None] = []
+    total = widths + (1 if draft is not None else 0)
+    for m in range(1, widths + 1):
+        if cancelled():
+            return
+        x = mx.array(tokens[context : context + m])[None]
+        best = float("inf")
+        for i in range(1 + repeats):
+            t0 = time.perf_counter()
+            out = target(x, cache=cache)
+            mx.eval(out)
+            seconds = time.perf_counter() - t0
+            trim_prompt_cache(cache, m)
+            if i:
+                best = min(best, seconds)
+        verify.append(best)
+        yield ProfileProgress(m, total, f"verifying {m} token{'s' if m > 1 else ''}")
+    step = None
+    if draft is not None and not cancelled():
+        step = _draft_step(draft, tokens[:context], draft_steps)
+        yield ProfileProgress(total, total, "draft step")
+    if cancelled():
+        return
+    device, version = machine()
+    yield CostProfile(tuple(verify), step, context, device, version, time.time())
+
+
+def _vocab(model: Any) -> int:
+    args = getattr(model, "args", None)
+    return int(getattr(args, "vocab_size", 0) or 256)
+
+
+def _draft_step(draft: Any, context: list[int], steps: int) -> float:
+    """Seconds per step of pipelined greedy draft decoding after ``context``."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from app.engine.speculative import prefill
+
+    cache = make_prompt_cache(draft)
+    prefill(draft, cache, context[:-1])
+    y = mx.array(context[-1:])
+
+    def step(y: mx.array) -> mx.array:
+        return mx.argmax(draft(y[None], cache=cache)[0, -1:], axis=-1)
+
+    for _ in range(2):  # the first steps build kernels
+        y = step(y)
+        mx.eval(y)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        y = step(y)
+        mx.async_eval(y)  # queued one ahead, as decoding runs
+    mx.eval(y)
+    return (time.perf_counter() - t0) / max(steps, 1)
