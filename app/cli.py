@@ -145,7 +145,9 @@ def _parser() -> argparse.ArgumentParser:
         "--draft-cutoff", action="store_true", help="end a draft early when the draft is unsure"
     )
     bench.add_argument(
-        "--ttft", action="store_true", help="time to first token, plain and with each drafter"
+        "--ttft",
+        action="store_true",
+        help="time to first token, plain and with each drafter (and of a second turn)",
     )
     bench.add_argument("--temps", default="0", help="temperatures, comma-separated")
     bench.add_argument("--prompts", help="JSON list or one prompt per line")

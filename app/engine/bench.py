@@ -484,7 +484,7 @@ def main(args: Any) -> int:
         meta["ttft_first_turn"] = {"prompt_tokens": len(ttft_prompt), **ttft}
         cells = ", ".join(f"{label} {secs:.3f} s" for label, secs in ttft.items())
         print(f"time to first token, {len(ttft_prompt)}-token prompt, cold: {cells}")
-    if not args.synthetic:
+    if args.ttft and not args.synthetic:
         texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
         ttft2 = ttft_cold_and_warm(pair, texts[0], "Now make it shorter.")
         meta["ttft_turn2"] = ttft2

@@ -251,19 +251,24 @@ class CostModel:
         self.widths = widths
         self.decay = decay
         self.on_complete = on_complete
-        self._verify = [_Samples() for _ in range(widths)]
+        self._device, self._mlx = machine()
+        self._load(profile)
+        self._reported = self.complete
+
+    def _load(self, profile: CostProfile | None) -> None:
+        """Starts from ``profile``'s measurements, or from nothing."""
+        self._verify = [_Samples() for _ in range(self.widths)]
         self._draft = _Samples(seen=WARMUP_SAMPLES)
         self._context = 0
-        self._device, self._mlx = machine()
         self._cached: CostProfile | None = None
-        if profile is not None:
-            for i, t in enumerate(profile.verify[:widths]):
-                if t is not None:
-                    self._verify[i] = _Samples(WARMUP_SAMPLES + SAMPLES, t)
-            if profile.draft_step is not None:
-                self._draft = _Samples(WARMUP_SAMPLES + SAMPLES, profile.draft_step)
-            self._context = profile.context
-        self._reported = self.complete
+        if profile is None:
+            return
+        for i, t in enumerate(profile.verify[: self.widths]):
+            if t is not None:
+                self._verify[i] = _Samples(WARMUP_SAMPLES + SAMPLES, t)
+        if profile.draft_step is not None:
+            self._draft = _Samples(WARMUP_SAMPLES + SAMPLES, profile.draft_step)
+        self._context = profile.context
 
     @property
     def complete(self) -> bool:
@@ -315,8 +320,8 @@ class CostModel:
         return self._cached
 
     def replace(self, profile: CostProfile) -> None:
-        """Starts again from a fresh measurement (Tune's)."""
-        self.__init__(self.widths, profile, self.on_complete, self.decay)  # type: ignore[misc]
+        """Starts again from a fresh measurement (Tune's), and stores it."""
+        self._load(profile)
         self._reported = False
         self._maybe_report()
 

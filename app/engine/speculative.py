@@ -325,11 +325,13 @@ class Decoder:
         the common prefix first.
         """
         goal = seq[:-1]
-        if self._d_cache is not None:
+        held = len(self._d_tokens)
+        # Every round asks: compare the lists whole (fast) before walking them.
+        if self._d_cache is not None and not (held <= len(goal) and self._d_tokens == goal[:held]):
             n = common_prefix(self._d_tokens, goal)
-            if len(self._d_tokens) > n:
+            if held > n:
                 if can_trim_prompt_cache(self._d_cache):
-                    trim_prompt_cache(self._d_cache, len(self._d_tokens) - n)
+                    trim_prompt_cache(self._d_cache, held - n)
                     self._d_tokens = self._d_tokens[:n]
                 else:
                     self._d_cache, self._d_tokens = None, []

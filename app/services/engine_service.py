@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.engine.generate import stream_reply
+from app.engine.costs import ProfileStore
+from app.engine.generate import decoder_for, stream_reply
 from app.engine.loader import ModelError, ModelPair, free_memory, load_pair
 from app.engine.speculative import DraftControl
 from app.engine.types import (
@@ -214,8 +215,11 @@ class EngineWorker(QObject):
         flush_interval: float = FLUSH_INTERVAL,
         check_remote: CheckFn = check_remote,
         stream_remote: RemoteStreamFn = stream_remote,
+        profiles: ProfileStore | None = None,
     ) -> None:
         super().__init__()
+        # Where loaded pairs keep their cost profiles; None: the default data folder.
+        self._profiles = profiles
         self._load = load
         self._stream = stream
         self._flush_interval = flush_interval
@@ -273,6 +277,8 @@ class EngineWorker(QObject):
             log.exception("loading %s failed", request.target)
             self.failed.emit(self._unexpected(exc, "load", None, "Loading"))
             return
+        if self._profiles is not None:
+            decoder_for(pair, self._profiles)  # its costs live in this data folder
         # The new pair replaces the old only once it loaded.
         self._pair = pair
         self._remote = None

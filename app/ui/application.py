@@ -14,8 +14,9 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app import __version__, resource_path
+from app.engine.costs import ProfileStore
 from app.logs import setup_logging
-from app.services import EngineService
+from app.services import EngineService, EngineWorker
 from app.store import SettingsFile, Store, default_data_dir
 from app.ui.errors import ErrorReporter
 from app.ui.main_window import MainWindow
@@ -55,7 +56,7 @@ def run_app(
         app.setWindowIcon(QIcon(str(icon)))
     data_dir = data_dir or default_data_dir()
     store = Store(data_dir / "tandem.sqlite3")
-    service = EngineService()
+    service = EngineService(EngineWorker(profiles=ProfileStore(data_dir / "profiles.json")))
     window = MainWindow(store, service, SettingsFile(data_dir / "settings.json"))
     reporter = ErrorReporter(log_file, window)
     reporter.install()

@@ -67,11 +67,15 @@ def test_bench_on_model_folders_reports_ttft(tiny: TinyModels, tmp_path: Path) -
         str(prompts),
         "--max-tokens",
         "16",
+        "--ttft",
         "--json",
         str(out),
     )
     assert r.returncode == 0, r.stderr
     meta = json.loads(out.read_text())["meta"]
+    first = meta["ttft_first_turn"]
+    assert {"plain", "draft", "lookup", "lookup+draft"} <= first.keys()
+    assert all(first[k] > 0 for k in ("plain", "draft"))
     ttft = meta["ttft_turn2"]
     assert ttft["warm_reused_tokens"] > 0
     assert ttft["cold_reused_tokens"] == 0
@@ -82,3 +86,24 @@ def test_bench_rejects_unknown_shapes() -> None:
     r = _bench("--synthetic", "tiny:huge")
     assert r.returncode == 2
     assert "unknown shape 'huge'" in r.stderr
+
+
+def test_bench_profile_prints_the_verify_cost_of_each_width(tmp_path: Path) -> None:
+    out = tmp_path / "profile.json"
+    r = _bench(
+        "--synthetic", "tiny-llama:tiny-llama", "--bits", "4", "--ks", "0,4,auto", "--profile",
+        "--context", "64", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["m", "ms", "steps"]
+    assert [line.split()[0] for line in lines[1:6]] == ["1", "2", "3", "4", "5"]
+    assert "draft step" in r.stdout and "speedup" not in r.stdout  # the table, no runs
+    profile = json.loads(out.read_text())["meta"]["profile"]
+    assert len(profile["verify"]) == 5 and all(v > 0 for v in profile["verify"])
+
+
+def test_bench_refuses_a_draft_longer_than_16() -> None:
+    r = _bench("--synthetic", "tiny:tiny", "--ks", "4,17")
+    assert r.returncode == 2
+    assert "from 0 to 16" in r.stderr

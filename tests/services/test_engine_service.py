@@ -437,3 +437,26 @@ def test_running_out_of_memory_while_tuning_unloads_the_pair(
     assert blocker.args[0].stage == "calibrate" and blocker.args[0].unloaded
     assert "the models were unloaded" in blocker.args[0].message
     assert not service.busy
+
+
+def test_a_loaded_pair_keeps_its_cost_profile_in_the_given_data_folder(
+    qtbot: QtBot, make_service, tiny: TinyModels, tmp_path
+) -> None:
+    from app.engine.costs import CostProfile, ProfileStore
+    from app.engine.generate import stream_reply
+
+    store = ProfileStore(tmp_path / "profiles.json")
+    stored = CostProfile((0.01, 0.012, 0.013), 0.002, 64, "test", "0")
+    store.put(str(tiny.target), str(tiny.noisy), stored)
+    seen: list[object] = []
+
+    def stream(pair, messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+        seen.append(pair.decoder.costs.profile())
+        yield from stream_reply(pair, messages, params, cancel, control=control)
+
+    service = make_service(EngineWorker(stream=stream, profiles=store))
+    _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
+    with qtbot.waitSignal(service.generation_finished, timeout=60_000):
+        service.generate(HELLO, GenerationParams(max_tokens=4))
+    # The decoder started from the profile stored there, not from the default folder's.
+    assert seen and seen[0].verify[:3] == stored.verify
