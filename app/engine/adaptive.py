@@ -114,11 +114,6 @@ class DraftLength:
         self.explore_every = explore_every
         self._since_explore = 0
         self._explored = 0
-        self.last: Plan | None = None
-
-    def best(self) -> Plan | None:
-        """The plan of highest expected tokens per second from what is known now."""
-        return plan_round(self.costs.profile(), self.acceptance.rates(), self.k_max)
 
     def choose(self) -> Plan:
         """The plan of the next round."""
@@ -126,8 +121,7 @@ class DraftLength:
         rates = self.acceptance.rates()
         if self.fixed is not None:
             plan = plan_round(profile, rates, self.k_max, self.fixed)
-            self.last = plan or Plan(self.fixed, self.fixed + 1)
-            return self.last
+            return plan or Plan(self.fixed, self.fixed + 1)
         # Plain decoding (k = 0) competes too: Auto is never slower than not drafting.
         # Only measured acceptance may rule drafting out, never the prior alone.
         plain = self.acceptance.evidence >= EVIDENCE
@@ -142,7 +136,6 @@ class DraftLength:
             plan = Plan(min(best.k or 4, w - 1), w, best.tokens, best.seconds, best.steps)
         else:
             plan = self._explore(profile, rates, best) or best
-        self.last = best
         return plan
 
     def _explore(self, profile: CostProfile, rates: Sequence[float], best: Plan) -> Plan | None:

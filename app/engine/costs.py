@@ -11,7 +11,6 @@ chosen to maximise expected tokens per second over the whole range.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.files import write_atomic
+from app.files import read_entries, write_entries
 
 log = logging.getLogger(__name__)
 
@@ -361,29 +360,18 @@ class ProfileStore:
         device, version = machine()
         return f"{target}|{draft or ''}|{device}|mlx {version}"
 
-    def _read(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict) or data.get("version") != FILE_VERSION:
-            return {}
-        profiles = data.get("profiles")
-        return profiles if isinstance(profiles, dict) else {}
-
     def get(self, target: str, draft: str | None) -> CostProfile | None:
         """The stored profile of this pair on this machine and MLX version."""
-        raw = self._read().get(self.key(target, draft))
+        raw = read_entries(self.path, FILE_VERSION, "profiles").get(self.key(target, draft))
         try:
             return CostProfile.from_dict(raw) if isinstance(raw, dict) else None
         except (KeyError, TypeError, ValueError):
             return None
 
     def put(self, target: str, draft: str | None, profile: CostProfile) -> None:
-        profiles = self._read()
+        profiles = read_entries(self.path, FILE_VERSION, "profiles")
         profiles[self.key(target, draft)] = profile.as_dict()
-        data = {"version": FILE_VERSION, "profiles": profiles}
-        write_atomic(self.path, json.dumps(data, indent=1).encode("utf-8"))
+        write_entries(self.path, FILE_VERSION, "profiles", profiles)
 
 
 @dataclass(frozen=True, slots=True)

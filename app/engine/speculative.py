@@ -107,6 +107,28 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def _cut_back(
+    cache: list[Any] | None, cached: list[int], tokens: list[int]
+) -> tuple[list[Any] | None, list[int]]:
+    """``cache`` cut back to the prefix it shares with ``tokens``.
+
+    Returns:
+        The cache (``None`` when it had to go back but cannot be trimmed) and
+        the tokens it then holds.
+    """
+    held = len(cached)
+    # Asked every round: compare the lists whole (fast) before walking them.
+    if cache is None or (held <= len(tokens) and cached == tokens[:held]):
+        return cache, cached
+    n = common_prefix(cached, tokens)
+    if held == n:
+        return cache, cached
+    if not can_trim_prompt_cache(cache):
+        return None, []
+    trim_prompt_cache(cache, held - n)
+    return cache, cached[:n]
+
+
 def _ints(a: mx.array) -> list[int]:
     return cast(list[int], a.tolist())
 
@@ -231,12 +253,8 @@ class Decoder:
         limit: int | None = None,
     ) -> tuple[list[Any], list[int], int]:
         """Makes ``cache`` hold ``tokens`` (at most ``limit`` more), reusing the common prefix."""
-        n = common_prefix(cached, tokens)
-        if cache is not None and len(cached) > n:
-            if can_trim_prompt_cache(cache):
-                trim_prompt_cache(cache, len(cached) - n)
-            else:
-                cache = None
+        cache, cached = _cut_back(cache, cached, tokens)
+        n = len(cached)
         if cache is None:
             cache, n = make_prompt_cache(model), 0
         end = len(tokens) if limit is None else min(len(tokens), n + limit)
@@ -302,10 +320,7 @@ class Decoder:
         if params.seed is not None and can_draft and wanted() != 0:
             # A seeded reply's schedule must not depend on what the draft's cache
             # held before: the whole catch-up at once.
-            assert self.draft is not None
-            self._d_cache, self._d_tokens, _ = self._prepare(
-                self.draft, self._d_cache, self._d_tokens, seq[:-1]
-            )
+            self._feed_draft(seq, limit=None)
         while True:
             if wanted() == 0:
                 # Plain decoding until the control asks for drafting again.
@@ -325,24 +340,15 @@ class Decoder:
         the common prefix first.
         """
         goal = seq[:-1]
-        held = len(self._d_tokens)
-        # Every round asks: compare the lists whole (fast) before walking them.
-        if self._d_cache is not None and not (held <= len(goal) and self._d_tokens == goal[:held]):
-            n = common_prefix(self._d_tokens, goal)
-            if held > n:
-                if can_trim_prompt_cache(self._d_cache):
-                    trim_prompt_cache(self._d_cache, held - n)
-                    self._d_tokens = self._d_tokens[:n]
-                else:
-                    self._d_cache, self._d_tokens = None, []
+        self._d_cache, self._d_tokens = _cut_back(self._d_cache, self._d_tokens, goal)
         # A round's own first draft step feeds the few tokens it lags after a round.
         return self._d_cache is not None and len(goal) - len(self._d_tokens) <= ROUND_LAG
 
-    def _feed_draft(self, seq: list[int]) -> None:
-        """Feeds the draft up to :data:`CATCH_UP_STEP` more tokens of ``seq[:-1]``."""
+    def _feed_draft(self, seq: list[int], limit: int | None = CATCH_UP_STEP) -> None:
+        """Feeds the draft up to ``limit`` more tokens of ``seq[:-1]`` (all without one)."""
         assert self.draft is not None
         self._d_cache, self._d_tokens, _ = self._prepare(
-            self.draft, self._d_cache, self._d_tokens, seq[:-1], limit=CATCH_UP_STEP
+            self.draft, self._d_cache, self._d_tokens, seq[:-1], limit=limit
         )
 
     def _speculate_rounds(
@@ -587,9 +593,9 @@ class Decoder:
         proposal = mx.concatenate(parts)
         k = m + n_draft
         width = plan.width
-        if k + 1 > width or k < plan.k:
+        if k < plan.k and not missing:  # a short draft may verify in fewer rows
             padded = self.costs.profile().padded(k + 1)
-            width = padded[1] if padded is not None and not missing else max(width, k + 1)
+            width = padded[1] if padded is not None else width
         draft_seconds = 0.0
         timed = missing or (
             n_draft > 0 and (n_round % TIME_DRAFT_EVERY == 1 or self.costs.draft_step is None)

@@ -8,13 +8,12 @@ as no result.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from app.engine.calibrate import CalibrationResult
-from app.files import write_atomic
+from app.files import read_entries, write_entries
 from app.store.db import default_data_dir
 from app.store.settings import pair_key
 
@@ -42,14 +41,7 @@ class CalibrationsFile:
         self.path = path or default_data_dir() / "calibrations.json"
 
     def _read(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict) or data.get("version") != FILE_VERSION:
-            return {}
-        results = data.get("results")
-        return results if isinstance(results, dict) else {}
+        return read_entries(self.path, FILE_VERSION, "results")
 
     def get(self, target: str, draft: str | None) -> CalibrationResult | None:
         """The last result of this pair, or ``None`` when there is none to read."""
@@ -73,5 +65,4 @@ class CalibrationsFile:
         """
         results = self._read()
         results[pair_key(target, draft)] = result.as_dict()
-        data = {"version": FILE_VERSION, "results": results}
-        write_atomic(self.path, json.dumps(data, indent=1).encode("utf-8"))
+        write_entries(self.path, FILE_VERSION, "results", results)
