@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 
 from app.engine.costs import K_MAX, CostModel, CostProfile, Plan, expected_tokens, plan_round
 
@@ -160,7 +161,7 @@ class DraftLength:
             return None
         self._since_explore = 0
         self._explored += 1
-        return trial
+        return replace(trial, explore=True)
 
     def observe(self, k: int, accepted: int) -> None:
         """Records a round: ``k`` proposed, the first ``accepted`` kept."""

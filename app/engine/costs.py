@@ -62,6 +62,9 @@ class CostProfile:
         device: MLX's device, as MLX names it.
         mlx: MLX's version; another version needs a new profile.
         measured_at: Unix time of the measurement.
+        overhead: Seconds a drafting round costs beyond its draft steps and its
+            verification (graph building, the draft's catch-up, the sync and
+            whatever reads the round), learned from the rounds themselves.
     """
 
     verify: tuple[float | None, ...]
@@ -70,6 +73,7 @@ class CostProfile:
     device: str = ""
     mlx: str = ""
     measured_at: float = 0.0
+    overhead: float = 0.0
 
     @property
     def widths(self) -> int:
@@ -136,6 +140,7 @@ class CostProfile:
             device=str(data.get("device", "")),
             mlx=str(data.get("mlx", "")),
             measured_at=float(data.get("measured_at", 0.0)),
+            overhead=max(0.0, float(data.get("overhead", 0.0))),
         )
 
 
@@ -149,6 +154,8 @@ class Plan:
         tokens: Expected tokens the round commits.
         seconds: Expected seconds of the round.
         steps: The verification's cost as a multiple of one plain step, if known.
+        explore: A try of a longer draft: the round is timed, so that the
+            width's cost is learned as well as the far positions' acceptance.
     """
 
     k: int
@@ -156,6 +163,7 @@ class Plan:
     tokens: float = 0.0
     seconds: float = 0.0
     steps: float | None = None
+    explore: bool = False
 
     @property
     def rate(self) -> float:
@@ -194,6 +202,8 @@ def plan_round(
         ``None`` when the profile has no verification cost yet.
     """
     c = profile.draft_step or 0.0
+    # A round's fixed cost favours longer drafts: it is paid once per round.
+    fixed = profile.overhead
     best: Plan | None = None
     if k is None and plain and profile.step:
         best = Plan(0, 1, PLAIN_BURST, PLAIN_BURST * profile.step, 1.0)
@@ -203,7 +213,9 @@ def plan_round(
             return None
         v, width = padded
         step = profile.step
-        plan = Plan(j, width, expected_tokens(accept, j), j * c + v, v / step if step else None)
+        plan = Plan(
+            j, width, expected_tokens(accept, j), fixed + j * c + v, v / step if step else None
+        )
         if best is None or plan.rate > best.rate:
             best = plan
     return best
@@ -222,10 +234,14 @@ class _Samples:
 
     def add(self, seconds: float, decay: float) -> None:
         self.seen += 1
-        if self.seen <= WARMUP_SAMPLES:
+        counted = self.seen - WARMUP_SAMPLES
+        if counted <= 0:
             return
+        # A running mean over the first samples, then a moving average: a width
+        # measured once (a noisy profile, a rare exploration) is corrected fast.
+        weight = max(1.0 - decay, 1.0 / counted)
         v = self.value
-        self.value = seconds if v is None else decay * v + (1 - decay) * seconds
+        self.value = seconds if v is None else v + weight * (seconds - v)
 
 
 class CostModel:
@@ -258,6 +274,7 @@ class CostModel:
         """Starts from ``profile``'s measurements, or from nothing."""
         self._verify = [_Samples() for _ in range(self.widths)]
         self._draft = _Samples(seen=WARMUP_SAMPLES)
+        self._overhead = _Samples(seen=WARMUP_SAMPLES)
         self._context = 0
         self._cached: CostProfile | None = None
         if profile is None:
@@ -267,6 +284,8 @@ class CostModel:
                 self._verify[i] = _Samples(WARMUP_SAMPLES + SAMPLES, t)
         if profile.draft_step is not None:
             self._draft = _Samples(WARMUP_SAMPLES + SAMPLES, profile.draft_step)
+        if profile.overhead > 0:
+            self._overhead = _Samples(WARMUP_SAMPLES + SAMPLES, profile.overhead)
         self._context = profile.context
 
     @property
@@ -305,6 +324,21 @@ class CostModel:
             self._draft.add(seconds, self.decay)
             self._cached = None
 
+    def observe_round(self, k: int, width: int, seconds: float) -> None:
+        """A drafting round took ``seconds`` from its start to the next round's.
+
+        What the draft steps and the verification do not explain is the round's
+        fixed cost.
+        """
+        c, v = (
+            self._draft.value,
+            self._verify[width - 1].value if 1 <= width <= self.widths else None,
+        )
+        if k <= 0 or seconds <= 0 or v is None or (c is None and k):
+            return
+        self._overhead.add(max(0.0, seconds - k * (c or 0.0) - v), self.decay)
+        self._cached = None
+
     def profile(self) -> CostProfile:
         """What is known now, as a value."""
         if self._cached is None:
@@ -315,6 +349,7 @@ class CostModel:
                 device=self._device,
                 mlx=self._mlx,
                 measured_at=time.time(),
+                overhead=self._overhead.value or 0.0,
             )
         return self._cached
 

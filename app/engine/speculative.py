@@ -364,9 +364,15 @@ class Decoder:
         lookup = PromptLookup() if can_lookup else None
         if lookup is not None:
             lookup.reset(seq)
+        last: tuple[Round, float] | None = None  # the previous drafting round and its start
         while (num_draft := wanted()) != 0:
             if can_draft and not self._draft_ready(seq):
                 return  # back from plain decoding: catch the draft up first
+            started = time.perf_counter()
+            if last is not None:
+                # Start to start: what the round cost, reading it included.
+                self.costs.observe_round(last[0].k, last[0].width, started - last[1])
+                last = None
             n_round = next(rounds)
             lengths = self.draft_length(params, num_draft)
             plan = lengths.choose()
@@ -394,6 +400,8 @@ class Decoder:
                     seq, params, proposed, plan, plan.k if can_draft else 0, n_round
                 )
                 lengths.observe(rnd.k, rnd.accepted)
+                if rnd.k and not proposed:  # lookup rounds cost no draft steps
+                    last = (rnd, started)
                 if num_draft is None:
                     rnd = replace(rnd, auto=True)
             seq += rnd.tokens
@@ -597,8 +605,10 @@ class Decoder:
             padded = self.costs.profile().padded(k + 1)
             width = padded[1] if padded is not None else width
         draft_seconds = 0.0
-        timed = missing or (
-            n_draft > 0 and (n_round % TIME_DRAFT_EVERY == 1 or self.costs.draft_step is None)
+        timed = (
+            missing
+            or plan.explore
+            or (n_draft > 0 and (n_round % TIME_DRAFT_EVERY == 1 or self.costs.draft_step is None))
         )
         verify_start = start
         if timed:

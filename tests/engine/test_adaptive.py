@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,39 @@ def test_longer_drafts_are_tried_now_and_then_across_the_range() -> None:
     tried = {p.k for p in plans if p.k > best}
     assert len(tried) >= 3 and max(tried) == 16  # far ends too, not only neighbours
     assert sum(p.k > best for p in plans) < 0.1 * len(plans)
+
+
+def test_a_rounds_fixed_cost_favours_longer_drafts() -> None:
+    # Metal-shaped costs where a round also pays 60 ms that no width explains.
+    sure = geometric(0.9)
+    lean = plan_round(_profile(METAL_M5, 4.0), sure, 16)
+    heavy = plan_round(replace(_profile(METAL_M5, 4.0), overhead=0.06), sure, 16)
+    assert lean is not None and heavy is not None
+    assert heavy.k > lean.k
+    assert heavy.seconds == pytest.approx(0.06 + heavy.k * 0.004 + METAL_M5[heavy.k] / 1e3)
+
+
+def test_rounds_teach_the_fixed_cost_and_correct_a_width_fast() -> None:
+    model = CostModel(profile=_profile(CUDA_70B, 2.0))
+    for _ in range(30):  # k = 15 verified in 16 rows: 30 + 82 ms explained, 139 ms taken
+        model.observe_round(15, 16, 0.139)
+    assert model.profile().overhead == pytest.approx(0.139 - 0.030 - 0.082, abs=1e-6)
+    # One new sample of a width measured once moves it half-way, not a fifth.
+    model.observe_verify(17, 0.100)
+    assert model.profile().v(17) == pytest.approx((0.124 + 0.100) / 2)
+    # The fixed cost survives a store and a reload.
+    again = CostModel(
+        profile=CostProfile.from_dict(json.loads(json.dumps(model.profile().as_dict())))
+    )
+    assert again.profile().overhead == pytest.approx(model.profile().overhead)
+
+
+def test_tries_of_longer_drafts_are_marked_to_be_timed() -> None:
+    auto = _controller(_profile(METAL_M5, 4.0), 0.7)
+    plans = [auto.choose() for _ in range(400)]
+    best = sorted(p.k for p in plans)[200]
+    assert {p.explore for p in plans if p.k > best} == {True}
+    assert not any(p.explore for p in plans if p.k <= best)
 
 
 def test_unmeasured_widths_are_measured_a_round_each() -> None:

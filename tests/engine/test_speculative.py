@@ -486,3 +486,14 @@ def test_a_draft_cut_short_when_unsure_keeps_greedy_exact(models) -> None:
     got, rounds = _tokens(decoder, PROMPT_IDS, 48, num_draft=8)
     assert got == want
     assert any(0 < r.k < 8 for r in rounds)
+
+
+def test_rounds_teach_the_pair_what_a_round_costs_beyond_its_forwards(models) -> None:
+    pair = models["draft"]
+    # A profile that explains almost none of a round: the rest is its fixed cost.
+    decoder = Decoder(pair.target.model, pair.draft.model, _costs([0.001] * 17, draft_ms=0.001))
+    decoder.probe_every = 0
+    assert decoder.costs.profile().overhead == 0
+    _, rounds = _tokens(decoder, PROMPT_IDS, 60, num_draft=4)
+    assert sum(1 for r in rounds if r.k) >= 3
+    assert decoder.costs.profile().overhead > 0
