@@ -9,8 +9,12 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app import __version__
+
+if TYPE_CHECKING:
+    from app.engine.types import GenerationParams
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
         default="leviathan",
         help="lossless min(1, p/q) rule, or mlx-lm's exact-match rule for comparison",
     )
-    gen.add_argument("--seed", type=int, help="sampling seed")
-    gen.add_argument("--max-tokens", type=int, default=256)
+    gen.add_argument("--seed", type=int, help="sampling seed, 0 to 2**64 - 1")
+    gen.add_argument("--max-tokens", type=int, help="longest reply (default 1024)")
     gen.add_argument("--system", help="system prompt")
     gen.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
@@ -98,7 +102,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K|auto",
         help="draft tokens per round (0-16) when a request does not say; default auto",
     )
-    serve.add_argument("--max-tokens", type=int, default=512, help="reply length when unsaid")
+    serve.add_argument(
+        "--max-tokens", type=int, help="reply length when a request does not say (default 1024)"
+    )
     token = sub.add_parser("token", help="the Hugging Face token, kept in the system keychain")
     token.add_argument("action", choices=["status", "set", "delete"])
     models_sub.add_parser(
@@ -119,7 +125,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--bits", type=int, choices=[4, 8], help="quantize synthetic models (group 64)"
     )
-    bench.add_argument("--miss", type=float, default=0.0, help="synthetic draft's miss rate")
+    bench.add_argument(
+        "--miss",
+        default="0",
+        help="synthetic draft's miss rate; several, comma-separated, share one target build",
+    )
     bench.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     bench.add_argument(
         "--ks", default="0,2,4,6,8,auto", help="draft lengths from 0 to 16; 'auto' adapts"
@@ -210,26 +220,32 @@ def _decoding_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _generate(args: argparse.Namespace) -> int:
-    from app.engine import IncompatiblePairError, ModelError, load_pair
-    from app.engine.generate import stream_reply
-    from app.engine.types import Chunk, GenerationParams, Message
+# The option of each GenerationParams field, for messages that name it as typed.
+_OPTIONS = {"temperature": "--temp", "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p"}
 
-    if args.max_tokens < 1 or args.temp < 0 or args.k_max < 1:
-        print("tandem: --max-tokens, --k-max and --temp must be positive", file=sys.stderr)
-        return 2
+
+def _params(args: argparse.Namespace, **fields: object) -> GenerationParams | None:
+    """``GenerationParams`` of the fields given (``None`` ones left at the default).
+
+    Returns ``None`` after printing one line naming the option, when one is out of range.
+    """
+    from app.engine.types import GenerationParams, InvalidParamError
+
     try:
-        pair = load_pair(args.gen_model, args.gen_draft)
-    except IncompatiblePairError as exc:
-        print(f"tandem: {exc}", file=sys.stderr)
-        return 2
-    except ModelError as exc:
-        print(f"tandem: {exc}", file=sys.stderr)
-        return 1
-    messages = [Message("user", args.prompt)]
-    if args.system:
-        messages.insert(0, Message("system", args.system))
-    params = GenerationParams(
+        return GenerationParams(**{k: v for k, v in fields.items() if v is not None})  # type: ignore[arg-type]
+    except InvalidParamError as exc:
+        option = _OPTIONS.get(exc.name, "--" + exc.name.replace("_", "-"))
+        print(f"tandem: {option} must be {exc.rule}, not {exc.value}", file=sys.stderr)
+        return None
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from app.engine import IncompatiblePairError, ModelError
+    from app.engine.generate import PromptTooLongError, stream_reply
+    from app.engine.types import Chunk, InvalidTextError, Message, check_text
+
+    params = _params(
+        args,
         max_tokens=args.max_tokens,
         temperature=args.temp,
         top_p=args.top_p,
@@ -242,6 +258,28 @@ def _generate(args: argparse.Namespace) -> int:
         prompt_lookup=args.prompt_lookup,
         accept_rule=args.accept_rule,
     )
+    if params is None:
+        return 2
+    try:
+        check_text(args.prompt, "the prompt")
+        if args.system:
+            check_text(args.system, "--system")
+    except InvalidTextError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 2
+    from app.hub.pair_check import load_checked_pair
+
+    try:
+        pair = load_checked_pair(args.gen_model, args.gen_draft)
+    except IncompatiblePairError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 2
+    except ModelError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 1
+    messages = [Message("user", args.prompt)]
+    if args.system:
+        messages.insert(0, Message("system", args.system))
     cancel = threading.Event()
     text: list[str] = []
     events = stream_reply(pair, messages, params, cancel)
@@ -258,6 +296,9 @@ def _generate(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         cancel.set()
         finished = next(e for e in events if not isinstance(e, Chunk))
+    except PromptTooLongError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 2
     except ModelError as exc:
         print(f"\ntandem: {exc}", file=sys.stderr)
         return 1
@@ -296,10 +337,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ServerConfigError as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 2
-    if args.max_tokens < 1:
-        print("tandem: --max-tokens must be positive", file=sys.stderr)
+    defaults = _params(args, max_tokens=args.max_tokens, num_draft=args.num_draft)
+    if defaults is None:
         return 2
-    from app.engine.types import GenerationParams
+    if args.serve_draft and not _pair_accepted(args.serve_model, args.serve_draft):
+        return 2  # before loading any weights, in check-pair's words
     from app.logs import setup_logging
     from app.services.server_service import serve_headless
 
@@ -307,7 +349,6 @@ def _serve(args: argparse.Namespace) -> int:
         setup_logging()
     except OSError as exc:
         print(f"tandem: cannot write the log: {exc}", file=sys.stderr)
-    defaults = GenerationParams(max_tokens=args.max_tokens, num_draft=args.num_draft)
 
     def announce(url: str) -> None:
         print(f"Tandem is serving on {url}", flush=True)
@@ -349,6 +390,17 @@ def _check_pair(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
+    try:
+        return _models_command(args)
+    except OSError as exc:  # a data folder that is read-only, full or not a folder
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(
+            f"tandem: cannot use the models folder: {exc.strerror or exc}{where}", file=sys.stderr
+        )
+        return 2
+
+
+def _models_command(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from app.hub import default_models_dir, delete_model, human_size, scan_library
@@ -394,7 +446,10 @@ def _models(args: argparse.Namespace) -> int:
         return 1
     info = matches[0]
     if not args.yes:
-        answer = input(f"Delete {args.name} ({human_size(info.size_bytes)})? [y/N] ")
+        try:
+            answer = input(f"Delete {args.name} ({human_size(info.size_bytes)})? [y/N] ")
+        except EOFError:  # no answer is no
+            answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             return 1
     freed = delete_model(info)
@@ -483,7 +538,14 @@ def _token(args: argparse.Namespace) -> int:
         if args.action == "status":
             print("a token is stored" if get_token() else "no token stored")
         elif args.action == "set":
-            set_token(getpass.getpass("Hugging Face token: "))
+            try:
+                token = getpass.getpass("Hugging Face token: ")
+            except EOFError:
+                print(
+                    "\ntandem: no token given (end of input); nothing was stored", file=sys.stderr
+                )
+                return 2
+            set_token(token)
             print("token stored in the keychain")
         else:
             delete_token()
@@ -492,6 +554,24 @@ def _token(args: argparse.Namespace) -> int:
         print(f"tandem: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _pair_accepted(target: str, draft: str) -> bool:
+    """Whether ``check-pair`` accepts the pair; prints its refusal when not.
+
+    A folder it cannot read counts as accepted: loading then says why, in its words.
+    """
+    from app.engine import IncompatiblePairError, ModelError
+    from app.hub import require_compatible
+
+    try:
+        require_compatible(Path(target), Path(draft))
+    except IncompatiblePairError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return False
+    except ModelError:
+        return True
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -515,6 +595,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.engine import bench
 
         args.model, args.draft, args.fuse = args.bench_model, args.bench_draft, args.bench_fuse
+        if args.model and args.draft and not _pair_accepted(args.model, args.draft):
+            return 2
         return bench.main(args)
     if (
         sys.platform.startswith("linux")

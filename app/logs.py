@@ -4,8 +4,11 @@
 ``platformdirs.user_log_dir("Tandem")`` (1 MB, three older files kept) and
 warnings to stderr as well. Two rules hold for every record:
 
-* No Hugging Face token: a filter on each handler passes the message, and any
-  traceback, through :func:`app.hub.secrets.scrub`.
+* No secret: a filter on each handler passes the message, and any traceback,
+  through :func:`scrub_text`, which hides Hugging Face tokens, every secret
+  given to :func:`hide_secret` (the server's API key, remote engines' keys) and
+  whatever follows ``Authorization:`` or ``Bearer`` (third-party messages, such
+  as aiohttp's header parse errors, quote whole headers).
 * No chat text unless debug logging is on (``TANDEM_DEBUG_LOG=1`` in the
   environment): records come from INFO up, and code that logs a message's text
   wraps it in :func:`private`, which gives only its length otherwise.
@@ -16,7 +19,10 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
+import re
 import sys
+import threading
+import time
 from pathlib import Path
 
 import platformdirs
@@ -29,6 +35,13 @@ MAX_BYTES = 1_000_000
 BACKUP_COUNT = 3
 DEBUG_ENV = "TANDEM_DEBUG_LOG"
 FORMAT = "%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
+
+# A header's credentials as third-party messages quote them: "Authorization: …" up
+# to the end of the line or quote, and any "Bearer <token>".
+_AUTH_HEADER = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*)[^\r\n'\"]+")
+_BEARER = re.compile(r"(?i)(\bbearer\s+)[^\s'\",;]+")
+_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
 
 _handlers: list[logging.Handler] = []
 _path: Path | None = None
@@ -50,8 +63,33 @@ def private(text: str) -> str:
     return text if debug_logging() else f"<{len(text)} characters>"
 
 
+def hide_secret(secret: str | None) -> None:
+    """Keeps ``secret`` out of every log record from now on (``None`` or ``""`` is ignored).
+
+    Also hides it as ``repr`` of its bytes shows it, since messages quote headers so.
+    """
+    secret = (secret or "").strip()
+    if len(secret) < 4:  # a tiny "secret" would hide ordinary words
+        return
+    quoted = repr(secret.encode("utf-8", "surrogatepass"))[2:-1]
+    with _secrets_lock:
+        _secrets.update({secret, quoted})
+
+
+def _hide(text: str) -> str:
+    with _secrets_lock:
+        secrets = sorted(_secrets, key=len, reverse=True)
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    text = _AUTH_HEADER.sub(r"\1***", text)
+    return _BEARER.sub(r"\1***", text)
+
+
 def scrub_text(text: str) -> str:
-    """``text`` with anything shaped like a Hugging Face token hidden, line by line.
+    """``text`` with secrets hidden, line by line.
+
+    Hidden are Hugging Face tokens, secrets given to :func:`hide_secret`, and
+    credentials after ``Authorization:`` or ``Bearer``.
 
     :func:`scrub` keeps one stripped line, so each line goes through it on its
     own and keeps its indent and line break (tracebacks stay readable).
@@ -64,13 +102,13 @@ def scrub_text(text: str) -> str:
             continue
         start = line.index(body)
         # scrub takes an exception; one that carries the line will do.
-        hidden = scrub(Exception(body), limit=len(body))
+        hidden = scrub(Exception(_hide(body)), limit=len(body))
         out.append(line[:start] + hidden + line[start + len(body) :])
     return "".join(out)
 
 
 class ScrubFilter(logging.Filter):
-    """Hides Hugging Face tokens in a record's message, traceback and stack before it is written.
+    """Hides secrets (see :func:`scrub_text`) in a record's message, traceback and stack.
 
     The record is changed in place: its arguments are merged into the message.
     """
@@ -88,6 +126,45 @@ class ScrubFilter(logging.Filter):
             record.exc_text = scrub_text(record.exc_text)
         if record.stack_info:
             record.stack_info = scrub_text(record.stack_info)
+        return True
+
+
+class BurstFilter(logging.Filter):
+    """Lets one record through per ``seconds`` on a logger, and counts the rest.
+
+    For failures that come in floods (bad connections, refused connections): the
+    log gets one line per burst, and the next line says how many were left out,
+    rather than thousands of lines rotating older logs away. Tracebacks are cut
+    to their exception's first line.
+    """
+
+    def __init__(self, seconds: float = 10.0) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self._next = 0.0
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._dropped += 1
+                return False
+            self._next = now + self.seconds
+            dropped, self._dropped = self._dropped, 0
+        try:
+            message = record.getMessage()
+        except Exception:  # bad arguments: the handler reports them as usual
+            return True
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            lines = str(exc).strip().splitlines()
+            message += f": {type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+            record.exc_info, record.exc_text = None, None
+        if dropped:
+            message += f" ({dropped} more like it in the last burst, not logged)"
+        record.msg, record.args = message, None
         return True
 
 

@@ -22,9 +22,9 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.cli import main as tandem
-from app.engine import GenerationParams, IncompatiblePairError, Message, ModelError, load_pair
+from app.engine import GenerationParams, IncompatiblePairError, Message, ModelError
 from app.engine.loader import load_model
-from app.hub import inspect_model, scan_library
+from app.hub import inspect_model, load_checked_pair, scan_library
 from app.hub.gguf_import import import_folder, import_gguf
 from app.services import EngineFailure, EngineService, GenerationResult, PairInfo
 from tests.conftest import TinyModels
@@ -157,7 +157,7 @@ def test_load_gives_one_line(corpus: Corpus, entry: Entry) -> None:
 @pytest.mark.parametrize("entry", PAIRS, ids=_ids(PAIRS))
 def test_load_pair_refuses_the_draft(corpus: Corpus, entry: Entry) -> None:
     with pytest.raises(IncompatiblePairError) as info:
-        load_pair(corpus.target, corpus.paths[entry.id], fuse=False)
+        load_checked_pair(corpus.target, corpus.paths[entry.id], fuse=False)
     _one_line(str(info.value))
     assert str(info.value).startswith(f"{entry.id} cannot draft for tiny-llama: ")
     assert str(entry.pair) in str(info.value)

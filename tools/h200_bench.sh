@@ -1,9 +1,10 @@
 #!/bin/sh
 # The H200 runs behind docs/benchmarks.md (Auto from the verify-cost curve).
 # Usage on the GPU machine, after `source .gpu/setup.sh`:  sh tools/h200_bench.sh PART OUTDIR
-# PART a: 70b:1b at miss 0, 0.1, 0.28; PART b: 32b:0.5b at miss 0 and 0.1, 8b:1b at miss 0
-# and 0.28. Every configuration is warmed up over a full-length reply first, so the first
-# of the three counted repeats builds no kernels.
+# PART a: 70b:1b at miss 0, 0.1 and 0.28 (one target build); PART b: 32b:0.5b at miss 0
+# and 0.1, 8b:1b at miss 0 and 0.28; PART mlx: mlx-lm's loop at k = 3 beside Auto on
+# 70b:1b at miss 0. Every configuration is warmed up over a full-length reply first, so
+# the first of the three counted repeats builds no kernels.
 set -u
 part=$1
 out=$2
@@ -20,14 +21,13 @@ run() {  # name, then bench arguments
 }
 case "$part" in
 a)
-  run 70b-1b-miss0 --synthetic 70b:1b --miss 0 --ks 0,4,8,12,14,15,16,auto --mlx-lm-ks 3 --ttft
-  run 70b-1b-miss0.1 --synthetic 70b:1b --miss 0.1 --ks 0,8,12,14,15,auto --impls plain,tandem
-  run 70b-1b-miss0.28 --synthetic 70b:1b --miss 0.28 --ks 0,4,6,8,12,15,auto --impls plain,tandem
+  run 70b-1b --synthetic 70b:1b --miss 0,0.1,0.28 --ks 0,8,12,14,15,auto --impls plain,tandem
   ;;
 b)
-  run 32b-0.5b-miss0 --synthetic 32b:0.5b --miss 0 --ks 0,4,8,12,15,auto --mlx-lm-ks 3
-  run 32b-0.5b-miss0.1 --synthetic 32b:0.5b --miss 0.1 --ks 0,8,12,14,15,auto --impls plain,tandem
-  run 8b-1b-miss0 --synthetic 8b:1b --miss 0 --ks 0,8,12,14,15,16,auto --impls plain,tandem
-  run 8b-1b-miss0.28 --synthetic 8b:1b --miss 0.28 --ks 0,4,8,auto --impls plain,tandem
+  run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,8,12,14,15,auto --impls plain,tandem
+  run 8b-1b --synthetic 8b:1b --miss 0,0.28 --ks 0,4,8,12,14,15,auto --impls plain,tandem
+  ;;
+mlx)
+  run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,4,15,auto --mlx-lm-ks 3 --ttft
   ;;
 esac

@@ -9,6 +9,7 @@ for every implementation alike. Imports no Qt, so it runs on any MLX machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -40,6 +41,7 @@ class Run:
     accepted: int
     target_calls: int
     ks: tuple[int, ...] = ()
+    rounds: tuple[tuple[int, int, float], ...] = ()  # (k, width, ms) of each drafting round
 
     @property
     def tps(self) -> float:
@@ -61,6 +63,8 @@ class Row:
     target_calls: int = 0
     ks: list[int] = field(default_factory=list)
     speedup: float | None = None
+    rounds: list[tuple[int, int, float]] = field(default_factory=list)
+    learned: dict[str, Any] | None = None  # the decoder's costs after the runs
 
     @property
     def median_tps(self) -> float:
@@ -161,6 +165,7 @@ def run_tandem(
         sum(r.accepted for r in out),
         len(out),
         tuple(r.k for r in out if r.k),
+        tuple((r.k, r.width, round(r.seconds * 1e3, 2)) for r in out if r.k),
     )
 
 
@@ -322,7 +327,10 @@ def benchmark(
                 row.tokens += len(run.tokens)
                 row.target_calls += run.target_calls
                 row.ks += run.ks
+                row.rounds += run.rounds
             log(f"repeat {r + 1}/{repeats}, prompt {i + 1}/{len(prompts)} done")
+    for config, decoder in decoders.items():
+        rows[config].learned = decoder.costs.profile().as_dict()
     out = list(rows.values())
     for row in out:
         plain = next((p for p in out if p.impl == "plain" and p.temp == row.temp), None)
@@ -365,6 +373,32 @@ def _ks(text: str) -> list[int | None]:
             raise ValueError(f"--ks takes 'auto' or whole numbers from 0 to {K_MAX}, not '{part}'")
         out.append(int(part))
     return out
+
+
+def _misses(text: str | float) -> list[float]:
+    """``"0,0.1"`` -> ``[0.0, 0.1]``: the synthetic draft's miss rates, each from 0 to 1.
+
+    Raises:
+        ValueError: A value that is not a rate.
+    """
+    out = []
+    for part in str(text).split(","):
+        try:
+            miss = float(part)
+        except ValueError:
+            miss = -1.0
+        if not 0.0 <= miss <= 1.0:
+            raise ValueError(f"--miss takes rates from 0 to 1, comma-separated, not '{part}'")
+        out.append(miss)
+    return out
+
+
+def _json_path(path: str | None, miss: float | None) -> Path | None:
+    """Where a run's JSON goes; with several miss rates, one file each (``x-miss0.1.json``)."""
+    if not path:
+        return None
+    p = Path(path)
+    return p if miss is None else p.with_name(f"{p.stem}-miss{miss:g}{p.suffix}")
 
 
 def _measure(target: nn.Module, draft: nn.Module | None, widths: int, context: int) -> CostProfile:
@@ -410,28 +444,37 @@ def main(args: Any) -> int:
         "k_max": k_max,
         "draft_cutoff": args.draft_cutoff,
     }
+    pair: Any = None
+    drafts: list[tuple[float | None, Callable[[], nn.Module | None]]]
     if args.synthetic:
+        from app.engine.fuse import fuse
+
         try:
+            misses = _misses(args.miss)
             t_shape, d_shape = syn.parse_pair(args.synthetic)
             dtype = getattr(mx, args.dtype)
             log(f"building {t_shape} ({syn.describe(t_shape)}) and {d_shape}")
             target = syn.build(t_shape, dtype=dtype, bits=args.bits)
             vocab = syn.config(t_shape)["vocab_size"]
-            draft = syn.build(
-                d_shape, miss=args.miss, vocab_size=vocab, dtype=dtype, seed=1, bits=args.bits
-            )
         except ValueError as exc:
             log(f"tandem: {exc}")
             return 2
         if args.fuse:
-            from app.engine.fuse import fuse
-
             fuse(target)
-            fuse(draft)
-        draft_model: nn.Module | None = draft
+
+        def synthetic_draft(miss: float) -> nn.Module:
+            model = syn.build(
+                d_shape, miss=miss, vocab_size=vocab, dtype=dtype, seed=1, bits=args.bits
+            )
+            if args.fuse:
+                fuse(model)
+            return model
+
+        # The target is built once; each miss rate gets a draft of its own.
+        drafts = [(m, functools.partial(synthetic_draft, m)) for m in misses]
         prompts = [syn.prompt(t_shape)]
         ttft_prompt = syn.prompt(t_shape, repeats=6)
-        meta.update(synthetic=args.synthetic, miss=args.miss, dtype=args.dtype, bits=args.bits)
+        meta.update(synthetic=args.synthetic, dtype=args.dtype, bits=args.bits)
     else:
         if not args.model:
             log("tandem: bench needs --model DIR (and usually --draft DIR) or --synthetic T:D")
@@ -445,56 +488,74 @@ def main(args: Any) -> int:
             log(f"tandem: {exc}")
             return 1
         target = pair.target.model
-        draft_model = pair.draft.model if pair.draft else None
+        loaded = pair.draft.model if pair.draft else None
+
+        def loaded_draft() -> nn.Module | None:
+            return loaded
+
+        drafts = [(None, loaded_draft)]
         texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
         prompts = [encode_chat(pair.target.tokenizer, [Message("user", t)]) for t in texts]
         ttft_prompt = max(prompts, key=len)
         meta.update(model=args.model, draft=args.draft, prompts=len(prompts))
 
-    profile: CostProfile | None = None
-    if args.profile or not args.cold:
-        log(f"measuring verification costs for widths 1-{k_max + 1}")
-        profile = _measure(target, draft_model, k_max + 1, args.context)
-        print(profile_table(profile))
-        meta["profile"] = profile.as_dict()
-    if args.profile:
-        if args.json:
-            Path(args.json).write_text(json.dumps({"meta": meta}, indent=2))
-        return 0
-    rows = benchmark(
-        target,
-        draft_model,
-        prompts,
-        ks=ks,
-        temps=temps,
-        max_tokens=args.max_tokens,
-        repeats=args.repeats,
-        impls=impls,
-        lookup=args.prompt_lookup,
-        warmup=args.warmup,
-        log=log,
-        profile=profile,
-        k_max=k_max,
-        draft_cutoff=args.draft_cutoff,
-        mlx_ks=[int(k) for k in args.mlx_ks.split(",")] if args.mlx_ks else None,
-    )
-    print(table(rows))
-    if args.ttft:
-        ttft = ttft_by_drafter(target, draft_model, ttft_prompt)
-        meta["ttft_first_turn"] = {"prompt_tokens": len(ttft_prompt), **ttft}
-        cells = ", ".join(f"{label} {secs:.3f} s" for label, secs in ttft.items())
-        print(f"time to first token, {len(ttft_prompt)}-token prompt, cold: {cells}")
-    if args.ttft and not args.synthetic:
-        texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
-        ttft2 = ttft_cold_and_warm(pair, texts[0], "Now make it shorter.")
-        meta["ttft_turn2"] = ttft2
-        print(
-            f"time to first token, turn 2 of {ttft2['prompt_tokens']} prompt tokens: "
-            f"cold {ttft2['cold_ttft_seconds']:.3f} s, warm {ttft2['warm_ttft_seconds']:.3f} s "
-            f"({ttft2['warm_reused_tokens']} tokens reused)"
+    for miss, make_draft in drafts:
+        try:
+            draft_model = make_draft()
+        except ValueError as exc:  # a draft shape that cannot be quantized
+            log(f"tandem: {exc}")
+            return 2
+        if miss is not None:
+            meta["miss"] = miss
+            if len(drafts) > 1:
+                print(f"== miss {miss:g}")
+        profile: CostProfile | None = None
+        if args.profile or not args.cold:
+            log(f"measuring verification costs for widths 1-{k_max + 1}")
+            profile = _measure(target, draft_model, k_max + 1, args.context)
+            print(profile_table(profile))
+            meta["profile"] = profile.as_dict()
+        json_path = _json_path(args.json, miss if len(drafts) > 1 else None)
+        if args.profile:
+            if json_path:
+                json_path.write_text(json.dumps({"meta": meta}, indent=2))
+            continue
+        rows = benchmark(
+            target,
+            draft_model,
+            prompts,
+            ks=ks,
+            temps=temps,
+            max_tokens=args.max_tokens,
+            repeats=args.repeats,
+            impls=impls,
+            lookup=args.prompt_lookup,
+            warmup=args.warmup,
+            log=log,
+            profile=profile,
+            k_max=k_max,
+            draft_cutoff=args.draft_cutoff,
+            mlx_ks=[int(k) for k in args.mlx_ks.split(",")] if args.mlx_ks else None,
         )
-    if args.json:
-        meta.update(max_tokens=args.max_tokens, repeats=args.repeats, lookup=args.prompt_lookup)
-        out = {"meta": meta, "rows": [r.as_dict() for r in rows]}
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        print(table(rows), flush=True)
+        if args.ttft:
+            ttft = ttft_by_drafter(target, draft_model, ttft_prompt)
+            meta["ttft_first_turn"] = {"prompt_tokens": len(ttft_prompt), **ttft}
+            cells = ", ".join(f"{label} {secs:.3f} s" for label, secs in ttft.items())
+            print(f"time to first token, {len(ttft_prompt)}-token prompt, cold: {cells}")
+        if args.ttft and pair is not None:
+            texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
+            ttft2 = ttft_cold_and_warm(pair, texts[0], "Now make it shorter.")
+            meta["ttft_turn2"] = ttft2
+            print(
+                f"time to first token, turn 2 of {ttft2['prompt_tokens']} prompt tokens: "
+                f"cold {ttft2['cold_ttft_seconds']:.3f} s, warm {ttft2['warm_ttft_seconds']:.3f} s "
+                f"({ttft2['warm_reused_tokens']} tokens reused)"
+            )
+        if json_path:
+            meta.update(max_tokens=args.max_tokens, repeats=args.repeats, lookup=args.prompt_lookup)
+            out = {"meta": meta, "rows": [r.as_dict() for r in rows]}
+            json_path.write_text(json.dumps(out, indent=2))
+        del draft_model
+        mx.clear_cache()
     return 0

@@ -65,6 +65,9 @@ class CostProfile:
         overhead: Seconds a drafting round costs beyond its draft steps and its
             verification (graph building, the draft's catch-up, the sync and
             whatever reads the round), learned from the rounds themselves.
+        rounds: ``rounds[m - 1]`` is what a drafting round whose verification has
+            ``m`` rows took beside its draft steps, learned from the rounds that
+            ran at that width; ``None`` where none ran.
     """
 
     verify: tuple[float | None, ...]
@@ -74,6 +77,7 @@ class CostProfile:
     mlx: str = ""
     measured_at: float = 0.0
     overhead: float = 0.0
+    rounds: tuple[float | None, ...] = ()
 
     @property
     def widths(self) -> int:
@@ -121,13 +125,37 @@ class CostProfile:
                 best = (t, width)
         return best
 
+    def round_seconds(self, m: int) -> float | None:
+        """A drafting round verifying ``m`` rows, draft steps aside.
+
+        Where rounds ran at that width, what they took; elsewhere the measured
+        forward plus the fixed cost. Rounds see what a lone forward does not (the
+        key lengths of a growing conversation, the sync, whatever reads them).
+        """
+        if 1 <= m <= len(self.rounds) and (seen := self.rounds[m - 1]) is not None:
+            return seen
+        v = self.estimate(m)
+        return None if v is None else v + self.overhead
+
+    def padded_round(self, m: int) -> tuple[float, int] | None:
+        """The cheapest round verifying at least ``m`` rows, and its width.
+
+        Like :meth:`padded`, with what rounds cost rather than lone forwards.
+        """
+        best: tuple[float, int] | None = None
+        for width in range(m, max(m, self.widths) + 1):
+            t = self.round_seconds(width)
+            if t is not None and (best is None or t < best[0]):
+                best = (t, width)
+        return best
+
     def steps(self, m: int) -> float | None:
         """Verifying ``m`` tokens, as a multiple of one plain step."""
         t, step = self.estimate(m), self.step
         return t / step if t is not None and step else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "verify": list(self.verify)}
+        return {**asdict(self), "verify": list(self.verify), "rounds": list(self.rounds)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostProfile:
@@ -141,6 +169,7 @@ class CostProfile:
             mlx=str(data.get("mlx", "")),
             measured_at=float(data.get("measured_at", 0.0)),
             overhead=max(0.0, float(data.get("overhead", 0.0))),
+            rounds=tuple(None if r is None else float(r) for r in data.get("rounds", ())),
         )
 
 
@@ -202,20 +231,17 @@ def plan_round(
         ``None`` when the profile has no verification cost yet.
     """
     c = profile.draft_step or 0.0
-    # A round's fixed cost favours longer drafts: it is paid once per round.
-    fixed = profile.overhead
     best: Plan | None = None
     if k is None and plain and profile.step:
         best = Plan(0, 1, PLAIN_BURST, PLAIN_BURST * profile.step, 1.0)
     for j in [k] if k is not None else range(1, max(1, k_max) + 1):
-        padded = profile.padded(j + 1)
+        # What rounds cost, their fixed part included: it favours longer drafts.
+        padded = profile.padded_round(j + 1)
         if padded is None:
             return None
-        v, width = padded
-        step = profile.step
-        plan = Plan(
-            j, width, expected_tokens(accept, j), fixed + j * c + v, v / step if step else None
-        )
+        seconds, width = padded
+        steps = profile.steps(width)
+        plan = Plan(j, width, expected_tokens(accept, j), j * c + seconds, steps)
         if best is None or plan.rate > best.rate:
             best = plan
     return best
@@ -275,6 +301,8 @@ class CostModel:
         self._verify = [_Samples() for _ in range(self.widths)]
         self._draft = _Samples(seen=WARMUP_SAMPLES)
         self._overhead = _Samples(seen=WARMUP_SAMPLES)
+        # The first round at a width may build kernels: not counted, as for forwards.
+        self._rounds = [_Samples() for _ in range(self.widths)]
         self._context = 0
         self._cached: CostProfile | None = None
         if profile is None:
@@ -286,6 +314,9 @@ class CostModel:
             self._draft = _Samples(WARMUP_SAMPLES + SAMPLES, profile.draft_step)
         if profile.overhead > 0:
             self._overhead = _Samples(WARMUP_SAMPLES + SAMPLES, profile.overhead)
+        for i, r in enumerate(profile.rounds[: self.widths]):
+            if r is not None:
+                self._rounds[i] = _Samples(WARMUP_SAMPLES + SAMPLES, r)
         self._context = profile.context
 
     @property
@@ -325,18 +356,24 @@ class CostModel:
             self._cached = None
 
     def observe_round(self, k: int, width: int, seconds: float) -> None:
-        """A drafting round took ``seconds`` from its start to the next round's.
+        """A drafting round of ``k`` draft steps and ``width`` rows took ``seconds``.
 
-        What the draft steps and the verification do not explain is the round's
-        fixed cost.
+        ``seconds`` run from the round's start to the next round's, so they hold
+        whatever reads the round too. Beside the draft steps, they are what a
+        round at this width costs; what the forward alone does not explain is
+        the round's fixed cost, which every other width pays as well.
         """
-        c, v = (
-            self._draft.value,
-            self._verify[width - 1].value if 1 <= width <= self.widths else None,
-        )
-        if k <= 0 or seconds <= 0 or v is None or (c is None and k):
+        if not 1 <= width <= self.widths or seconds <= 0:
             return
-        self._overhead.add(max(0.0, seconds - k * (c or 0.0) - v), self.decay)
+        c = self._draft.value
+        if k and c is None:
+            return
+        rest = seconds - k * (c or 0.0)
+        if rest <= 0:
+            return
+        self._rounds[width - 1].add(rest, self.decay)
+        if (v := self._verify[width - 1].value) is not None:
+            self._overhead.add(max(0.0, rest - v), self.decay)
         self._cached = None
 
     def profile(self) -> CostProfile:
@@ -350,6 +387,7 @@ class CostModel:
                 mlx=self._mlx,
                 measured_at=time.time(),
                 overhead=self._overhead.value or 0.0,
+                rounds=tuple(r.value for r in self._rounds),
             )
         return self._cached
 

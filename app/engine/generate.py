@@ -17,13 +17,71 @@ from app.engine.types import (
     Finished,
     FinishReason,
     GenerationParams,
+    InvalidTextError,
     Message,
     Origin,
     RoundStat,
     Stats,
+    check_text,
 )
 
 DEFAULT_PARAMS = GenerationParams()
+COUNT_CHUNK = 16_384  # characters tokenized at a time while sizing a long conversation
+
+
+class PromptTooLongError(ModelError):
+    """The conversation does not fit the target's context window (the caller's doing)."""
+
+
+def _tokens_at_least(tokenizer: Any, texts: Sequence[str], limit: int) -> int:
+    """A lower bound of the tokens of ``texts``, counted a chunk at a time up to ``limit``.
+
+    Tokenizing a whole 16 MB prompt takes tens of seconds and gigabytes; chunks
+    keep the tokenizer's memory small and stop as soon as the bound passes ``limit``.
+    """
+    total = 0
+    # No chunk longer than the limit: tokenizers warn about a sequence over their window.
+    chunk = max(min(COUNT_CHUNK, limit), 1)
+    for text in texts:
+        for start in range(0, len(text), chunk):
+            ids = tokenizer.encode(text[start : start + chunk], add_special_tokens=False)
+            # A cut may split one token in two: count one token fewer per chunk.
+            total += max(len(ids) - 1, 0)
+            if total >= limit:
+                return total
+    return total
+
+
+def check_prompt(
+    tokenizer: Any, messages: Sequence[Message], window: int | None, name: str
+) -> None:
+    """Refuses text no tokenizer takes, and a conversation that cannot fit ``window``.
+
+    A conversation with more characters than the window is sized chunk by chunk
+    first, so one too long for the window is refused without tokenizing it all.
+
+    Raises:
+        ModelError: A message is not valid UTF-8 text.
+        PromptTooLongError: Even a lower bound of its tokens fills the window.
+    """
+    for message in messages:
+        try:
+            check_text(message.content, f"the {message.role} message")
+        except InvalidTextError as exc:
+            raise ModelError(str(exc)) from None
+    texts = [m.content for m in messages]
+    if window is None or sum(map(len, texts)) <= window:
+        return  # tokenizing it whole is cheap
+    at_least = _tokens_at_least(tokenizer, texts, window)
+    if at_least >= window:
+        raise _too_long(f"at least {at_least:,}", name, window)
+
+
+def _too_long(tokens: str, name: str, window: int) -> PromptTooLongError:
+    return PromptTooLongError(
+        f"The conversation is {tokens} tokens, more than {name}'s window of {window:,}. "
+        "Start a new chat, or delete earlier messages."
+    )
 
 
 def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
@@ -88,18 +146,18 @@ def stream_reply(
     length from the next round on.
 
     Raises:
+        PromptTooLongError: The conversation does not fit the target's window.
         ModelError: The pair cannot serve the request (for example drafting
-            with a target whose cache cannot be rewound).
+            with a target whose cache cannot be rewound), or a message is not
+            valid text.
     """
     start = time.perf_counter()
     tokenizer = pair.target.tokenizer
-    prompt = encode_chat(tokenizer, messages)
     window = pair.target.context_length
+    check_prompt(tokenizer, messages, window, pair.target.name)
+    prompt = encode_chat(tokenizer, messages)
     if window is not None and len(prompt) >= window:
-        raise ModelError(
-            f"The conversation is {len(prompt):,} tokens, more than {pair.target.name}'s "
-            f"window of {window:,}. Start a new chat, or delete earlier messages."
-        )
+        raise _too_long(f"{len(prompt):,}", pair.target.name, window)
     if params.seed is not None:
         mx.random.seed(params.seed)
     eos = set(tokenizer.eos_token_ids)

@@ -392,25 +392,10 @@ def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
     return LoadedModel(path=path, model=model, tokenizer=tokenizer, config=config)
 
 
-def pair_problems(target: LoadedModel, draft: LoadedModel) -> list[str]:
-    """Reasons why ``draft`` cannot draft for ``target``; empty when they fit."""
-    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
-
-    problems = []
-    t_vocab, d_vocab = target.config.get("vocab_size"), draft.config.get("vocab_size")
-    t_tok, d_tok = target.tokenizer, draft.tokenizer
-    tokens = max(len(t_tok), len(d_tok))
-    # Embedding rows past the tokenizer's tokens are padding, which may differ.
-    if t_vocab != d_vocab and (not t_vocab or not d_vocab or min(t_vocab, d_vocab) < tokens):
-        problems.append(f"vocabulary sizes differ ({t_vocab} vs {d_vocab})")
-    if t_tok.get_vocab() != d_tok.get_vocab():
-        problems.append("the tokenizers map tokens to different ids")
-    if set(t_tok.eos_token_ids) != set(d_tok.eos_token_ids):
-        problems.append("the end-of-sequence tokens differ")
-    for role, m in (("target", target), ("draft", draft)):
-        if not can_trim_prompt_cache(make_prompt_cache(m.model)):
-            problems.append(f"the {role}'s cache cannot be rewound (hybrid or recurrent layers)")
-    return problems
+# check(target, draft) raises IncompatiblePairError when the draft cannot draft for
+# the target. The rule lives in app.hub.pair_check (it reads the folders, which
+# this layer cannot import); the user-facing callers pass it.
+PairCheck = Callable[[Path, Path], object]  # what it returns is ignored
 
 
 def load_pair(
@@ -419,6 +404,7 @@ def load_pair(
     *,
     fuse: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
+    check: PairCheck | None = None,
 ) -> ModelPair:
     """Loads a target and an optional draft and checks that they fit together.
 
@@ -427,10 +413,13 @@ def load_pair(
         draft: The draft's folder, if any.
         fuse: Fuse projections (see :func:`load_model`).
         progress: Called with (step, steps, what) before each step.
+        check: Judges the pair once both models loaded, given the folders as passed
+            here; ``app.hub.require_compatible`` is the rule every user-facing
+            caller passes. ``None`` pairs any two models, as tests and tools may.
 
     Raises:
         ModelError: A folder cannot be loaded.
-        IncompatiblePairError: The two models cannot be paired.
+        IncompatiblePairError: The check refused the pair.
     """
     steps = 1 if draft is None else 3
     report = progress or (lambda _step, _steps, _what: None)
@@ -441,9 +430,8 @@ def load_pair(
     report(1, steps, f"Loading {Path(draft).name}")
     d = load_model(draft, fuse=fuse)
     report(2, steps, "Checking the pair")
-    problems = pair_problems(t, d)
-    if problems:
-        raise IncompatiblePairError(f"{d.name} cannot draft for {t.name}: " + "; ".join(problems))
+    if check is not None:
+        check(Path(target), Path(draft))
     return ModelPair(t, d)
 
 

@@ -508,6 +508,8 @@ class Decoder:
             seq.append(t)
             now = time.perf_counter()
             self._step.add(now - last)
+            if n > 1:  # pipelined from the second step on: what Auto weighs rounds against
+                self.costs.observe_step(now - last)
             rnd = Round((t,), (Origin.TARGET,), 0, 0, "none", now - last, 0.0, width=1)
             if final:
                 yield rnd  # t was never fed: the cache holds seq[:-1]
@@ -602,7 +604,7 @@ class Decoder:
         k = m + n_draft
         width = plan.width
         if k < plan.k and not missing:  # a short draft may verify in fewer rows
-            padded = self.costs.profile().padded(k + 1)
+            padded = self.costs.profile().padded_round(k + 1)
             width = padded[1] if padded is not None else width
         draft_seconds = 0.0
         timed = (

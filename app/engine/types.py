@@ -5,10 +5,13 @@ Everything here may cross threads: frozen dataclasses of plain Python values.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from app.engine.costs import K_MAX
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 Role = Literal["system", "user", "assistant"]
@@ -58,9 +61,123 @@ class Message:
         return {"role": self.role, "content": self.content}
 
 
+SEED_MAX = 2**64 - 1
+"""The largest seed. MLX's generator takes any unsigned 64-bit seed, so a seed
+from 0 to ``SEED_MAX`` goes to ``mx.random.seed`` as it is, with no reduction."""
+MAX_TOKENS_LIMIT = 131_072
+"""The longest reply anyone may ask for."""
+DEFAULT_MAX_TOKENS = 1024
+"""The reply length where a caller says nothing: the window, the CLI and the server."""
+TOP_K_MAX = 1_000_000
+"""Larger than any vocabulary; a top-k at least the vocabulary's size is off."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParamRange:
+    """The values one sampling field may take, bounds included.
+
+    Attributes:
+        lo: Smallest value.
+        hi: Largest value.
+        whole: Only whole numbers (``int``, not ``bool``); otherwise any finite
+            ``int`` or ``float``.
+        optional: ``None`` is allowed too (it means "unset" or "adapt").
+    """
+
+    lo: float
+    hi: float
+    whole: bool = False
+    optional: bool = False
+
+    @property
+    def rule(self) -> str:
+        """The range in words, such as ``"a number from 0 to 2"``."""
+        if self.whole:
+            return f"a whole number from {int(self.lo)} to {int(self.hi)}"
+        return f"a number from {self.lo:g} to {self.hi:g}"
+
+    def holds(self, value: object) -> bool:
+        """Whether ``value`` is in range (NaN and infinities never are)."""
+        if value is None:
+            return self.optional
+        if isinstance(value, bool):
+            return False
+        if self.whole:
+            return type(value) is int and self.lo <= value <= self.hi
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            return False
+        return self.lo <= value <= self.hi
+
+
+PARAM_RANGES: Mapping[str, ParamRange] = {
+    "max_tokens": ParamRange(1, MAX_TOKENS_LIMIT, whole=True),
+    "temperature": ParamRange(0.0, 2.0),
+    "top_p": ParamRange(0.0, 1.0),
+    "top_k": ParamRange(0, TOP_K_MAX, whole=True),
+    "min_p": ParamRange(0.0, 1.0),
+    # Below 1 rewards repeating; far above 2 only garbles the text.
+    "repetition_penalty": ParamRange(1.0, 2.0),
+    "repetition_context_size": ParamRange(0, MAX_TOKENS_LIMIT, whole=True),
+    "seed": ParamRange(0, SEED_MAX, whole=True, optional=True),
+    "num_draft": ParamRange(0, K_MAX, whole=True, optional=True),
+    "k_max": ParamRange(1, K_MAX, whole=True),
+}
+"""Every sampling field's range: the one definition that settings, presets, the
+CLI, the server and :class:`GenerationParams` itself check against."""
+
+
+class InvalidParamError(ValueError):
+    """A sampling value out of its range; ``name`` is the field's name.
+
+    Attributes:
+        name: The :class:`GenerationParams` field.
+        value: The value refused.
+        rule: The range in words, for callers that name the field their own way.
+    """
+
+    def __init__(self, name: str, value: object, rule: str) -> None:
+        super().__init__(f"{name} must be {rule}, not {value!r}")
+        self.name = name
+        self.value = value
+        self.rule = rule
+
+
+def check_param(name: str, value: object) -> None:
+    """Refuses ``value`` unless it is in the range of the sampling field ``name``.
+
+    Raises:
+        InvalidParamError: It is not (NaN, infinities and booleans never are).
+    """
+    bounds = PARAM_RANGES[name]
+    if not bounds.holds(value):
+        raise InvalidParamError(name, value, bounds.rule)
+
+
+class InvalidTextError(ValueError):
+    """Text that is not valid Unicode (a lone surrogate, or undecodable bytes)."""
+
+
+def check_text(text: str, what: str = "the text") -> None:
+    """Refuses text that cannot be encoded as UTF-8, which no tokenizer takes.
+
+    A lone surrogate comes from a JSON escape such as ``"\\ud800"`` or, on the
+    command line, from bytes that are not UTF-8 (Python keeps them as surrogates).
+
+    Raises:
+        InvalidTextError: Naming ``what`` and the position of the first bad character.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidTextError(
+            f"{what} is not valid UTF-8 text (character {exc.start + 1} is "
+            f"{ascii(text[exc.start])[1:-1]}, a lone surrogate or an undecodable byte)"
+        ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationParams:
-    """How to generate one reply.
+    """How to generate one reply; every field is checked against :data:`PARAM_RANGES`.
 
     Attributes:
         max_tokens: Upper bound on generated tokens.
@@ -70,7 +187,8 @@ class GenerationParams:
         min_p: Drop tokens below this share of the likeliest; 0 turns it off.
         repetition_penalty: Penalty of recently seen tokens; 1 turns it off.
         repetition_context_size: How many recent tokens the penalty looks at.
-        seed: Seed of the sampler; ``None`` leaves the generator as it is.
+        seed: Seed of the sampler, 0 to :data:`SEED_MAX` (given to MLX as it
+            is); ``None`` leaves the generator as it is.
         num_draft: Draft tokens per round (k); 0 turns speculation off and
             ``None`` adapts k each round within [1, k_max].
         k_max: Upper bound of an adaptive k.
@@ -78,9 +196,12 @@ class GenerationParams:
             alone or before the draft model.
         accept_rule: ``"leviathan"`` (lossless, accepts with min(1, p/q)) or
             ``"match"`` (mlx-lm's rule, for comparison).
+
+    Raises:
+        InvalidParamError: A field is out of range (the first one, by name).
     """
 
-    max_tokens: int = 512
+    max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -89,9 +210,17 @@ class GenerationParams:
     repetition_context_size: int = 20
     seed: int | None = None
     num_draft: int | None = None
-    k_max: int = 16
+    k_max: int = K_MAX
     prompt_lookup: bool = False
     accept_rule: AcceptRule = "leviathan"
+
+    def __post_init__(self) -> None:
+        for name in PARAM_RANGES:
+            check_param(name, getattr(self, name))
+        if type(self.prompt_lookup) is not bool:
+            raise InvalidParamError("prompt_lookup", self.prompt_lookup, "true or false")
+        if self.accept_rule not in get_args(AcceptRule):
+            raise InvalidParamError("accept_rule", self.accept_rule, "'leviathan' or 'match'")
 
 
 Segment = tuple["Origin | None", str]  # a run of reply text and the origin of its tokens

@@ -12,7 +12,15 @@ from app.hub.library import (
     inspect_model,
     scan_library,
 )
-from app.hub.pair_check import Check, Verdict, check_pair, format_verdict
+from app.hub.pair_check import (
+    Check,
+    Verdict,
+    check_pair,
+    format_verdict,
+    load_checked_pair,
+    refusal,
+    require_compatible,
+)
 
 __all__ = [
     "Check",
@@ -25,5 +33,8 @@ __all__ = [
     "format_verdict",
     "human_size",
     "inspect_model",
+    "load_checked_pair",
+    "refusal",
+    "require_compatible",
     "scan_library",
 ]

@@ -97,8 +97,9 @@ def suggest_drafts(target: Path, library: list[ModelInfo]) -> list[ModelInfo]:
         library: Models to consider, e.g. from ``library.scan_library``.
 
     Returns:
-        The models whose pair check with ``target`` is compatible, fewest
-        parameters first (a smaller draft costs less per proposed token).
+        The models whose pair check with ``target`` is compatible, of at most
+        half its parameters (:attr:`Verdict.suggested`), fewest parameters
+        first (a smaller draft costs less per proposed token).
         Broken folders, the target itself and models whose check fails to run
         are left out; a broken target leaves out every candidate.
     """
@@ -112,7 +113,7 @@ def suggest_drafts(target: Path, library: list[ModelInfo]) -> list[ModelInfo]:
             verdict = check_pair(target, info.path)
         except ModelError:
             continue  # one unreadable candidate must not hide the others
-        if verdict.compatible:
+        if verdict.suggested:
             found.append(info)
     return sorted(found, key=lambda m: (m.parameters is None, m.parameters or 0, m.name.casefold()))
 

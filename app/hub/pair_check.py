@@ -9,18 +9,30 @@ under a second.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import ModelError, first_line, user_path
+from app.engine.loader import (
+    IncompatiblePairError,
+    ModelError,
+    ModelPair,
+    first_line,
+    load_pair,
+    user_path,
+)
 from app.hub.library import ModelInfo, _hub_repo_id, inspect_model
 
-# A draft should be this much smaller than its target for speculation to pay off;
-# up to _MAX_DRAFT_SHARE it still can (Qwen2.5-Coder 0.5B is 35% of 1.5B and gives
-# 1.1-1.45x on a CPU), so only a larger one makes the pair incompatible.
+# A draft should be this much smaller than its target for speculation to pay off.
+# Past it the pair only gets a warning: size never makes a pair incompatible, since
+# a larger draft still gives the target's exact reply and can still pay (Qwen2.5-Coder
+# 0.5B is 35% of 1.5B and gives 1.1-1.45x on a CPU; a 4-bit copy of a bf16 target
+# has all its parameters at a quarter of the bytes).
 _GOOD_DRAFT_SHARE = 0.25
-_MAX_DRAFT_SHARE = 0.5
+# The library suggests only drafts up to this share of the target: one barely
+# smaller is accepted when chosen, but is rarely what anyone wants offered.
+_SUGGESTED_DRAFT_SHARE = 0.5
 # How many differing tokens a detail names before it stops.
 _NAMED = 3
 _ROLES = (("bos", "beginning-of-sequence"), ("eos", "end-of-sequence"), ("pad", "padding"))
@@ -56,6 +68,14 @@ class Verdict:
     def compatible(self) -> bool:
         """Whether every required check passed."""
         return all(c.ok for c in self.checks if c.required)
+
+    @property
+    def suggested(self) -> bool:
+        """Whether to offer the draft for the target: compatible, at most half its size."""
+        t, d = self.target.parameters, self.draft.parameters
+        if not t or d is None:
+            return False
+        return self.compatible and d <= _SUGGESTED_DRAFT_SHARE * t
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -118,9 +138,50 @@ def check_pair(target: Path, draft: Path) -> Verdict:
     return Verdict(target=t.info, draft=d.info, checks=checks)
 
 
+def refusal(v: Verdict) -> str | None:
+    """The one sentence every caller refuses an incompatible pair with; ``None`` if it is not.
+
+    ``check-pair``, ``tandem generate``, ``tandem serve`` and the window all say
+    exactly this, so a pair is refused in the same words wherever it is tried.
+    """
+    if v.compatible:
+        return None
+    return f"{v.draft.name} cannot draft for {v.target.name}: " + "; ".join(v.reasons)
+
+
+def require_compatible(target: Path, draft: Path) -> Verdict:
+    """:func:`check_pair`, raising for an incompatible pair; the loaders' pair check.
+
+    Raises:
+        IncompatiblePairError: The pair is incompatible; the message is :func:`refusal`'s.
+        ModelError: A folder is not a usable model.
+    """
+    verdict = check_pair(target, draft)
+    sentence = refusal(verdict)
+    if sentence is not None:
+        raise IncompatiblePairError(sentence)
+    return verdict
+
+
+def load_checked_pair(
+    target: Path | str,
+    draft: Path | str | None = None,
+    *,
+    fuse: bool = True,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> ModelPair:
+    """:func:`~app.engine.loader.load_pair` that refuses what ``check-pair`` refuses.
+
+    Raises:
+        ModelError: A folder cannot be loaded.
+        IncompatiblePairError: The pair is incompatible, in :func:`refusal`'s words.
+    """
+    return load_pair(target, draft, fuse=fuse, progress=progress, check=require_compatible)
+
+
 def format_verdict(v: Verdict) -> str:
     """Renders a verdict for the terminal: the outcome, then one line per check."""
-    head = "compatible" if v.compatible else "incompatible: " + "; ".join(v.reasons)
+    head = "compatible" if v.compatible else f"incompatible: {refusal(v)}"
     if v.compatible and v.warnings:
         head += " (warning: " + "; ".join(v.warnings) + ")"
     lines = [head]
@@ -268,16 +329,9 @@ def _check_draft_size(t: _Side, d: _Side) -> Check:
     name = "draft size"
     t_params, d_params = t.info.parameters, d.info.parameters
     if not t_params or d_params is None:
-        return Check(name, False, "the parameter counts are unknown")
+        return Check(name, False, "the parameter counts are unknown", required=False)
     share = d_params / t_params
     sizes = f"{_count(d_params)} vs {_count(t_params)} parameters"
-    if share > _MAX_DRAFT_SHARE:
-        return Check(
-            name,
-            False,
-            f"the draft is too large: {share:.0%} of the target ({sizes}; at most "
-            f"{_MAX_DRAFT_SHARE:.0%})",
-        )
     if share > _GOOD_DRAFT_SHARE:
         return Check(
             name,

@@ -199,6 +199,9 @@ def set_remote_key(url: str, key: str) -> None:
         ValueError: The key is empty or has whitespace inside.
         TokenStoreError: No usable keychain, or it refused; nothing was written elsewhere.
     """
+    from app.logs import hide_secret
+
+    hide_secret(key)
     _write(_remote_username(url), _REMOTE_KEY, key)
 
 

@@ -119,6 +119,9 @@ class RemoteEngine:
 
 
 def _headers(key: str | None) -> dict[str, str]:
+    from app.logs import hide_secret
+
+    hide_secret(key)  # a key sent anywhere is in no log record from then on
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import keyring
 
 from app.hub.secrets import keyring_status
+from app.logs import hide_secret
 
 SERVICE = "Tandem"
 USERNAME = "server-api-key"
@@ -32,9 +33,11 @@ def get_api_key() -> str | None:
     if key_storage_status() is not None:
         return None
     try:
-        return keyring.get_password(SERVICE, USERNAME) or None
+        key = keyring.get_password(SERVICE, USERNAME) or None
     except Exception as exc:  # backends raise their own types
         raise ApiKeyStoreError(f"cannot read the API key: {type(exc).__name__}") from None
+    hide_secret(key)  # from now on no log record holds it
+    return key
 
 
 def set_api_key(key: str | None) -> None:

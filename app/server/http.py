@@ -7,6 +7,7 @@ and ``GET /health``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -18,7 +19,7 @@ from typing import Protocol
 from aiohttp import web
 
 from app.engine.types import GenerationParams, Message
-from app.logs import debug_logging
+from app.logs import BurstFilter, debug_logging, hide_secret
 from app.server.protocol import (
     DONE,
     ChunkStream,
@@ -41,7 +42,16 @@ from app.server.security import ServerConfig, host_allowed, key_matches, origin_
 log = logging.getLogger(__name__)
 
 MAX_BODY = 16 * 1024 * 1024  # a long conversation, not a flood
+HEADER_TIMEOUT = 15.0  # seconds a connection may take to send its headers, or stay idle
+READ_TIMEOUT = 60.0  # seconds a request's body may take to arrive
+MAX_CONNECTIONS = 128  # open connections at once; more are answered 503 and closed
+
+# aiohttp's own complaints about connections (unparsable requests, headers that
+# quote the key): one line per burst, no traceback, through the secret filter.
+connection_log = logging.getLogger(f"{__name__}.connections")
+connection_log.addFilter(BurstFilter())
 ALLOWED_HEADERS = "Authorization, Content-Type, OpenAI-Organization, OpenAI-Project"
+CLIENT_CLOSED = 499  # the request log's status for a client that left before its answer
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -57,7 +67,9 @@ class Backend(Protocol):
     ``generate`` yields :class:`ReplyStarted` once the engine took the request
     (or raises :class:`BackendUnavailableError` before that), then text deltas and
     one :class:`ReplyFinished` or :class:`ReplyFailed`. Closing the iterator
-    early stops the reply.
+    early, or cancelling the task that awaits it, stops that request's reply
+    only, or withdraws the request while it waits; there is no stop that
+    reaches another request.
     """
 
     def models(self) -> ModelsInfo | None:
@@ -67,10 +79,6 @@ class Backend(Protocol):
     def generate(
         self, messages: Sequence[Message], params: GenerationParams
     ) -> AsyncIterator[Event]: ...
-
-    def cancel(self) -> None:
-        """Stops the reply in progress, if any."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +109,34 @@ def _error(error: RequestError) -> web.Response:
     return web.json_response(error_body(error), status=error.status)
 
 
+def _failure(event: ReplyFailed) -> RequestError:
+    kind = "invalid_request_error" if event.status < 500 else "server_error"
+    return RequestError(event.message, status=event.status, kind=kind, code=event.code)
+
+
+async def _json_body(request: web.Request) -> object:
+    """The request's JSON body, read within :data:`READ_TIMEOUT`.
+
+    Raises:
+        RequestError: It is late (408), not UTF-8, not JSON, or nested too deep (400).
+    """
+    try:
+        async with asyncio.timeout(READ_TIMEOUT):
+            raw = await request.read()
+    except TimeoutError:
+        raise RequestError(
+            f"The request body did not arrive within {READ_TIMEOUT:g} seconds.", status=408
+        ) from None
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise RequestError("The request body is not valid UTF-8.") from None
+    except RecursionError:
+        raise RequestError("The request body is nested too deeply.") from None
+    except ValueError:
+        raise RequestError("The request body is not valid JSON.") from None
+
+
 def _cors_headers(origin: str) -> dict[str, str]:
     return {
         "Access-Control-Allow-Origin": origin,
@@ -117,6 +153,7 @@ def create_app(
     *,
     defaults: Callable[[], GenerationParams] = GenerationParams,
     on_request: Callable[[RequestLog], None] | None = None,
+    header_timeout: float = HEADER_TIMEOUT,
 ) -> web.Application:
     """The server's aiohttp application.
 
@@ -126,6 +163,8 @@ def create_app(
         defaults: Sampling and drafting where a request says nothing.
         on_request: Told of every request once answered (no chat text unless
             ``TANDEM_DEBUG_LOG=1``).
+        header_timeout: Seconds a connection may take to send its headers or
+            stay idle between requests.
     """
 
     @web.middleware
@@ -133,18 +172,26 @@ def create_app(
         start = time.monotonic()
         request["tokens"] = 0
         request["prompt"] = ""
-        response = await _guarded(request, handler)
-        if on_request is not None:
-            on_request(
-                RequestLog(
-                    request.method,
-                    request.path,
-                    response.status,
-                    time.monotonic() - start,
-                    request["tokens"],
-                    request["prompt"],
+
+        def record(status: int) -> None:
+            if on_request is not None:
+                on_request(
+                    RequestLog(
+                        request.method,
+                        request.path,
+                        status,
+                        time.monotonic() - start,
+                        request["tokens"],
+                        request["prompt"],
+                    )
                 )
-            )
+
+        try:
+            response = await _guarded(request, handler)
+        except asyncio.CancelledError:  # the client left, even while waiting its turn
+            record(CLIENT_CLOSED)
+            raise
+        record(response.status)
         return response
 
     async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -181,6 +228,13 @@ def create_app(
                     code="invalid_api_key",
                 )
             )
+        elif (request.content_length or 0) > MAX_BODY:  # refused before reading it
+            response = _error(
+                RequestError(
+                    f"The request body is over the limit of {MAX_BODY // (1024 * 1024)} MB.",
+                    status=413,
+                )
+            )
         else:
             try:
                 response = await handler(request)
@@ -201,9 +255,9 @@ def create_app(
 
     async def chat(request: web.Request) -> web.StreamResponse:
         try:
-            body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError):
-            return _error(RequestError("The request body is not valid JSON."))
+            body = await _json_body(request)
+        except RequestError as exc:
+            return _error(exc)
         models = backend.models()
         if models is None:
             return _error(
@@ -219,23 +273,18 @@ def create_app(
             return _error(exc)
         request["prompt"] = req.messages[-1].content if debug_logging() else ""
         events = backend.generate(req.messages, req.params)
-        finished = False
-        try:
-            async with contextlib.aclosing(events):  # type: ignore[type-var]
-                try:
-                    first = await anext(events)
-                except BackendUnavailableError as exc:
-                    return _error(RequestError(str(exc), status=503, kind="server_error"))
-                assert isinstance(first, ReplyStarted)
-                if req.stream:
-                    response = await _stream(request, events, req.model, req.include_usage)
-                else:
-                    response = await _whole(request, events, req.model)
-                finished = True
-                return response
-        finally:
-            if not finished:  # the client went away, or writing failed
-                backend.cancel()
+        # Closing the events, as this block does however it ends (a client gone
+        # while waiting or streaming, a failed write), stops this request's
+        # reply alone; nothing here may stop the engine for everyone.
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            try:
+                first = await anext(events)
+            except BackendUnavailableError as exc:
+                return _error(RequestError(str(exc), status=503, kind="server_error"))
+            assert isinstance(first, ReplyStarted)
+            if req.stream:
+                return await _stream(request, events, req.model, req.include_usage)
+            return await _whole(request, events, req.model)
 
     async def _whole(
         request: web.Request, events: AsyncIterator[Event], model: str
@@ -250,12 +299,17 @@ def create_app(
                 body = completion(completion_id(), created, model, "".join(text), event)
                 return web.json_response(body)
             elif isinstance(event, ReplyFailed):
-                return _error(RequestError(event.message, status=500, kind="server_error"))
+                return _error(_failure(event))
         return _error(RequestError("The reply ended early.", status=500, kind="server_error"))
 
     async def _stream(
         request: web.Request, events: AsyncIterator[Event], model: str, include_usage: bool
     ) -> web.StreamResponse:
+        # Headers wait for the first event, so a request the engine refuses before
+        # any text (a conversation longer than the window) gets its status, not a 200.
+        first = await anext(events, None)
+        if isinstance(first, ReplyFailed):
+            return _error(_failure(first))
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -269,7 +323,8 @@ def create_app(
         await response.prepare(request)
         chunks = ChunkStream(model, include_usage)
         await response.write(sse(chunks.role()))
-        async for event in events:
+        event: Event | None = first
+        while event is not None:
             if isinstance(event, TextDelta):
                 if event.text:
                     await response.write(sse(chunks.content(event.text)))
@@ -280,14 +335,21 @@ def create_app(
                     await response.write(sse(chunks.usage(event)))
                 break
             elif isinstance(event, ReplyFailed):
-                failure = RequestError(event.message, status=500, kind="server_error")
-                await response.write(sse(error_body(failure)))
+                await response.write(sse(error_body(_failure(event))))
                 break
+            event = await anext(events, None)
         await response.write(DONE)
         await response.write_eof()
         return response
 
-    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+    hide_secret(config.api_key)
+    app = web.Application(
+        middlewares=[guard],
+        client_max_size=MAX_BODY,
+        # aiohttp closes a connection whose headers have not come (or that sat idle)
+        # after the keep-alive timeout, counted from the moment it opened.
+        handler_args={"keepalive_timeout": header_timeout, "logger": connection_log},
+    )
     app[BACKEND_KEY] = backend
     app[CONFIG_KEY] = config
     app.router.add_get("/health", health)
@@ -298,3 +360,75 @@ def create_app(
     app.router.add_route("OPTIONS", "/v1/chat/completions", chat)
     app.router.add_route("OPTIONS", "/health", health)
     return app
+
+
+_BUSY_BODY = json.dumps(
+    error_body(
+        RequestError(
+            "Too many open connections to Tandem; try again shortly.",
+            status=503,
+            kind="server_error",
+        )
+    )
+).encode()
+_BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n"
+) + _BUSY_BODY
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over the limit: answered 503 at once and closed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_BUSY_RESPONSE)
+        transport.close()
+
+
+@dataclass(slots=True)
+class Listener:
+    """The app listening on a socket; :meth:`close` stops it and its connections."""
+
+    runner: web.AppRunner
+    server: asyncio.Server
+    port: int
+
+    async def close(self) -> None:
+        self.server.close()  # no new connections; then aiohttp closes the open ones
+        await self.runner.cleanup()
+        await self.server.wait_closed()
+
+
+async def listen(
+    app: web.Application, host: str, port: int, *, max_connections: int = MAX_CONNECTIONS
+) -> Listener:
+    """Serves ``app`` on ``host:port`` with at most ``max_connections`` open at once.
+
+    A connection over the limit is answered 503 and closed (one log line per
+    burst), so a flood of idle connections cannot use up the open-file limit;
+    with the app's header timeout they also cannot linger.
+
+    Raises:
+        OSError: The address cannot be bound (say, the port is taken).
+    """
+    # Cancel a handler when its client disconnects, so the reply stops.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    handlers = runner.server
+    assert handlers is not None
+
+    def connection() -> asyncio.BaseProtocol:
+        if len(handlers.connections) >= max_connections:
+            connection_log.warning(
+                "refusing a connection: %d are open, the most the server takes", max_connections
+            )
+            return _Refuse()
+        return handlers()
+
+    try:
+        server = await asyncio.get_running_loop().create_server(connection, host, port)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return Listener(runner, server, server.sockets[0].getsockname()[1])

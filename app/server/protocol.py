@@ -15,10 +15,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast, get_args
 
 from app.engine.costs import K_MAX
-from app.engine.types import FinishReason, GenerationParams, Message, Role, Stats
+from app.engine.types import (
+    PARAM_RANGES,
+    FinishReason,
+    GenerationParams,
+    InvalidParamError,
+    InvalidTextError,
+    Message,
+    Role,
+    Stats,
+    check_text,
+)
 
 _ROLES = get_args(Role)
-MAX_TOKENS_LIMIT = 131_072
+# The request's names of GenerationParams fields that it does not call by their own name.
+_FIELD_PARAMS = {"num_draft": "num_draft_tokens"}
 
 
 class RequestError(Exception):
@@ -84,33 +95,40 @@ class ReplyFinished:
 
 @dataclass(frozen=True, slots=True)
 class ReplyFailed:
-    """The engine failed the reply; ``message`` is one line for the client."""
+    """The engine failed the reply; ``message`` is one line for the client.
+
+    ``status`` is 400 when the request itself was at fault (a conversation
+    longer than the window, with ``code`` ``"context_length_exceeded"``);
+    a failure before any text is answered with it instead of a stream.
+    """
 
     message: str
+    status: int = 500
+    code: str | None = None
 
 
 Event = ReplyStarted | TextDelta | ReplyFinished | ReplyFailed
 
 
-def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> float | None:
-    value = body.get(name)
+def _param(body: dict[str, Any], key: str, name: str | None = None) -> Any:
+    """The body's ``key`` for the sampling field ``name`` (``key`` itself when omitted).
+
+    Checked against the field's one range in :data:`PARAM_RANGES`; ``None`` when absent.
+    """
+    value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RequestError(f"'{name}' must be a number.", param=name)
-    if not lo <= value <= hi:
-        raise RequestError(f"'{name}' must be between {lo:g} and {hi:g}.", param=name)
-    return float(value)
+    bounds = PARAM_RANGES[name or key]
+    if not bounds.holds(value):
+        raise RequestError(f"'{key}' must be {bounds.rule}.", param=key)
+    return value if bounds.whole else float(value)
 
 
-def _integer(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if type(value) is not int:
-        raise RequestError(f"'{name}' must be a whole number.", param=name)
-    if not lo <= value <= hi:
-        raise RequestError(f"'{name}' must be between {lo} and {hi}.", param=name)
+def _text(value: str, param: str) -> str:
+    try:
+        check_text(value, param)
+    except InvalidTextError as exc:
+        raise RequestError(f"{exc}.", param=param) from None
     return value
 
 
@@ -119,7 +137,7 @@ def _content(value: Any, index: int) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return _text(value, f"messages[{index}].content")
     if isinstance(value, list):
         parts = []
         for part in value:
@@ -135,7 +153,7 @@ def _content(value: Any, index: int) -> str:
                     param=f"messages[{index}].content",
                 )
             parts.append(text)
-        return "".join(parts)
+        return _text("".join(parts), f"messages[{index}].content")
     raise RequestError(
         f"messages[{index}].content must be a string or a list of text parts.",
         param=f"messages[{index}].content",
@@ -166,7 +184,7 @@ def _num_draft(value: Any, default: int | None) -> int | None:
         return default
     if value == "auto":
         return None  # the engine adapts k each round
-    if type(value) is not int or not 0 <= value <= K_MAX:
+    if not PARAM_RANGES["num_draft"].holds(value) or value is None:
         raise RequestError(
             f"'num_draft_tokens' must be 'auto' or a whole number from 0 to {K_MAX}.",
             param="num_draft_tokens",
@@ -220,18 +238,21 @@ def parse_chat_request(
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string.", param="model")
+    if model is not None:
+        _text(model, "model")  # it is echoed in every chunk
     _check_draft(body.get("draft_model"), models)
-    max_tokens = _integer(body, "max_completion_tokens", 1, MAX_TOKENS_LIMIT)
+    max_tokens = _param(body, "max_completion_tokens", "max_tokens")
     if max_tokens is None:
-        max_tokens = _integer(body, "max_tokens", 1, MAX_TOKENS_LIMIT)
-    n = _integer(body, "n", 1, 1)  # one choice only; anything else is refused, not ignored
-    del n
-    temperature = _number(body, "temperature", 0.0, 2.0)
-    top_p = _number(body, "top_p", 0.0, 1.0)
-    top_k = _integer(body, "top_k", 0, 1_000_000)
-    min_p = _number(body, "min_p", 0.0, 1.0)
-    repetition_penalty = _number(body, "repetition_penalty", 0.0, 10.0)
-    seed = _integer(body, "seed", -(2**63), 2**63 - 1)
+        max_tokens = _param(body, "max_tokens")
+    n = body.get("n")  # one choice only; anything else is refused, not ignored
+    if n is not None and (type(n) is not int or n != 1):
+        raise RequestError("'n' must be 1: Tandem gives one choice per request.", param="n")
+    temperature = _param(body, "temperature")
+    top_p = _param(body, "top_p")
+    top_k = _param(body, "top_k")
+    min_p = _param(body, "min_p")
+    repetition_penalty = _param(body, "repetition_penalty")
+    seed = _param(body, "seed")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError("'stream' must be true or false.", param="stream")
@@ -246,19 +267,23 @@ def parse_chat_request(
                 "'stream_options.include_usage' must be true or false.",
                 param="stream_options",
             )
-    params = replace(
-        base,
-        max_tokens=max_tokens if max_tokens is not None else base.max_tokens,
-        temperature=base.temperature if temperature is None else temperature,
-        top_p=base.top_p if top_p is None else top_p,
-        top_k=base.top_k if top_k is None else top_k,
-        min_p=base.min_p if min_p is None else min_p,
-        repetition_penalty=(
-            base.repetition_penalty if repetition_penalty is None else repetition_penalty
-        ),
-        seed=base.seed if seed is None else seed,
-        num_draft=_num_draft(body.get("num_draft_tokens"), base.num_draft),
-    )
+    try:
+        params = replace(
+            base,
+            max_tokens=max_tokens if max_tokens is not None else base.max_tokens,
+            temperature=base.temperature if temperature is None else temperature,
+            top_p=base.top_p if top_p is None else top_p,
+            top_k=base.top_k if top_k is None else top_k,
+            min_p=base.min_p if min_p is None else min_p,
+            repetition_penalty=(
+                base.repetition_penalty if repetition_penalty is None else repetition_penalty
+            ),
+            seed=base.seed if seed is None else seed,
+            num_draft=_num_draft(body.get("num_draft_tokens"), base.num_draft),
+        )
+    except InvalidParamError as exc:  # the fields are checked above; this is a safety net
+        param = _FIELD_PARAMS.get(exc.name, exc.name)
+        raise RequestError(f"'{param}' must be {exc.rule}.", param=param) from None
     if models.draft is None and params.num_draft != 0 and not params.prompt_lookup:
         params = replace(params, num_draft=0)  # nothing to draft with: plain decoding
     return ChatRequest(messages, params, model or models.target, stream, include_usage)

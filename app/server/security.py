@@ -87,7 +87,8 @@ def check_config(config: ServerConfig) -> None:
 def key_matches(header: str | None, api_key: str | None) -> bool:
     """Whether an ``Authorization`` header carries ``api_key``, compared in constant time.
 
-    With no key configured every request passes.
+    With no key configured every request passes. A header of any shape (bytes
+    that are not UTF-8, control characters) is compared, never raised on.
     """
     if not api_key:
         return True
@@ -96,7 +97,9 @@ def key_matches(header: str | None, api_key: str | None) -> bool:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(token.strip().encode(), api_key.encode())
+    # aiohttp keeps bytes that are not UTF-8 as surrogates; they cannot match a key.
+    sent = token.strip().encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(sent, api_key.encode("utf-8", "surrogatepass"))
 
 
 def host_name(host_header: str) -> str:

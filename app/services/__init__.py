@@ -2,6 +2,7 @@
 
 from app.services.engine_service import (
     CalibrateRequest,
+    CalibrationHandle,
     EngineFailure,
     EngineService,
     EngineWorker,
@@ -10,6 +11,7 @@ from app.services.engine_service import (
     LoadProgress,
     LoadRequest,
     PairInfo,
+    ReplyHandle,
     TokenBatch,
 )
 from app.services.hub_service import (
@@ -22,6 +24,7 @@ from app.services.hub_service import (
 
 __all__ = [
     "CalibrateRequest",
+    "CalibrationHandle",
     "EngineFailure",
     "EngineService",
     "EngineWorker",
@@ -35,5 +38,6 @@ __all__ = [
     "LoadProgress",
     "LoadRequest",
     "PairInfo",
+    "ReplyHandle",
     "TokenBatch",
 ]

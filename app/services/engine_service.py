@@ -1,9 +1,14 @@
 """The engine thread: one long-lived QThread that does all MLX work.
 
 MLX arrays and streams belong to the thread that made them, so models are
-loaded, run and released on this one thread. Requests arrive as queued signals;
-results leave as immutable dataclasses; errors leave as values on ``failed``.
-Stop sets the request's ``threading.Event``, which the engine checks every round.
+loaded, run and released on this one thread. Requests arrive as queued signals
+and run one after another; results leave as immutable dataclasses; errors leave
+as values on ``failed``, each naming the caller it belongs to (its stage and
+request id). Starting a reply or a calibration returns a handle that only its
+owner holds: its ``cancel()`` sets that request's own ``threading.Event``, which
+the engine checks every round, so there is no stop that reaches another
+caller's reply. A request cancelled while it waits is dropped when it reaches
+the engine, without running.
 When MLX runs out of memory the worker drops the pair, gives the memory back
 and says so; the app stays up and the pair can be loaded again.
 """
@@ -23,8 +28,8 @@ from typing import Any, Literal
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine.costs import ProfileStore
-from app.engine.generate import decoder_for, stream_reply
-from app.engine.loader import ModelError, ModelPair, free_memory, load_pair
+from app.engine.generate import PromptTooLongError, decoder_for, stream_reply
+from app.engine.loader import ModelError, ModelPair, free_memory
 from app.engine.speculative import DraftControl
 from app.engine.types import (
     Chunk,
@@ -34,8 +39,10 @@ from app.engine.types import (
     Origin,
     RoundStat,
     Segment,
+    Stats,
     add_segments,
 )
+from app.hub.pair_check import load_checked_pair
 from app.logs import private
 from app.remote import RemoteEngine, check_remote, is_remote_target, stream_remote
 
@@ -148,8 +155,11 @@ class CalibrateRequest:
 class EngineFailure:
     """An error as a value. ``text`` holds any reply streamed before it.
 
+    It belongs to one caller: ``stage`` ``"load"`` (``request_id`` is ``None``),
+    ``"generate"`` (the reply whose :attr:`ReplyHandle.request_id` it carries)
+    or ``"calibrate"`` (that calibration's id). A caller shows only its own.
     ``unloaded`` says the engine dropped its pair (it ran out of memory), so no
-    model is loaded any more.
+    model is loaded any more, whoever's request it was.
     """
 
     request_id: int | None
@@ -157,6 +167,74 @@ class EngineFailure:
     message: str
     text: str = ""
     unloaded: bool = False
+    too_long: bool = False  # the conversation does not fit the context window
+
+
+class CalibrationHandle:
+    """One calibration, as :meth:`EngineService.calibrate` started it.
+
+    Safe to use from any thread: it only sets the request's own event.
+    """
+
+    __slots__ = ("_cancel", "_request_id")
+
+    def __init__(self, request_id: int, cancel: threading.Event) -> None:
+        self._request_id = request_id
+        self._cancel = cancel
+
+    @property
+    def request_id(self) -> int:
+        """The id its progress, result and failure carry."""
+        return self._request_id
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._cancel.is_set()
+
+    def cancel(self) -> None:
+        """Stops this calibration within one step; it finishes without a result."""
+        self._cancel.set()
+
+
+class ReplyHandle:
+    """One reply, as :meth:`EngineService.generate` started it.
+
+    Only the caller that started the reply holds it, so stopping or retuning
+    one reply never reaches another. Safe to use from any thread: it sets the
+    request's own event and draft control, which the engine reads every round.
+    """
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: GenerateRequest) -> None:
+        self._request = request
+
+    @property
+    def request_id(self) -> int:
+        """The id its batches, result and failure carry."""
+        return self._request.request_id
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._request.cancel.is_set()
+
+    def cancel(self) -> None:
+        """Stops this reply within one round; one that still waits never runs.
+
+        Either way it ends as usual, with a result whose finish reason is
+        ``"cancelled"`` (or a failure).
+        """
+        self._request.cancel.set()
+
+    def set_draft_length(self, num_draft: int | None) -> None:
+        """Changes this reply's draft length from its next round on.
+
+        Raises:
+            ValueError: ``num_draft`` is out of range.
+        """
+        self._request.control.set(num_draft)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -210,7 +288,7 @@ class EngineWorker(QObject):
 
     def __init__(
         self,
-        load: LoadFn = load_pair,
+        load: LoadFn = load_checked_pair,  # refuses what check-pair refuses
         stream: StreamFn = stream_reply,
         flush_interval: float = FLUSH_INTERVAL,
         check_remote: CheckFn = check_remote,
@@ -322,6 +400,12 @@ class EngineWorker(QObject):
     @Slot(object)
     def _on_generate_requested(self, request: GenerateRequest) -> None:
         rid = request.request_id
+        if request.cancel.is_set() and self._info is not None:
+            # Withdrawn while it waited: it ends at once, and nothing runs.
+            log.debug("reply %d withdrawn before it started", rid)
+            finished = Finished(Stats(), "cancelled")
+            self.generation_finished.emit(GenerationResult(rid, "", finished, self._info))
+            return
         if (self._pair is None and self._remote is None) or self._info is None:
             self.failed.emit(EngineFailure(rid, "generate", "No model is loaded."))
             return
@@ -381,7 +465,10 @@ class EngineWorker(QObject):
                     self.generation_finished.emit(result)
         except ModelError as exc:  # the pair cannot serve this request; says why
             flush()
-            self.failed.emit(EngineFailure(rid, "generate", str(exc), "".join(text)))
+            too_long = isinstance(exc, PromptTooLongError)
+            self.failed.emit(
+                EngineFailure(rid, "generate", str(exc), "".join(text), too_long=too_long)
+            )
         except Exception as exc:
             log.exception("generation failed")
             flush()
@@ -392,6 +479,9 @@ class EngineWorker(QObject):
         from app.engine.calibrate import CalibrationProgress, calibrate
 
         rid = request.request_id
+        if request.cancel.is_set():  # withdrawn while it waited
+            self.calibration_finished.emit(None)
+            return
         if self._remote is not None:
             message = "Calibration needs a local pair; a remote engine is connected."
             self.failed.emit(EngineFailure(rid, "calibrate", message))
@@ -450,8 +540,9 @@ class EngineService(QObject):
     def __init__(self, worker: EngineWorker | None = None, parent: QObject | None = None):
         super().__init__(parent)
         self._ids = itertools.count(1)
-        self._current: GenerateRequest | None = None
-        self._calibration: CalibrateRequest | None = None
+        # Requests sent and not yet ended, queued or running, in the order sent.
+        self._replies: dict[int, GenerateRequest] = {}
+        self._calibrations: dict[int, CalibrateRequest] = {}
         self._thread = QThread()
         self._thread.setObjectName("tandem-engine")
         self._worker = worker or EngineWorker()
@@ -472,21 +563,17 @@ class EngineService(QObject):
 
     @property
     def busy(self) -> bool:
-        """Whether a reply is being generated or a calibration runs."""
-        return self._current is not None or self._calibration is not None
+        """Whether any caller's reply or calibration is queued or running."""
+        return bool(self._replies or self._calibrations)
 
     def calibrate(
         self, prompts: Sequence[str], ks: Sequence[int | None], max_tokens: int = 64
-    ) -> int:
-        """Queues a draft-length sweep on the loaded pair; returns its request id."""
+    ) -> CalibrationHandle:
+        """Queues a draft-length sweep on the loaded pair; returns the handle that stops it."""
         request = CalibrateRequest(next(self._ids), tuple(prompts), tuple(ks), max_tokens)
-        self._calibration = request
+        self._calibrations[request.request_id] = request
         self.calibrate_requested.emit(request)
-        return request.request_id
-
-    def cancel_calibration(self) -> None:
-        if self._calibration is not None:
-            self._calibration.cancel.set()
+        return CalibrationHandle(request.request_id, request.cancel)
 
     def load_pair(self, target: str, draft: str | None = None) -> None:
         """Loads a local pair, or connects a remote engine when ``target`` is an http(s) URL."""
@@ -496,48 +583,42 @@ class EngineService(QObject):
         """Connects ``engine`` in place of any loaded pair."""
         self.load_requested.emit(LoadRequest(engine.to_target(), None, engine))
 
-    def generate(self, messages: Sequence[Message], params: GenerationParams) -> int:
-        """Queues a reply and returns its request id."""
+    def generate(self, messages: Sequence[Message], params: GenerationParams) -> ReplyHandle:
+        """Queues a reply behind any others; returns the handle that stops and retunes it."""
         control = DraftControl(params.num_draft)
         request = GenerateRequest(next(self._ids), tuple(messages), params, control=control)
-        self._current = request
+        self._replies[request.request_id] = request
         self.generate_requested.emit(request)
-        return request.request_id
-
-    def set_draft_length(self, num_draft: int | None) -> None:
-        """Changes the current reply's draft length from its next round on."""
-        if self._current is not None:
-            self._current.control.set(num_draft)
-
-    def stop(self) -> None:
-        """Stops the current reply within one engine round, and any calibration."""
-        if self._current is not None:
-            self._current.cancel.set()
-        self.cancel_calibration()
+        return ReplyHandle(request)
 
     def shutdown(self, timeout_ms: int = 30_000) -> bool:
-        """Stops generation, releases the models on their thread and joins it."""
+        """Stops every caller's work, releases the models on their thread and joins it."""
         if not self._thread.isRunning():
             return True
-        self.stop()
+        for reply in self._replies.values():
+            reply.cancel.set()
+        for calibration in self._calibrations.values():
+            calibration.cancel.set()
         self.shutdown_requested.emit()
         return self._thread.wait(timeout_ms)
 
     @Slot(object)
     def _on_generation_finished(self, result: GenerationResult) -> None:
-        if self._current is not None and self._current.request_id == result.request_id:
-            self._current = None
+        self._replies.pop(result.request_id, None)
         self.generation_finished.emit(result)
 
     @Slot(object)
     def _on_calibration_finished(self, result: object) -> None:
-        self._calibration = None
+        # Calibrations end in the order they were sent: this is the oldest.
+        if self._calibrations:
+            del self._calibrations[next(iter(self._calibrations))]
         self.calibration_finished.emit(result)
 
     @Slot(object)
     def _on_failed(self, failure: EngineFailure) -> None:
-        if self._current is not None and self._current.request_id == failure.request_id:
-            self._current = None
-        if self._calibration is not None and self._calibration.request_id == failure.request_id:
-            self._calibration = None
+        if failure.request_id is not None:
+            if failure.stage == "generate":
+                self._replies.pop(failure.request_id, None)
+            elif failure.stage == "calibrate":
+                self._calibrations.pop(failure.request_id, None)
         self.failed.emit(failure)

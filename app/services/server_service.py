@@ -7,7 +7,9 @@ the engine's signals feed an ``asyncio.Queue`` that the HTTP handler reads.
 One request runs at a time. Server requests wait their turn behind one
 another; a request that finds the engine busy with a reply the window asked
 for (or a calibration) gets 503 with a message saying so, rather than waiting
-an unknown time for the user. A client that disconnects stops its reply.
+an unknown time for the user. A client that disconnects stops its own reply
+through that reply's handle; one that gives up while it waits its turn leaves
+without touching the reply that runs.
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
-from aiohttp import web
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.engine.types import GenerationParams, Message
-from app.server.http import BackendUnavailableError, RequestLog, create_app
+from app.server.http import BackendUnavailableError, Listener, RequestLog, create_app, listen
 from app.server.protocol import (
     Event,
     ModelsInfo,
@@ -36,6 +37,7 @@ from app.services.engine_service import (
     EngineService,
     GenerationResult,
     PairInfo,
+    ReplyHandle,
     TokenBatch,
 )
 
@@ -76,10 +78,10 @@ class ServerService(QObject):
         self._pair: PairInfo | None = None
         self._lock = asyncio.Lock()
         self._queue: asyncio.Queue[Event] | None = None
-        self._rid: int | None = None
+        self._reply: ReplyHandle | None = None  # the server's reply on the engine
         self._idle = asyncio.Event()
         self._idle.set()
-        self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
         self._url = ""
         self._api_key: str | None = None
         self.request_count = 0
@@ -122,23 +124,25 @@ class ServerService(QObject):
             queue: asyncio.Queue[Event] = asyncio.Queue()
             self._queue = queue
             self._idle.clear()
-            self._rid = self._engine.generate(messages, params)
+            reply = self._engine.generate(messages, params)
+            self._reply = reply
             done = False
             try:
                 yield ReplyStarted()
-                while True:
+                while not done:
                     event = await queue.get()
+                    done = isinstance(event, ReplyFinished | ReplyFailed)
                     yield event
-                    if isinstance(event, ReplyFinished | ReplyFailed):
-                        done = True
-                        return
             finally:
                 if not done:
-                    self.cancel()  # _idle is set once the engine says it stopped
+                    # This request's own reply, never another's; _idle is set
+                    # once the engine says it stopped.
+                    reply.cancel()
 
-    def cancel(self) -> None:
-        if self._rid is not None:
-            self._engine.stop()
+    @property
+    def _running_id(self) -> int | None:
+        """The request id of the server's reply on the engine, if any."""
+        return self._reply.request_id if self._reply is not None else None
 
     # Engine signals, on the GUI thread
 
@@ -148,26 +152,29 @@ class ServerService(QObject):
 
     @Slot(object)
     def _on_tokens_generated(self, batch: TokenBatch) -> None:
-        if batch.request_id == self._rid and self._queue is not None:
+        if batch.request_id == self._running_id and self._queue is not None:
             self._queue.put_nowait(TextDelta(batch.text))
 
     @Slot(object)
     def _on_generation_finished(self, result: GenerationResult) -> None:
-        if result.request_id == self._rid:
+        if result.request_id == self._running_id:
             self._end(ReplyFinished(result.finished.finish_reason, result.finished.stats))
 
     @Slot(object)
     def _on_failed(self, failure: EngineFailure) -> None:
         if failure.unloaded:  # out of memory: the engine dropped the pair
             self._pair = None
-        if failure.request_id is not None and failure.request_id == self._rid:
-            self._end(ReplyFailed(failure.message))
+        if failure.stage == "generate" and failure.request_id == self._running_id:
+            if failure.too_long:  # the caller's doing: 400, as OpenAI answers it
+                self._end(ReplyFailed(failure.message, 400, "context_length_exceeded"))
+            else:
+                self._end(ReplyFailed(failure.message))
 
     def _end(self, event: Event) -> None:
         if self._queue is not None:
             self._queue.put_nowait(event)
         self._queue = None
-        self._rid = None
+        self._reply = None
         self._idle.set()
 
     # Listening
@@ -182,21 +189,9 @@ class ServerService(QObject):
         check_config(config)
         await self.stop()
         app = create_app(self, config, defaults=self._defaults, on_request=self._on_request)
-        # Cancel a handler when its client disconnects, so the reply stops.
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, config.host, config.port)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        port = config.port
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None)
-        if sockets:
-            port = sockets[0].getsockname()[1]  # the port chosen when config.port is 0
+        listener = await listen(app, config.host, config.port)
+        self._listener = listener
+        port = listener.port  # the port chosen when config.port is 0
         self._url = config.url(port)
         self._api_key = config.api_key or None
         self.request_count = 0
@@ -206,11 +201,12 @@ class ServerService(QObject):
 
     async def stop(self) -> None:
         """Stops listening and any reply the server asked for."""
-        if self._runner is None:
+        if self._listener is None:
             return
-        runner, self._runner = self._runner, None
-        self.cancel()
-        await runner.cleanup()
+        listener, self._listener = self._listener, None
+        if self._reply is not None:  # the server's own reply; the window's runs on
+            self._reply.cancel()
+        await listener.close()
         self._url = ""
         self._api_key = None
         log.info("server stopped")

@@ -12,12 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.costs import K_MAX
+from app.engine.types import DEFAULT_MAX_TOKENS, check_param
 from app.files import write_atomic
 from app.store.db import default_data_dir
 
 FILE_VERSION = 1
 MAX_NAME_LENGTH = 60
 MAX_DRAFT = K_MAX  # the speculation panel's largest k: the longest draft the engine plans
+# The fields a preset shares with GenerationParams, checked against its ranges.
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "max_tokens",
+    "seed",
+    "num_draft",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +52,7 @@ class Preset:
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
-    max_tokens: int = 1024
+    max_tokens: int = DEFAULT_MAX_TOKENS
     seed: int | None = None
     num_draft: int = 4
     auto_draft: bool = True
@@ -50,26 +62,16 @@ class Preset:
         """This preset with its name stripped, once every field is checked.
 
         Raises:
-            ValueError: The first field out of range, in one line.
+            ValueError: The first field out of range, in one line (the sampling
+                fields' ranges are :data:`app.engine.types.PARAM_RANGES`).
         """
         name = self.name.strip()
         if not name or len(name) > MAX_NAME_LENGTH or "\n" in name:
             raise ValueError(f"name must be one line of 1 to {MAX_NAME_LENGTH} characters")
-        for field, lo, hi in (
-            ("temperature", 0.0, 2.0),
-            ("top_p", 0.0, 1.0),
-            ("top_k", 0, 1000),
-            ("min_p", 0.0, 1.0),
-            ("repetition_penalty", 1.0, 2.0),
-            ("max_tokens", 1, 131_072),
-            ("num_draft", 0, MAX_DRAFT),
-        ):
-            value = getattr(self, field)
-            # NaN fails every comparison, so it is caught by the "not" too.
-            if not lo <= value <= hi:
-                raise ValueError(f"{field} must be between {lo} and {hi}, not {value}")
-        if self.seed is not None and not 0 <= self.seed < 2**32:
-            raise ValueError(f"seed must be between 0 and {2**32 - 1}, not {self.seed}")
+        for field in SAMPLING_FIELDS:
+            check_param(field, getattr(self, field))
+        if self.num_draft is None:  # a preset's fixed k is a number; Auto is auto_draft
+            raise ValueError("num_draft must be a whole number, not None")
         return self if name == self.name else replace(self, name=name)
 
 

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app.engine.types import DEFAULT_MAX_TOKENS, PARAM_RANGES
 from app.files import write_atomic
 from app.store.db import default_data_dir
 
@@ -21,7 +22,7 @@ class Settings:
     auto_draft: bool = True  # the engine plans k from measured costs unless told otherwise
     prompt_lookup: bool = False
     temperature: float = 0.0
-    max_tokens: int = 1024
+    max_tokens: int = DEFAULT_MAX_TOKENS
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
@@ -46,7 +47,13 @@ _OPTIONAL_INTS = {"seed"}
 
 
 def _fits(name: str, value: Any, default: Any) -> bool:
-    """Whether a loaded value has the type of its default (a bad one is dropped)."""
+    """Whether a loaded value has the type of its default (a bad one is dropped).
+
+    A sampling field must be in its range too, so the window never builds
+    ``GenerationParams`` that refuse it.
+    """
+    if name in PARAM_RANGES:
+        return PARAM_RANGES[name].holds(value) and (value is not None or default is None)
     if name in _OPTIONAL_INTS:
         return value is None or type(value) is int
     if isinstance(value, bool) or isinstance(default, bool):

@@ -50,6 +50,7 @@ from app.hub.secrets import stored_token
 from app.server.api_key import ApiKeyStoreError, get_api_key
 from app.server.security import ServerConfig, ServerConfigError
 from app.services import (
+    CalibrationHandle,
     EngineFailure,
     EngineService,
     GenerationResult,
@@ -59,6 +60,7 @@ from app.services import (
     HubService,
     LoadProgress,
     PairInfo,
+    ReplyHandle,
     TokenBatch,
 )
 from app.services.server_service import ServerService
@@ -155,6 +157,9 @@ class MainWindow(QMainWindow):
         self._conversation_id: int | None = None
         self._reply_conversation_id: int | None = None
         self._reply_request_id: int | None = None
+        # The window's own reply and calibration: Stop reaches these, never the server's.
+        self._reply: ReplyHandle | None = None
+        self._calibration: CalibrationHandle | None = None
         self._reply_text: list[str] = []
         self._reply_segments: list[Segment] = []
         self._reply_parent_id: int | None = None
@@ -490,7 +495,7 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_clear_data_requested(self) -> None:
-        self.service.stop()
+        self._stop_own_work()
         for c in self.store.conversations():
             self.store.delete_conversation(c.id)
         self._conversation_id = None
@@ -559,7 +564,8 @@ class MainWindow(QMainWindow):
         if answer != QMessageBox.StandardButton.Yes:
             return
         if self._reply_conversation_id == cid:
-            self.service.stop()
+            if self._reply is not None:
+                self._reply.cancel()
             self._reply_conversation_id = None
         self.store.delete_conversation(cid)
         self._conversation_id = None
@@ -902,8 +908,8 @@ class MainWindow(QMainWindow):
 
     @Slot(str, str)
     def _on_load_requested(self, target: str, draft: str) -> None:
-        # A reply in flight stops first; its text so far is kept as usual.
-        self.service.stop()
+        # The window's reply in flight stops first; its text so far is kept as usual.
+        self._stop_own_work()
         self.hide_error()
         self.model_bar.set_loading(True)
         self.pair_label.setText(f"Loading {Path(target).name}…")
@@ -1019,11 +1025,19 @@ class MainWindow(QMainWindow):
         self._reply_saved_at = time.monotonic()
         self.transcript.begin_reply()
         self.composer.set_busy(True)
-        self._reply_request_id = self.service.generate(self.history(cid, parent_id), self.params())
+        self._reply = self.service.generate(self.history(cid, parent_id), self.params())
+        self._reply_request_id = self._reply.request_id
 
     @Slot()
     def _on_stop_requested(self) -> None:
-        self.service.stop()
+        self._stop_own_work()
+
+    def _stop_own_work(self) -> None:
+        """Stops the window's reply and calibration; the server's replies run on."""
+        if self._reply is not None:
+            self._reply.cancel()
+        if self._calibration is not None:
+            self._calibration.cancel()
 
     @Slot(object)
     def _on_tokens_generated(self, batch: TokenBatch) -> None:
@@ -1094,6 +1108,9 @@ class MainWindow(QMainWindow):
             if self.onboarding is not None:
                 self.onboarding.show_message(failure.message)
         elif failure.stage == "calibrate":
+            if self._calibration is None or failure.request_id != self._calibration.request_id:
+                return
+            self._calibration = None
             if self.tune_dialog is not None:
                 self.tune_dialog.show_error(failure.message)
             self.composer.set_busy(False)
@@ -1102,6 +1119,8 @@ class MainWindow(QMainWindow):
             self._save_reply(
                 failure.text, "error", self._pair, None, (), tuple(self._reply_segments)
             )
+        else:  # another caller's reply, such as a server request: not the window's to show
+            return
         self.show_error(failure.message)
 
     def _add_reply(
@@ -1133,6 +1152,7 @@ class MainWindow(QMainWindow):
         cid = self._reply_conversation_id
         partial_id = self._reply_message_id
         self._reply_request_id = None
+        self._reply = None
         self._reply_conversation_id = None
         self._reply_message_id = None
         self._reply_text = []
@@ -1294,8 +1314,9 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_draft_length_changed(self, num_draft: int | None) -> None:
-        # The reply in flight takes it from its next round.
-        self.service.set_draft_length(num_draft)
+        # The window's reply in flight takes it from its next round.
+        if self._reply is not None:
+            self._reply.set_draft_length(num_draft)
         self._save_settings(
             num_draft=self.panel.k_slider.value(), auto_draft=self.panel.auto_check.isChecked()
         )
@@ -1340,7 +1361,7 @@ class MainWindow(QMainWindow):
             self._pair.label, self.store.recent_prompts(), default_prompts(), parent=self
         )
         dialog.run_requested.connect(self._on_tune_run_requested)
-        dialog.cancel_requested.connect(self.service.cancel_calibration)
+        dialog.cancel_requested.connect(self._on_tune_cancel_requested)
         dialog.best_k_chosen.connect(self.panel.set_num_draft)
         last = self._calibrations.get(self._pair.target, self._pair.draft)
         if last is not None:
@@ -1355,7 +1376,12 @@ class MainWindow(QMainWindow):
             self.tune_dialog.show_error("Wait for the reply to finish, or stop it, then run.")
             return
         self.composer.set_busy(True)
-        self.service.calibrate(prompts, TUNE_KS)
+        self._calibration = self.service.calibrate(prompts, TUNE_KS)
+
+    @Slot()
+    def _on_tune_cancel_requested(self) -> None:
+        if self._calibration is not None:
+            self._calibration.cancel()
 
     @Slot(object)
     def _on_calibration_progressed(self, progress: Any) -> None:
@@ -1364,6 +1390,7 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_calibration_finished(self, result: Any) -> None:
+        self._calibration = None
         self.composer.set_busy(False)
         if self.tune_dialog is not None:
             if result is None:
@@ -1412,7 +1439,7 @@ class MainWindow(QMainWindow):
         QSettings().setValue("window/geometry", self.saveGeometry())
         if self._reply_request_id is not None:
             self._save_partial_reply()  # the reply may not get to end before the app quits
-        self.service.stop()
+        self._stop_own_work()
         if self._hub is not None:
             self._hub.shutdown()
         super().closeEvent(event)

@@ -33,7 +33,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.loader import ModelError
-from app.hub import ModelInfo, check_pair, delete_model, human_size, inspect_model, scan_library
+from app.hub import (
+    ModelInfo,
+    check_pair,
+    delete_model,
+    human_size,
+    inspect_model,
+    refusal,
+    scan_library,
+)
 from app.hub.catalog import catalog_drafts, installed, load_catalog, suggest_drafts
 from app.hub.secrets import stored_token
 from app.services.hub_service import (
@@ -406,7 +414,7 @@ class ModelManagerDialog(QDialog):
         elif verdict.compatible:
             self.verdict_label.setText("✓ Compatible pair")
         else:
-            self.verdict_label.setText("✗ Incompatible: " + "; ".join(verdict.reasons))
+            self.verdict_label.setText(f"✗ Incompatible: {refusal(verdict)}")
 
     @Slot()
     def _on_delete_clicked(self) -> None:

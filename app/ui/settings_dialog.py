@@ -25,15 +25,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.types import PARAM_RANGES, check_param
 from app.server.api_key import ApiKeyStoreError, get_api_key, key_storage_status, set_api_key
 from app.server.security import ServerConfig, ServerConfigError, check_config
 from app.store import Settings
 from app.store.settings import origins
 
 
-def _spin(lo: float, hi: float, step: float, decimals: int, value: float) -> QDoubleSpinBox:
+def _spin(name: str, step: float, decimals: int, value: float) -> QDoubleSpinBox:
+    """A box for the sampling field ``name``, over its range in :data:`PARAM_RANGES`."""
     box = QDoubleSpinBox()
-    box.setRange(lo, hi)
+    box.setRange(PARAM_RANGES[name].lo, PARAM_RANGES[name].hi)
     box.setSingleStep(step)
     box.setDecimals(decimals)
     box.setValue(value)
@@ -60,15 +62,17 @@ class SettingsDialog(QDialog):
         pair_box = QGroupBox("Default pair (loaded at start)")
         pair_box.setLayout(pair)
 
-        self.temperature = _spin(0.0, 2.0, 0.1, 2, settings.temperature)
-        self.top_p = _spin(0.0, 1.0, 0.05, 2, settings.top_p)
+        self.temperature = _spin("temperature", 0.1, 2, settings.temperature)
+        self.top_p = _spin("top_p", 0.05, 2, settings.top_p)
         self.top_k = QSpinBox()
-        self.top_k.setRange(0, 1000)
+        self.top_k.setRange(int(PARAM_RANGES["top_k"].lo), int(PARAM_RANGES["top_k"].hi))
         self.top_k.setValue(settings.top_k)
-        self.min_p = _spin(0.0, 1.0, 0.01, 2, settings.min_p)
-        self.repetition_penalty = _spin(1.0, 2.0, 0.05, 2, settings.repetition_penalty)
+        self.min_p = _spin("min_p", 0.01, 2, settings.min_p)
+        self.repetition_penalty = _spin("repetition_penalty", 0.05, 2, settings.repetition_penalty)
         self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(1, 131_072)
+        self.max_tokens.setRange(
+            int(PARAM_RANGES["max_tokens"].lo), int(PARAM_RANGES["max_tokens"].hi)
+        )
         self.max_tokens.setValue(settings.max_tokens)
         self.seed = QLineEdit("" if settings.seed is None else str(settings.seed))
         self.seed.setPlaceholderText("random")
@@ -235,13 +239,15 @@ class SettingsDialog(QDialog):
         """The settings as edited.
 
         Raises:
-            ValueError: The seed is not a whole number.
+            ValueError: The seed is not a whole number in its range.
         """
         seed_text = self.seed.text().strip()
         try:
             seed = int(seed_text) if seed_text else None
-        except ValueError:
-            raise ValueError("The seed must be a whole number, or empty for random.") from None
+            check_param("seed", seed)
+        except ValueError:  # InvalidParamError is one
+            rule = PARAM_RANGES["seed"].rule
+            raise ValueError(f"The seed must be {rule}, or empty for random.") from None
         return self._settings.updated(
             target=self.target_edit.text().strip() or None,
             draft=self.draft_edit.text().strip() or None,

@@ -120,6 +120,10 @@ def test_rounds_teach_the_fixed_cost_and_correct_a_width_fast() -> None:
     for _ in range(30):  # k = 15 verified in 16 rows: 30 + 82 ms explained, 139 ms taken
         model.observe_round(15, 16, 0.139)
     assert model.profile().overhead == pytest.approx(0.139 - 0.030 - 0.082, abs=1e-6)
+    # Beside its draft steps, a round at width 16 costs what rounds there took.
+    assert model.profile().round_seconds(16) == pytest.approx(0.139 - 0.030)
+    # A width no round ran at costs its forward plus the fixed cost.
+    assert model.profile().round_seconds(12) == pytest.approx(0.083 + 0.027, abs=1e-6)
     # One new sample of a width measured once moves it half-way, not a fifth.
     model.observe_verify(17, 0.100)
     assert model.profile().v(17) == pytest.approx((0.124 + 0.100) / 2)
@@ -128,6 +132,16 @@ def test_rounds_teach_the_fixed_cost_and_correct_a_width_fast() -> None:
         profile=CostProfile.from_dict(json.loads(json.dumps(model.profile().as_dict())))
     )
     assert again.profile().overhead == pytest.approx(model.profile().overhead)
+
+
+def test_auto_leaves_a_width_whose_rounds_cost_more_than_its_forward() -> None:
+    auto = _controller(_profile(CUDA_70B, 2.0), 0.999)
+    assert (auto.choose().k, auto.choose().width) == (15, 16)
+    for _ in range(10):  # rounds at 16 rows take 200 ms beside their drafts, at 15 rows 90
+        auto.costs.observe_round(15, 16, 0.030 + 0.200)
+        auto.costs.observe_round(14, 15, 0.028 + 0.090)
+    plan = auto.choose()
+    assert plan.width != 16 and plan.k == plan.width - 1
 
 
 def test_tries_of_longer_drafts_are_marked_to_be_timed() -> None:

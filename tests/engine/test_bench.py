@@ -107,3 +107,30 @@ def test_bench_refuses_a_draft_longer_than_16() -> None:
     r = _bench("--synthetic", "tiny:tiny", "--ks", "4,17")
     assert r.returncode == 2
     assert "from 0 to 16" in r.stderr
+
+
+def test_several_miss_rates_share_one_target_and_keep_a_file_each(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--synthetic", "tiny:tiny", "--miss", "0,0.5", "--ks", "4,auto", "--impls",
+        "plain,tandem", "--max-tokens", "24", "--warmup", "8", "--context", "32",
+        "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("building") == 1 and "== miss 0.5" in r.stdout
+    runs = {m: json.loads((tmp_path / f"bench-miss{m}.json").read_text()) for m in ("0", "0.5")}
+    acceptance = {}
+    for m, data in runs.items():
+        assert data["meta"]["miss"] == float(m)
+        rows = {row["k"]: row for row in data["rows"]}
+        acceptance[m] = rows["4"]["acceptance"]
+        # Each drafting round's k, width and time, and the costs the decoder learned.
+        assert rows["4"]["rounds"] and all(w >= k + 1 for k, w, _ in rows["4"]["rounds"])
+        assert rows["auto"]["learned"]["rounds"]
+    assert acceptance["0"] == 1.0 and acceptance["0.5"] < 1.0
+
+
+def test_bench_refuses_a_miss_rate_out_of_range() -> None:
+    r = _bench("--synthetic", "tiny:tiny", "--miss", "0,1.5")
+    assert r.returncode == 2
+    assert "--miss takes rates from 0 to 1" in r.stderr

@@ -25,12 +25,23 @@ def test_read_config_reads_no_weights(tiny: TinyModels) -> None:
     assert read_config(tiny.target)["model_type"] == "llama"
 
 
-def test_pair_with_another_tokenizer_is_refused(tiny: TinyModels) -> None:
-    with pytest.raises(IncompatiblePairError) as info:
-        load_pair(tiny.target, tiny.foreign)
-    message = str(info.value)
-    assert "vocabulary sizes differ (384 vs 320)" in message
-    assert "different ids" in message
+def test_the_pair_check_given_judges_the_pair_after_both_load(tiny: TinyModels) -> None:
+    seen: list[tuple[Path, Path]] = []
+    steps: list[str] = []
+
+    def refuse(target: Path, draft: Path) -> None:
+        seen.append((target, draft))
+        raise IncompatiblePairError("tiny-foreign cannot draft for tiny-llama: no")
+
+    with pytest.raises(IncompatiblePairError, match=r"^tiny-foreign cannot draft for tiny-llama"):
+        load_pair(tiny.target, tiny.foreign, check=refuse, progress=lambda *a: steps.append(a[2]))
+    assert seen == [(tiny.target, tiny.foreign)]  # the folders as given, for the same names
+    assert steps[-1] == "Checking the pair"
+
+
+def test_without_a_check_any_two_models_pair(tiny: TinyModels) -> None:
+    # The rule is app.hub's (tests/hub/test_pair_check.py); the engine has none of its own.
+    assert load_pair(tiny.target, tiny.foreign, fuse=False).draft is not None
 
 
 def test_pair_of_two_architectures_loads(tiny: TinyModels) -> None:

@@ -95,11 +95,15 @@ def test_differing_added_tokens(tmp_path: Path, tiny: TinyModels, small_draft: P
     )
 
 
-def test_draft_bigger_than_half_is_incompatible(tiny: TinyModels) -> None:
+def test_a_draft_as_large_as_the_target_is_only_a_warning(tiny: TinyModels) -> None:
+    # Size never refuses: a same-size draft (a quantized copy, say) is still exact.
     verdict = check_pair(tiny.target, tiny.copy)
 
+    assert verdict.compatible
     assert list(_failed(verdict)) == ["draft size"]
-    assert verdict.reasons[0].startswith("the draft is too large: 100% of the target")
+    assert verdict.warnings == (
+        "the draft is 100% of the target (123.2K vs 123.2K parameters); under 25% speeds up more",
+    )
 
 
 def test_draft_between_a_quarter_and_half_is_a_warning(tiny: TinyModels, tmp_path: Path) -> None:
@@ -124,7 +128,10 @@ def test_missing_chat_template(tmp_path: Path, tiny: TinyModels, small_draft: Pa
 
     assert _failed(verdict) == {"chat template": "the draft has no chat template"}
     lines = format_verdict(verdict).splitlines()
-    assert lines[0] == "incompatible: the draft has no chat template"
+    assert (
+        lines[0]
+        == "incompatible: plain cannot draft for tiny-llama: the draft has no chat template"
+    )
     assert "  ✗ chat template: the draft has no chat template" in lines
     assert len(lines) == 1 + len(CHECKS)
 

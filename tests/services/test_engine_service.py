@@ -84,7 +84,7 @@ def test_real_pair_streams_started_tokens_finished_in_order(
         order="simple",
         timeout=20_000,
     ):
-        rid = service.generate(HELLO, GenerationParams(max_tokens=30, num_draft=3))
+        rid = service.generate(HELLO, GenerationParams(max_tokens=30, num_draft=3)).request_id
     qtbot.waitUntil(lambda: "finished" in order)
     assert order[0] == "started" and order[-1] == "finished"
     assert set(order[1:-1]) == {"tokens"}
@@ -109,9 +109,9 @@ def test_stop_cancels_within_a_round(qtbot: QtBot, make_service) -> None:
     service = make_service(EngineWorker(load=_fake_load, stream=_scripted(10_000, delay=0.002)))
     _loaded(qtbot, service)
     with qtbot.waitSignal(service.tokens_generated, timeout=5_000):
-        service.generate(HELLO, GenerationParams())
+        reply = service.generate(HELLO, GenerationParams())
     with qtbot.waitSignal(service.generation_finished, timeout=5_000) as blocker:
-        service.stop()
+        reply.cancel()
     result: GenerationResult = blocker.args[0]
     assert result.finished.finish_reason == "cancelled"
     assert 0 < len(result.finished.token_ids) < 10_000
@@ -136,7 +136,7 @@ def test_engine_error_arrives_as_a_value(qtbot: QtBot, make_service) -> None:
     service = make_service(EngineWorker(load=_fake_load, stream=_scripted(10, fail_at=3)))
     _loaded(qtbot, service)
     with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
-        rid = service.generate(HELLO, GenerationParams())
+        rid = service.generate(HELLO, GenerationParams()).request_id
     failure: EngineFailure = blocker.args[0]
     assert failure.request_id == rid
     assert failure.stage == "generate"
@@ -256,10 +256,10 @@ def test_draft_length_changes_for_the_reply_in_flight(qtbot: QtBot, make_service
     service = make_service(EngineWorker(load=_fake_load, stream=stream))
     _loaded(qtbot, service)
     with qtbot.waitSignal(service.generation_finished, timeout=5_000):
-        service.generate(HELLO, GenerationParams(num_draft=2))
+        reply = service.generate(HELLO, GenerationParams(num_draft=2))
         # generation_started comes before the stream runs: wait for the stream itself.
         qtbot.waitUntil(running.is_set)
-        service.set_draft_length(7)
+        reply.set_draft_length(7)
     assert seen == [2, 7]
 
 
@@ -289,9 +289,10 @@ def test_a_cancelled_calibration_finishes_without_a_result(
 ) -> None:
     service = make_service()
     _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
-    service.calibration_progressed.connect(lambda _p: service.cancel_calibration())
+    handles = []
+    service.calibration_progressed.connect(lambda _p: handles[0].cancel())
     with qtbot.waitSignal(service.calibration_finished, timeout=60_000) as blocker:
-        service.calibrate(["Say hi."], (0, 1, 2), max_tokens=8)
+        handles.append(service.calibrate(["Say hi."], (0, 1, 2), max_tokens=8))
     assert blocker.args[0] is None and not service.busy
 
 
@@ -355,7 +356,7 @@ def test_out_of_memory_unloads_the_pair_and_loading_again_works(
     _loaded(qtbot, service)
     freed.clear()
     with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
-        rid = service.generate(HELLO, GenerationParams())
+        rid = service.generate(HELLO, GenerationParams()).request_id
     failure: EngineFailure = blocker.args[0]
     assert failure == EngineFailure(
         rid,
@@ -460,3 +461,98 @@ def test_a_loaded_pair_keeps_its_cost_profile_in_the_given_data_folder(
         service.generate(HELLO, GenerationParams(max_tokens=4))
     # The decoder started from the profile stored there, not from the default folder's.
     assert seen and seen[0].verify[:3] == stored.verify
+
+
+def _results(service: EngineService) -> dict[int, GenerationResult]:
+    results: dict[int, GenerationResult] = {}
+    service.generation_finished.connect(lambda r: results.__setitem__(r.request_id, r))
+    return results
+
+
+def test_a_waiting_reply_withdrawn_leaves_the_running_one_whole(qtbot: QtBot, make_service) -> None:
+    service = make_service(EngineWorker(load=_fake_load, stream=_scripted(200, delay=0.002)))
+    _loaded(qtbot, service)
+    results = _results(service)
+    started: list[int] = []
+    service.generation_started.connect(started.append)
+    with qtbot.waitSignal(service.tokens_generated, timeout=5_000):
+        running = service.generate(HELLO, GenerationParams())
+    waiting = service.generate(HELLO, GenerationParams())
+    waiting.cancel()
+    qtbot.waitUntil(lambda: waiting.request_id in results, timeout=10_000)
+    whole = results[running.request_id].finished
+    assert (whole.finish_reason, len(whole.token_ids)) == ("length", 200)
+    withdrawn = results[waiting.request_id]
+    assert withdrawn.finished.finish_reason == "cancelled" and withdrawn.text == ""
+    assert started == [running.request_id]  # the withdrawn one never ran
+    assert not service.busy
+
+
+def test_stopping_the_running_reply_leaves_the_waiting_one(qtbot: QtBot, make_service) -> None:
+    service = make_service(EngineWorker(load=_fake_load, stream=_scripted(200, delay=0.002)))
+    _loaded(qtbot, service)
+    results = _results(service)
+    with qtbot.waitSignal(service.tokens_generated, timeout=5_000):
+        running = service.generate(HELLO, GenerationParams())
+    waiting = service.generate(HELLO, GenerationParams())
+    running.cancel()
+    qtbot.waitUntil(lambda: waiting.request_id in results, timeout=10_000)
+    assert results[running.request_id].finished.finish_reason == "cancelled"
+    assert results[waiting.request_id].finished.finish_reason == "length"
+    assert len(results[waiting.request_id].finished.token_ids) == 200
+    assert running.cancelled and not waiting.cancelled
+
+
+def test_each_reply_has_its_own_draft_length(qtbot: QtBot, make_service) -> None:
+    seen: dict[int, list[int | None]] = {}
+    release = threading.Event()
+
+    def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+        seen.setdefault(params.seed, []).append(control.num_draft)
+        release.wait(5)
+        seen[params.seed].append(control.num_draft)
+        yield Finished(Stats(), "stop", (), ())
+
+    service = make_service(EngineWorker(load=_fake_load, stream=stream))
+    _loaded(qtbot, service)
+    results = _results(service)
+    first = service.generate(HELLO, GenerationParams(num_draft=2, seed=1))
+    second = service.generate(HELLO, GenerationParams(num_draft=3, seed=2))
+    qtbot.waitUntil(lambda: 1 in seen)
+    second.set_draft_length(9)  # the waiting reply's, not the running one's
+    release.set()
+    qtbot.waitUntil(lambda: second.request_id in results, timeout=5_000)
+    assert seen == {1: [2, 2], 2: [9, 9]}
+    assert first.request_id in results
+
+
+def test_a_waiting_calibration_withdrawn_never_runs(qtbot: QtBot, make_service) -> None:
+    service = make_service(EngineWorker(load=_fake_load, stream=_scripted(100, delay=0.002)))
+    _loaded(qtbot, service)
+    progressed: list[object] = []
+    service.calibration_progressed.connect(progressed.append)
+    failures: list[EngineFailure] = []
+    service.failed.connect(failures.append)
+    results = _results(service)
+    with qtbot.waitSignal(service.tokens_generated, timeout=5_000):
+        reply = service.generate(HELLO, GenerationParams())
+    with qtbot.waitSignal(service.calibration_finished, timeout=10_000) as blocker:
+        service.calibrate(["x"], (0, 1)).cancel()
+    # Cancelled, it finishes without a result; the fake pair could not have calibrated.
+    assert blocker.args[0] is None and not progressed and not failures
+    assert results[reply.request_id].finished.finish_reason == "length"
+    assert not service.busy
+
+
+def test_failures_name_the_reply_they_belong_to(qtbot: QtBot, make_service) -> None:
+    service = make_service(EngineWorker(load=_fake_load, stream=_scripted(3, fail_at=1)))
+    _loaded(qtbot, service)
+    failures: list[EngineFailure] = []
+    service.failed.connect(failures.append)
+    first = service.generate(HELLO, GenerationParams())
+    second = service.generate(HELLO, GenerationParams())
+    qtbot.waitUntil(lambda: len(failures) == 2, timeout=10_000)
+    assert [(f.stage, f.request_id) for f in failures] == [
+        ("generate", first.request_id),
+        ("generate", second.request_id),
+    ]

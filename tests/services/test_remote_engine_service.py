@@ -89,9 +89,9 @@ def test_stop_reaches_the_remote_stream(qtbot: QtBot, make_service) -> None:
         service.load_remote(engine)
     assert checked == [engine]
     with qtbot.waitSignal(service.tokens_generated, timeout=5_000):
-        service.generate(HELLO, GenerationParams())
+        reply = service.generate(HELLO, GenerationParams())
     with qtbot.waitSignal(service.generation_finished, timeout=5_000) as blocker:
-        service.stop()
+        reply.cancel()
     result: GenerationResult = blocker.args[0]
     assert result.finished.finish_reason == "cancelled"
     assert 0 < result.finished.stats.tokens < 10_000

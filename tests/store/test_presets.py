@@ -98,7 +98,9 @@ def test_builtins_cannot_be_removed_or_replaced() -> None:
         ({"max_tokens": 0}, "max_tokens"),
         ({"num_draft": 17}, "num_draft"),
         ({"seed": -1}, "seed"),
-        ({"seed": 2**32}, "seed"),
+        ({"seed": 2**64}, "seed"),
+        ({"top_p": float("inf")}, "top_p"),
+        ({"repetition_penalty": 2.5}, "repetition_penalty"),
     ],
 )
 def test_validation_names_the_bad_field(changes: dict[str, Any], field: str) -> None:

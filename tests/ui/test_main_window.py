@@ -703,7 +703,7 @@ def test_a_streaming_reply_is_saved_as_it_grows(
     window.conversation_list.setCurrentIndex(window.conversations.index(0, 0))
     assert window.transcript.toPlainText().count("t0 t1 t2") == 1
     with qtbot.waitSignal(window.service.generation_finished, timeout=5_000) as blocker:
-        window.service.stop()
+        qtbot.mouseClick(window.composer.stop_button, Qt.MouseButton.LeftButton)
     [reply] = _assistant_rows(window)  # the same row, finished
     assert reply.id == first.id
     assert (reply.content, reply.finish_reason) == (blocker.args[0].text, "cancelled")
@@ -805,3 +805,40 @@ def test_a_remote_pair_shows_acceptance_as_not_reported(qtbot: QtBot, make_windo
     window._on_pair_loaded(PairInfo("/m/target", "/m/draft", "target + draft"))
     assert window.panel.gauge.summary().startswith("No drafting yet")
     assert window.panel.tune_button.isEnabled()
+
+
+def _refused(_pair, _messages, _params, _cancel, control=None):  # type: ignore[no-untyped-def]
+    from app.engine.loader import ModelError
+
+    raise ModelError("The conversation is longer than the window.")
+    yield  # a generator, like the real stream
+
+
+def test_another_callers_failed_reply_stays_out_of_the_banner(qtbot: QtBot, make_window) -> None:
+    from app.engine.types import GenerationParams, Message
+
+    window = make_window(EngineWorker(load=_fake_load, stream=_refused))
+    _load(qtbot, window, "/models/fake")
+    with qtbot.waitSignal(window.service.failed, timeout=5_000) as blocker:
+        window.service.generate([Message("user", "Hi")], GenerationParams())  # as the server does
+    assert blocker.args[0].stage == "generate"
+    assert not window.error_banner.isVisible()
+    assert not window.store.conversations()
+    window.composer.editor.setPlainText("Hi")
+    with qtbot.waitSignal(window.service.failed, timeout=5_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    assert window.error_banner.isVisible()  # the window's own failure is shown
+    assert "longer than the window" in window.error_banner.text()
+
+
+def test_stop_in_the_window_leaves_another_callers_reply(qtbot: QtBot, make_window) -> None:
+    from app.engine.types import GenerationParams, Message
+
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(200, delay=0.002)))
+    _load(qtbot, window, "/models/fake")
+    with qtbot.waitSignal(window.service.tokens_generated, timeout=5_000):
+        window.service.generate([Message("user", "Hi")], GenerationParams())
+    with qtbot.waitSignal(window.service.generation_finished, timeout=10_000) as blocker:
+        window.composer.stop_requested.emit()  # Esc
+    assert blocker.args[0].finished.finish_reason == "length"
+    assert len(blocker.args[0].finished.token_ids) == 200

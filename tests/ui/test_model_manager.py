@@ -58,7 +58,10 @@ def test_choose_a_pair_and_see_the_verdict(qtbot: QtBot, library: Path, tmp_path
     qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
     _select(dialog, "tiny-foreign")
     qtbot.mouseClick(dialog.draft_button, Qt.MouseButton.LeftButton)
-    assert dialog.verdict_label.text().startswith("✗ Incompatible")
+    # check-pair's sentence, as generate and the load refuse the pair.
+    assert dialog.verdict_label.text().startswith(
+        "✗ Incompatible: tiny-foreign cannot draft for tiny-llama: vocabulary sizes differ"
+    )
     assert "token ids differ" in dialog.verdict_label.text()
     _select(dialog, "tiny-small")
     qtbot.mouseClick(dialog.draft_button, Qt.MouseButton.LeftButton)

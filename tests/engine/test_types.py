@@ -1,0 +1,84 @@
+"""GenerationParams: the one sampling model and its one validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.engine.types import (
+    PARAM_RANGES,
+    SEED_MAX,
+    GenerationParams,
+    InvalidParamError,
+    InvalidTextError,
+    check_text,
+)
+from app.store import Settings
+from app.store.presets import Preset
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", math.nan),
+        ("temperature", math.inf),
+        ("temperature", -0.1),
+        ("temperature", 2.01),
+        ("top_p", 2.0),
+        ("top_p", -1.0),
+        ("top_p", math.nan),
+        ("top_k", -5),
+        ("top_k", 2.0),
+        ("top_k", True),
+        ("min_p", 5.0),
+        ("repetition_penalty", -1.0),
+        ("repetition_penalty", 0.0),
+        ("repetition_penalty", math.nan),
+        ("max_tokens", 0),
+        ("max_tokens", 131_073),
+        ("seed", -1),
+        ("seed", SEED_MAX + 1),
+        ("seed", 2**70),
+        ("num_draft", 17),
+        ("num_draft", -1),
+        ("k_max", 0),
+        ("repetition_context_size", -1),
+        ("prompt_lookup", 1),
+        ("accept_rule", "other"),
+    ],
+)
+def test_every_out_of_range_value_is_refused_naming_the_field(field: str, value: object) -> None:
+    with pytest.raises(InvalidParamError) as raised:
+        GenerationParams(**{field: value})  # type: ignore[arg-type]
+    assert raised.value.name == field
+    assert str(raised.value).startswith(f"{field} must be ")
+    assert isinstance(raised.value, ValueError)
+
+
+def test_the_edges_are_taken_and_seeds_go_to_mlx_unchanged() -> None:
+    import mlx.core as mx
+
+    edges = GenerationParams(
+        max_tokens=131_072, temperature=2, top_p=0.0, top_k=0, min_p=1.0, seed=SEED_MAX
+    )
+    assert edges.seed == 2**64 - 1
+    mx.random.seed(edges.seed)  # MLX takes the whole range: no reduction needed
+    GenerationParams(seed=0, num_draft=0, repetition_penalty=2.0, k_max=16)
+
+
+def test_settings_presets_and_params_share_defaults_and_ranges() -> None:
+    params, settings, preset = GenerationParams(), Settings(), Preset("P")
+    for field in ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        assert getattr(params, field) == getattr(settings, field) == getattr(preset, field)
+    assert params.max_tokens == 1024
+    top_k_max = PARAM_RANGES["top_k"].hi
+    Preset("Wide", top_k=int(top_k_max), seed=SEED_MAX).validated()  # the model's range
+    with pytest.raises(ValueError, match="repetition_penalty must be a number from 1 to 2"):
+        Preset("Low", repetition_penalty=0.5).validated()
+
+
+def test_text_that_is_not_utf8_is_refused_with_where() -> None:
+    check_text("plain and ünïcode 🙂")
+    with pytest.raises(InvalidTextError, match=r"the prompt is not valid UTF-8 text \(character 2"):
+        check_text("a\ud800", "the prompt")
