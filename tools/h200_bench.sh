@@ -3,7 +3,8 @@
 # Usage on the GPU machine, after `source .gpu/setup.sh`:  sh tools/h200_bench.sh PART OUTDIR
 # PART a: 70b:1b at miss 0, 0.1 and 0.28 (one target build); PART b: 32b:0.5b at miss 0
 # and 0.1, 8b:1b at miss 0 and 0.28; PART mlx: mlx-lm's loop at k = 3 beside Auto on
-# 70b:1b at miss 0. Every configuration is warmed up over a full-length reply first, so
+# 70b:1b at miss 0; PART c: the pairs Auto fell short on in part b, after its costs became
+# medians of recent rounds. Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -26,6 +27,10 @@ a)
 b)
   run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,8,12,14,15,auto --impls plain,tandem
   run 8b-1b --synthetic 8b:1b --miss 0,0.28 --ks 0,4,8,12,14,15,auto --impls plain,tandem
+  ;;
+c)
+  run 32b-0.5b-c --synthetic 32b:0.5b --miss 0,0.1 --ks 0,14,15,auto --impls plain,tandem
+  run 8b-1b-c --synthetic 8b:1b --miss 0.28 --ks 0,4,auto --impls plain,tandem
   ;;
 mlx)
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,4,15,auto --mlx-lm-ks 3 --ttft

@@ -277,6 +277,8 @@ def benchmark(
 ) -> list[Row]:
     """Runs every configuration ``repeats`` times over ``prompts``, interleaved.
 
+    Each repeat starts one configuration later than the one before.
+
     Tandem's decoders start from ``profile`` (measured once per pair, as the
     app stores it); without one they measure costs as they run.
     """
@@ -317,8 +319,10 @@ def benchmark(
     rows = {c: Row(c[0], "auto" if c[1] is None else str(c[1]), c[2]) for c in configs}
     mx.random.seed(seed)
     for r in range(repeats):
+        # The order rotates each repeat: no configuration always runs first or last.
+        turn = configs[r % len(configs) :] + configs[: r % len(configs)]
         for i, prompt in enumerate(prompts):
-            for config in configs:
+            for config in turn:
                 run = once(*config, prompt, max_tokens)
                 row = rows[config]
                 row.tps.append(run.tps)

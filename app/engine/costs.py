@@ -12,7 +12,9 @@ chosen to maximise expected tokens per second over the whole range.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,10 +25,13 @@ from app.files import read_entries, write_entries
 log = logging.getLogger(__name__)
 
 K_MAX = 16  # the longest draft anywhere in the app
-PLAIN_BURST = 16  # plain tokens per round while Auto finds that drafting does not pay
+# Plain tokens per round while Auto finds that drafting does not pay; a burst's
+# last step is not pipelined, so longer bursts lose less.
+PLAIN_BURST = 32
 FILE_VERSION = 1
 WARMUP_SAMPLES = 1  # the first forward of a new width builds kernels; it is not counted
 SAMPLES = 1  # counted forwards per width before it counts as measured (rounds refine it)
+WINDOW = 7  # recent samples a running cost is the median of
 
 
 def expected_tokens(accept: Sequence[float], k: int) -> float:
@@ -255,19 +260,28 @@ def predicted_rates(profile: CostProfile, accept: Sequence[float], k_max: int) -
 
 @dataclass
 class _Samples:
+    """Recent samples of one cost; its value is their lower median.
+
+    Costs are heavy-tailed: the first forward of a new shape builds kernels,
+    and a collection or another process can stall one round. A median ignores
+    such a sample where a moving average would carry it for many rounds, and a
+    short window still follows a real change within a few samples.
+    """
+
     seen: int = 0
     value: float | None = None
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
 
-    def add(self, seconds: float, decay: float) -> None:
+    def __post_init__(self) -> None:
+        if self.value is not None and not self.recent:
+            self.recent.append(self.value)  # a stored measurement counts as one sample
+
+    def add(self, seconds: float) -> None:
         self.seen += 1
-        counted = self.seen - WARMUP_SAMPLES
-        if counted <= 0:
+        if self.seen <= WARMUP_SAMPLES:
             return
-        # A running mean over the first samples, then a moving average: a width
-        # measured once (a noisy profile, a rare exploration) is corrected fast.
-        weight = max(1.0 - decay, 1.0 / counted)
-        v = self.value
-        self.value = seconds if v is None else v + weight * (seconds - v)
+        self.recent.append(seconds)
+        self.value = statistics.median_low(self.recent)
 
 
 class CostModel:
@@ -287,10 +301,8 @@ class CostModel:
         widths: int = K_MAX + 1,
         profile: CostProfile | None = None,
         on_complete: Callable[[CostProfile], None] | None = None,
-        decay: float = 0.8,
     ) -> None:
         self.widths = widths
-        self.decay = decay
         self.on_complete = on_complete
         self._device, self._mlx = machine()
         self._load(profile)
@@ -335,7 +347,7 @@ class CostModel:
 
     def observe_verify(self, width: int, seconds: float, context: int = 0) -> None:
         if 1 <= width <= self.widths and seconds > 0:
-            self._verify[width - 1].add(seconds, self.decay)
+            self._verify[width - 1].add(seconds)
             self._cached = None
             self._context = max(self._context, context)
             self._maybe_report()
@@ -352,7 +364,7 @@ class CostModel:
 
     def observe_draft_step(self, seconds: float) -> None:
         if seconds > 0:
-            self._draft.add(seconds, self.decay)
+            self._draft.add(seconds)
             self._cached = None
 
     def observe_round(self, k: int, width: int, seconds: float) -> None:
@@ -371,9 +383,9 @@ class CostModel:
         rest = seconds - k * (c or 0.0)
         if rest <= 0:
             return
-        self._rounds[width - 1].add(rest, self.decay)
+        self._rounds[width - 1].add(rest)
         if (v := self._verify[width - 1].value) is not None:
-            self._overhead.add(max(0.0, rest - v), self.decay)
+            self._overhead.add(max(0.0, rest - v))
         self._cached = None
 
     def profile(self) -> CostProfile:

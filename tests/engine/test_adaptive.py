@@ -124,9 +124,17 @@ def test_rounds_teach_the_fixed_cost_and_correct_a_width_fast() -> None:
     assert model.profile().round_seconds(16) == pytest.approx(0.139 - 0.030)
     # A width no round ran at costs its forward plus the fixed cost.
     assert model.profile().round_seconds(12) == pytest.approx(0.083 + 0.027, abs=1e-6)
-    # One new sample of a width measured once moves it half-way, not a fifth.
+    # A width measured once follows the rounds at once, and a stall (a kernel
+    # built, a collection) does not carry over into the rounds after it.
     model.observe_verify(17, 0.100)
-    assert model.profile().v(17) == pytest.approx((0.124 + 0.100) / 2)
+    assert model.profile().v(17) == pytest.approx(0.100)
+    model.observe_verify(17, 2.7)
+    assert model.profile().v(17) == pytest.approx(0.124)
+    model.observe_verify(17, 0.101)
+    assert model.profile().v(17) == pytest.approx(0.101)
+    for _ in range(3):
+        model.observe_round(15, 16, 0.139 + 0.5)
+    assert model.profile().overhead == pytest.approx(0.027, abs=1e-6)
     # The fixed cost survives a store and a reload.
     again = CostModel(
         profile=CostProfile.from_dict(json.loads(json.dumps(model.profile().as_dict())))
