@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 OPENBLAS := $(wildcard /usr/lib/x86_64-linux-gnu/libopenblas.so.0)
 RUN_ENV := $(if $(OPENBLAS),LD_PRELOAD=$(OPENBLAS),)
 
-.PHONY: setup run test lint demo-models clean
+.PHONY: setup run test test-fast lint demo-models clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ lint: setup
 
 test: lint
 	QT_QPA_PLATFORM=offscreen $(BIN)/pytest
+
+# The tests not marked slow, without lint: a quick check while editing.
+test-fast: setup
+	QT_QPA_PLATFORM=offscreen $(BIN)/pytest -m "not slow"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -240,9 +240,9 @@ def _params(args: argparse.Namespace, **fields: object) -> GenerationParams | No
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from app.engine import IncompatiblePairError, ModelError
     from app.engine.generate import PromptTooLongError, stream_reply
     from app.engine.types import Chunk, InvalidTextError, Message, check_text
+    from app.errors import IncompatiblePairError, ModelError
 
     params = _params(
         args,
@@ -361,7 +361,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _check_pair(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from app.engine import ModelError
+    from app.errors import ModelError
     from app.hub import check_pair, format_verdict
 
     try:
@@ -408,7 +408,7 @@ def _models_command(args: argparse.Namespace) -> int:
     if args.models_command == "demo":
         import platformdirs
 
-        from app.engine import ModelError
+        from app.errors import ModelError
         from app.hub.demo import install_demo_pair
 
         cache = Path(platformdirs.user_cache_dir("Tandem", appauthor=False)) / "demo"
@@ -458,7 +458,7 @@ def _models_command(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace, models_dir: Path) -> int:
-    from app.engine import ModelError
+    from app.errors import ModelError
     from app.hub.gguf_import import ImportCancelled, ImportProgress, import_folder, import_gguf
 
     src = Path(args.path).expanduser()
@@ -484,7 +484,7 @@ def _import(args: argparse.Namespace, models_dir: Path) -> int:
 
 
 def _hub(args: argparse.Namespace, models_dir: Path) -> int:
-    from app.engine import ModelError
+    from app.errors import ModelError
     from app.hub import human_size
     from app.hub.downloads import (
         DownloadCancelled,
@@ -492,7 +492,7 @@ def _hub(args: argparse.Namespace, models_dir: Path) -> int:
         download_model,
         search_models,
     )
-    from app.hub.secrets import TokenStoreError, get_token, keyring_status
+    from app.keychain import TokenStoreError, get_token, keyring_status
 
     token = None
     if keyring_status() is None:
@@ -528,7 +528,7 @@ def _hub(args: argparse.Namespace, models_dir: Path) -> int:
 def _token(args: argparse.Namespace) -> int:
     import getpass
 
-    from app.hub.secrets import TokenStoreError, delete_token, get_token, keyring_status, set_token
+    from app.keychain import TokenStoreError, delete_token, get_token, keyring_status, set_token
 
     reason = keyring_status()
     if reason is not None:
@@ -561,7 +561,7 @@ def _pair_accepted(target: str, draft: str) -> bool:
 
     A folder it cannot read counts as accepted: loading then says why, in its words.
     """
-    from app.engine import IncompatiblePairError, ModelError
+    from app.errors import IncompatiblePairError, ModelError
     from app.hub import require_compatible
 
     try:
@@ -592,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "token":
         return _token(args)
     if args.command == "bench":
-        from app.engine import bench
+        from app.bench import bench
 
         args.model, args.draft, args.fuse = args.bench_model, args.bench_draft, args.bench_fuse
         if args.model and args.draft and not _pair_accepted(args.model, args.draft):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import platformdirs
 
-from app.hub.secrets import scrub
+from app.keychain import scrub
 
 APP_NAME = "Tandem"
 LOG_NAME = "tandem.log"

@@ -173,7 +173,7 @@ def check_keyring() -> str:
     """
     import keyring
 
-    from app.hub.secrets import keyring_status
+    from app.keychain import keyring_status
 
     reason = keyring_status()
     if reason is None:
@@ -188,7 +188,7 @@ def check_model() -> str:
     """A tiny random-weight pair is built, loaded and drafts a short greedy reply."""
     from app.engine import Finished, GenerationParams, Message, load_pair
     from app.engine.generate import stream_reply
-    from app.engine.tiny import build_model
+    from app.testing.tiny import build_model
 
     with tempfile.TemporaryDirectory(prefix="tandem-self-test-") as tmp:
         target = build_model(Path(tmp) / "target", seed=0)

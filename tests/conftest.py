@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.fakes import MemoryKeyring
 
 # Isolate platformdirs, QSettings and keyring from the developer's own files.
 _HOME = Path(tempfile.mkdtemp(prefix="tandem-test-home-"))
@@ -36,7 +41,7 @@ class TinyModels:
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
-    from app.engine.tiny import build_model, model_config, train_tokenizer
+    from app.testing.tiny import build_model, model_config, train_tokenizer
 
     root = tmp_path_factory.mktemp("models")
     target = build_model(root / "tiny-llama", model_config("llama"), seed=0)
@@ -64,7 +69,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 @pytest.fixture(scope="session")
 def small_draft(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A draft sharing the target's tokenizer with under a quarter of its parameters."""
-    from app.engine.tiny import build_model, model_config
+    from app.testing.tiny import build_model, model_config
 
     config = model_config(
         "llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
@@ -80,3 +85,25 @@ def tiny_pair(tiny: TinyModels):
     from app.engine import load_pair
 
     return load_pair(tiny.target, tiny.copy)
+
+
+# The keychain, faked: a test asks for `memory` to get a MemoryKeyring in place.
+@pytest.fixture
+def use_keyring() -> Iterator[None]:
+    """Lets a test set its own keyring backend; the previous one is restored afterwards."""
+    import keyring
+
+    previous = keyring.get_keyring()
+    yield
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def memory(use_keyring: None) -> MemoryKeyring:
+    import keyring
+
+    from tests.fakes import MemoryKeyring
+
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    return backend

@@ -20,7 +20,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from tests.hub.test_library import _garbage_header, _truncated_data, _truncated_header
+from tests.fakes import _garbage_header, _truncated_data, _truncated_header
 
 # For Entry.load and Entry.check: the message is the library's.
 SAME = "<same as the library>"
@@ -233,7 +233,7 @@ def _foreign(dest: Path, src: Sources) -> Path:
 
 
 def _smaller_vocabulary(dest: Path, src: Sources) -> Path:
-    from app.engine.tiny import build_model, model_config
+    from app.testing.tiny import build_model, model_config
 
     config = model_config(
         "llama",
@@ -265,7 +265,7 @@ def mamba_config(eos_token_id: Any, **extra: Any) -> dict[str, Any]:
 
 
 def _mamba(folder: Path) -> None:
-    from app.engine.tiny import build_model
+    from app.testing.tiny import build_model
 
     eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
     config = mamba_config(eos, tie_word_embeddings=True)
@@ -549,7 +549,7 @@ def _gguf(
     config_changes: dict[str, Any] | None = None,
 ) -> Callable[[Path, Path], Path]:
     def make(dest: Path, good: Path) -> Path:
-        from tests.hub.test_gguf_import import Q, tiny_tokenizer, weights_of, write_gguf
+        from tests.fakes import Q, tiny_tokenizer, weights_of, write_gguf
 
         config = {**json.loads((good / "config.json").read_text()), **(config_changes or {})}
         weights = weights_of(good)

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import TinyModels
 
 SCRIPT = textwrap.dedent(
@@ -38,6 +40,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_app_exits_cleanly_after_a_reply(tiny: TinyModels, tmp_path: Path) -> None:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
     for _ in range(3):  # the unclean teardown was intermittent

@@ -22,14 +22,15 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.cli import main as tandem
-from app.engine import GenerationParams, IncompatiblePairError, Message, ModelError
+from app.engine import GenerationParams, Message
 from app.engine.loader import load_model
+from app.errors import IncompatiblePairError, ModelError
 from app.hub import inspect_model, load_checked_pair, scan_library
 from app.hub.gguf_import import import_folder, import_gguf
 from app.services import EngineFailure, EngineService, GenerationResult, PairInfo
 from tests.conftest import TinyModels
 from tests.corpus import FOLDERS, GGUFS, Entry, GgufEntry, Sources
-from tests.test_cli import _tandem_in
+from tests.fakes import _tandem_in
 
 BROKEN = [e for e in FOLDERS if e.broken]
 PAIRS = [e for e in FOLDERS if e.pair]

@@ -9,19 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TinyModels
-
-
-def _tandem(
-    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-        input=stdin,
-    )
+from tests.fakes import _tandem, _tandem_in
 
 
 def test_generate_json(tiny: TinyModels) -> None:
@@ -146,14 +134,7 @@ def test_bad_num_draft_is_refused() -> None:
     assert "--num-draft" in r.stderr
 
 
-def _tandem_in(
-    home: Path, *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``tandem`` with its data folder and Hub cache under ``home``."""
-    env = {"XDG_DATA_HOME": str(home / "data"), "HF_HUB_CACHE": str(home / "hf")}
-    return _tandem(*args, env=env, stdin=stdin)
-
-
+@pytest.mark.slow
 def test_check_pair_exit_codes(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> None:
 
     ok = _tandem("check-pair", str(tiny.target), str(small_draft))
@@ -170,6 +151,7 @@ def test_check_pair_exit_codes(tiny: TinyModels, small_draft: Path, tmp_path: Pa
     assert "Traceback" not in broken.stderr
 
 
+@pytest.mark.slow
 def test_models_list_and_delete(tiny: TinyModels, tmp_path: Path) -> None:
     import shutil
 
@@ -194,8 +176,9 @@ def test_models_list_and_delete(tiny: TinyModels, tmp_path: Path) -> None:
     assert missing.returncode == 1
 
 
+@pytest.mark.slow
 def test_models_import_gguf_then_generate(tiny: TinyModels, tmp_path: Path) -> None:
-    from tests.hub.test_gguf_import import tiny_tokenizer, weights_of, write_gguf
+    from tests.fakes import tiny_tokenizer, weights_of, write_gguf
 
     config = json.loads((tiny.target / "config.json").read_text())
     gguf = write_gguf(

@@ -33,12 +33,12 @@ DRIVER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    import app.ui.main_window as main_window
+    import app.services.chat_controller as chat_controller
     from app.store import Settings, SettingsFile
     from app.ui.application import run_app
 
     target, draft, data, max_tokens, prompt = sys.argv[1:6]
-    main_window.REPLY_SAVE_INTERVAL = 0.25  # several saves before the test kills it
+    chat_controller.REPLY_SAVE_INTERVAL = 0.25  # several saves before the test kills it
     SettingsFile(Path(data) / "settings.json").save(Settings(max_tokens=int(max_tokens)))
 
     def emit(*event):
@@ -167,6 +167,7 @@ def test_a_kill_right_after_a_save_loses_nothing(chatty: tuple[Path, Path], tmp_
         store.close()
 
 
+@pytest.mark.slow
 def test_a_kill_while_a_reply_streams_keeps_it_up_to_its_last_save(
     chatty: tuple[Path, Path], tmp_path: Path
 ) -> None:

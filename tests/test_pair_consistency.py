@@ -21,7 +21,7 @@ from pytestqt.qtbot import QtBot
 from app.cli import main as tandem
 from app.services import EngineFailure, EngineService
 from tests.conftest import TinyModels
-from tests.server.test_openai_server import _free_port
+from tests.fakes import _free_port
 
 
 def _foreign(tiny: TinyModels, small_draft: Path, tmp: Path) -> Path:

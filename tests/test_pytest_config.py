@@ -57,3 +57,31 @@ def test_an_exception_in_a_slot_fails_the_test(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout
     assert "Exceptions caught in Qt event loop" in r.stdout
     assert "ValueError: escaped into Qt" in r.stdout
+
+
+def test_markers_are_strict_and_slow_is_registered(pytestconfig: pytest.Config) -> None:
+    assert "--strict-markers" in pytestconfig.getini("addopts")
+    assert pytestconfig.getini("xfail_strict") is True
+    markers = pytestconfig.getini("markers")
+    assert any(line.startswith("slow:") for line in markers)
+    makefile = (ROOT / "Makefile").read_text()
+    assert '-m "not slow"' in makefile.split("test-fast:", 1)[1].split("\n\n", 1)[0]
+
+
+def test_linux_workflow_runs_make_test() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "linux.yml").read_text())
+    (job,) = workflow["jobs"].values()
+    assert job["runs-on"].startswith("ubuntu")
+    assert any("make test" in step.get("run", "") for step in job["steps"])
+
+
+def test_pre_commit_runs_the_same_checks_as_make_lint() -> None:
+    import yaml
+
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
+    assert set(hooks) == {"ruff", "ruff-format", "mypy", "lint-imports"}
+    for hook in hooks.values():
+        assert hook["entry"].startswith(".venv/bin/"), hook

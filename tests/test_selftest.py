@@ -109,10 +109,10 @@ def test_skips_pass_and_failures_fail(monkeypatch: pytest.MonkeyPatch, capsys) -
 
 
 def test_missing_keychain_is_a_note_except_on_a_mac(monkeypatch: pytest.MonkeyPatch) -> None:
-    import app.hub.secrets
+    import app.keychain
 
     reason = "token storage is unavailable: no system keychain was found"
-    monkeypatch.setattr(app.hub.secrets, "keyring_status", lambda: reason)
+    monkeypatch.setattr(app.keychain, "keyring_status", lambda: reason)
     monkeypatch.setattr(sys, "platform", "linux")
     result = selftest.run_check("keyring", selftest.check_keyring)
     assert result.status == "ok"

@@ -122,19 +122,18 @@ class DraftLength:
         rates = self.acceptance.rates()
         if self.fixed is not None:
             plan = plan_round(profile, rates, self.k_max, self.fixed)
-            return plan or Plan(self.fixed, self.fixed + 1)
+            return plan or Plan(k=self.fixed, width=self.fixed + 1)
         # Plain decoding (k = 0) competes too: Auto is never slower than not drafting.
         # Only measured acceptance may rule drafting out, never the prior alone.
         plain = self.acceptance.evidence >= EVIDENCE
-        best = plan_round(profile, rates, self.k_max, plain=plain) or Plan(
-            min(4, self.k_max), min(4, self.k_max) + 1
-        )
+        start = min(4, self.k_max)  # nothing measured yet: a short draft
+        best = plan_round(profile, rates, self.k_max, plain=plain) or Plan(k=start, width=start + 1)
         plan = best
         missing = [w for w in self.costs.missing() if w <= self.k_max + 1]
         if missing:
             # Measure one unmeasured width: pad to it, or draft fewer to reach it.
             w = next((w for w in missing if w >= best.k + 1), missing[-1])
-            plan = Plan(min(best.k or 4, w - 1), w, best.tokens, best.seconds, best.steps)
+            plan = replace(best, k=min(best.k or 4, w - 1), width=w)
         else:
             plan = self._explore(profile, rates, best) or best
         return plan

@@ -85,7 +85,15 @@ def install(model: nn.Module) -> None:
 
     from mlx_lm.models.cache import KVCache
 
-    def attention(queries, keys, values, cache, scale, mask, sinks=None):
+    def attention(
+        queries: mx.array,
+        keys: mx.array,
+        values: mx.array,
+        cache: Any,
+        scale: float,
+        mask: Any,
+        sinks: Any = None,
+    ) -> mx.array:
         mode = _state["mode"]
         if (
             mode != "sdpa"

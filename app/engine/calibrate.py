@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.bench import default_prompts
+from app import resource_path
 from app.engine.costs import CostProfile, Plan, ProfileProgress, measure_profile, plan_round
 from app.engine.costs import predicted_rates as _predicted_rates
 from app.engine.generate import decoder_for, stream_reply
@@ -25,6 +25,11 @@ from app.files import write_atomic
 
 DEFAULT_K_MAX = 16
 WARMUP_TOKENS = 8
+
+
+def default_prompts() -> list[str]:
+    """The built-in prompts (``resources/prompts.json``) that Tune… and ``tandem bench`` use."""
+    return [p["prompt"] for p in json.loads(resource_path("prompts.json").read_text())]
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,7 +238,7 @@ def plan_round(
     c = profile.draft_step or 0.0
     best: Plan | None = None
     if k is None and plain and profile.step:
-        best = Plan(0, 1, PLAIN_BURST, PLAIN_BURST * profile.step, 1.0)
+        best = Plan(k=0, width=1, tokens=PLAIN_BURST, seconds=PLAIN_BURST * profile.step, steps=1.0)
     for j in [k] if k is not None else range(1, max(1, k_max) + 1):
         # What rounds cost, their fixed part included: it favours longer drafts.
         padded = profile.padded_round(j + 1)
@@ -246,7 +246,13 @@ def plan_round(
             return None
         seconds, width = padded
         steps = profile.steps(width)
-        plan = Plan(j, width, expected_tokens(accept, j), j * c + seconds, steps)
+        plan = Plan(
+            k=j,
+            width=width,
+            tokens=expected_tokens(accept, j),
+            seconds=j * c + seconds,
+            steps=steps,
+        )
         if best is None or plan.rate > best.rate:
             best = plan
     return best
@@ -524,7 +530,14 @@ def measure_profile(
     if cancelled():
         return
     device, version = machine()
-    yield CostProfile(tuple(verify), step, context, device, version, time.time())
+    yield CostProfile(
+        verify=tuple(verify),
+        draft_step=step,
+        context=context,
+        device=device,
+        mlx=version,
+        measured_at=time.time(),
+    )
 
 
 def _vocab(model: Any) -> int:

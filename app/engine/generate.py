@@ -10,7 +10,7 @@ from typing import Any
 import mlx.core as mx
 
 from app.engine.costs import CostModel, CostProfile, ProfileStore
-from app.engine.loader import ModelError, ModelPair, first_line
+from app.engine.loader import ModelPair
 from app.engine.speculative import CacheError, Decoder, DraftControl, Prefill
 from app.engine.types import (
     Chunk,
@@ -24,6 +24,7 @@ from app.engine.types import (
     Stats,
     check_text,
 )
+from app.errors import ModelError, first_line
 
 DEFAULT_PARAMS = GenerationParams()
 COUNT_CHUNK = 16_384  # characters tokenized at a time while sizing a long conversation

@@ -12,14 +12,9 @@ from typing import Any, cast
 import mlx.core as mx
 import mlx.nn as nn
 
-
-class ModelError(Exception):
-    """A model folder that cannot be used; the message is one line for the user."""
-
-
-class IncompatiblePairError(ModelError):
-    """A target and a draft that cannot be used together."""
-
+# Re-exported: callers long imported the user-facing errors from here.
+from app.errors import IncompatiblePairError as IncompatiblePairError
+from app.errors import ModelError, first_line, one_line
 
 _CONTEXT_KEYS = (
     "max_position_embeddings",
@@ -351,12 +346,6 @@ def _check_index(path: Path, name: str) -> None:
             raise ModelError(f"{name}: weight shard {shard} is missing")
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception as one short line, all of it (mlx puts each missing tensor on a line)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:299] + "…"
-
-
 def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
     """Loads a model folder with mlx-lm; never reaches for the network.
 
@@ -441,9 +430,3 @@ def free_memory() -> None:
 
     gc.collect()
     mx.clear_cache()
-
-
-def first_line(exc: BaseException) -> str:
-    """An exception as one short line for the user."""
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

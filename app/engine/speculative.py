@@ -66,6 +66,51 @@ class Round:
     width: int = 0  # rows of the verification (k + 1 plus any padding)
 
 
+def _target_round(tokens: tuple[int, ...], seconds: float) -> Round:
+    """A round of plain target steps: nothing proposed, one row each."""
+    return Round(
+        tokens=tokens,
+        origins=(Origin.TARGET,) * len(tokens),
+        k=0,
+        accepted=0,
+        source="none",
+        seconds=seconds,
+        draft_seconds=0.0,
+        width=1,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Proposal:
+    """What a round proposes: prompt lookup's tokens, then the draft's."""
+
+    tokens: mx.array  # every proposed token, queued
+    q_rows: list[mx.array | int]  # the proposer's distribution per token (an int: one-hot)
+    looked_up: int
+    drafted: int
+    fed: list[int]  # tokens fed to the draft's cache ahead of its first step
+    filler: int  # the token padding rows repeat (any token: no logit of theirs is read)
+
+    @property
+    def size(self) -> int:
+        return self.looked_up + self.drafted
+
+    @property
+    def source(self) -> Source:
+        if self.looked_up and self.drafted:
+            return "lookup+draft"
+        return "lookup" if self.looked_up else "draft"
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What the target made of a proposal."""
+
+    proposed: list[int]  # the proposal, evaluated
+    accepted: int  # its first ``accepted`` tokens survive
+    next_token: int  # the target's own token after them (bonus or correction)
+
+
 class DraftControl:
     """The draft length a running reply uses from its next round on.
 
@@ -394,7 +439,7 @@ class Decoder:
             if probe or (not proposed and not can_draft):
                 new = tuple(self._plain_steps(seq, params))
                 step = self._step.value or 0.0
-                rnd = Round(new, (Origin.TARGET,) * len(new), 0, 0, "none", step, 0.0, width=1)
+                rnd = _target_round(new, step)
             else:
                 rnd = self._speculate(
                     seq, params, proposed, plan, plan.k if can_draft else 0, n_round
@@ -440,7 +485,7 @@ class Decoder:
         self._t_tokens.append(seq[-1])
         seq.append(t)
         seconds = time.perf_counter() - start
-        return Round((t,), (Origin.TARGET,), 0, 0, "none", seconds, 0.0, width=1)
+        return _target_round((t,), seconds)
 
     def _plain_steps(self, seq: list[int], params: GenerationParams) -> list[int]:
         """Two plain target steps, the second queued while the first runs.
@@ -510,7 +555,7 @@ class Decoder:
             self._step.add(now - last)
             if n > 1:  # pipelined from the second step on: what Auto weighs rounds against
                 self.costs.observe_step(now - last)
-            rnd = Round((t,), (Origin.TARGET,), 0, 0, "none", now - last, 0.0, width=1)
+            rnd = _target_round((t,), now - last)
             if final:
                 yield rnd  # t was never fed: the cache holds seq[:-1]
                 return
@@ -577,107 +622,148 @@ class Decoder:
         self,
         seq: list[int],
         params: GenerationParams,
-        proposed: list[int],
+        looked_up: list[int],
         plan: Plan,
         k_draft: int,
         n_round: int,
     ) -> Round:
+        """One round: draft, verify, accept, rewind."""
         assert self._t_cache is not None
         start = time.perf_counter()
-        sampling = params.temperature > 0
-        history = self._history(seq, params)
-        penal = params.repetition_penalty != 1.0
-        m = len(proposed)
-        parts: list[mx.array] = [mx.array(proposed, dtype=mx.int32)] if m else []
-        q_rows: list[mx.array | int] = list(proposed)  # an int stands for a one-hot row
-        n_draft = max(k_draft - m, 0)
-        feed: list[int] = []
         missing = plan.width in self.costs.missing()
-        if n_draft:
-            assert self.draft is not None and self._d_cache is not None
-            feed = seq[len(self._d_tokens) :] + proposed
-            # Each more draft token must be worth its step at the round's rate.
-            c, rate = self.costs.draft_step, plan.rate
-            stop_below = min(c * rate, 0.9) if self.draft_cutoff and c and rate else 0.0
-            n_draft = self._draft_tokens(seq, params, parts, q_rows, feed, n_draft, stop_below)
-        proposal = mx.concatenate(parts)
-        k = m + n_draft
+        proposal = self._propose(seq, params, looked_up, plan, k_draft)
         width = plan.width
-        if k < plan.k and not missing:  # a short draft may verify in fewer rows
-            padded = self.costs.profile().padded_round(k + 1)
+        if proposal.size < plan.k and not missing:  # a short draft may verify in fewer rows
+            padded = self.costs.profile().padded_round(proposal.size + 1)
             width = padded[1] if padded is not None else width
-        draft_seconds = 0.0
         timed = (
             missing
             or plan.explore
-            or (n_draft > 0 and (n_round % TIME_DRAFT_EVERY == 1 or self.costs.draft_step is None))
+            or (
+                proposal.drafted > 0
+                and (n_round % TIME_DRAFT_EVERY == 1 or not self.costs.draft_step)
+            )
         )
-        verify_start = start
-        if timed:
-            mx.eval(proposal)
-            verify_start = time.perf_counter()
-            draft_seconds = verify_start - start
-            if n_draft:
-                self.costs.observe_draft_step(draft_seconds / n_draft)
-        elif n_draft:
-            draft_seconds = (self.costs.draft_step or 0.0) * n_draft
-
-        # Padding rows come after the real ones, so causal attention keeps them
-        # out of every logit that is read; the cache gives them back below.
-        pad = [proposed[-1] if m else seq[-1]] * (width - k - 1)
-        v_in = mx.concatenate([mx.array(seq[-1:], dtype=mx.int32), proposal])
-        if pad:
-            v_in = mx.concatenate([v_in, mx.array(pad, dtype=mx.int32)])
-        v_logits = _logits(self.target, v_in, self._t_cache)[: k + 1]
-        if penal:
-            v_logits = penalize(
-                v_logits,
-                contexts_for(history, proposal, k + 1, params.repetition_context_size),
-                params.repetition_penalty,
-            )
-        if not sampling:
-            choice = mx.argmax(v_logits, axis=-1)
-            mx.eval(proposal, choice)
-            d, c_ = _ints(proposal), _ints(choice)
-            n = common_prefix(d, c_[:k])
-            t = c_[n]
-        else:
-            p = mx.exp(log_probs(v_logits, params))
-            vocab = p.shape[-1]
-            q = mx.stack(
-                [
-                    row if isinstance(row, mx.array) else (mx.arange(vocab) == row).astype(p.dtype)
-                    for row in q_rows
-                ]
-            )
-            accept, fallback = verify_sampled(p, q, proposal, params.accept_rule)
-            mx.eval(proposal, accept, fallback)
-            d, ok, fb = _ints(proposal), cast(list[bool], accept.tolist()), _ints(fallback)
-            n = ok.index(False) if False in ok else k
-            t = fb[n]
+        verify_start, draft_seconds = self._time_draft(proposal, timed, start)
+        verdict = self._verify(seq, params, proposal, width)
         if timed:
             self.costs.observe_verify(width, time.perf_counter() - verify_start, len(seq))
-
-        trim_prompt_cache(self._t_cache, width - 1 - n)
-        self._t_tokens += [seq[-1], *d[:n]]
-        if n_draft:
-            assert self._d_cache is not None
-            fed = self._d_tokens + feed + d[m : k - 1]
-            committed = [*seq, *d[:n], t]
-            keep = common_prefix(fed, committed)
-            trim_prompt_cache(self._d_cache, len(fed) - keep)
-            self._d_tokens = fed[:keep]
-        origins = [Origin.LOOKUP if i < m else Origin.DRAFT for i in range(n)]
-        origins.append(Origin.BONUS if n == k else Origin.CORRECTION)
-        source: Source = "lookup+draft" if m and n_draft else ("lookup" if m else "draft")
-        seconds = time.perf_counter() - start
+        self._rewind(seq, proposal, verdict, width)
+        n = verdict.accepted
+        origins = [Origin.LOOKUP if i < proposal.looked_up else Origin.DRAFT for i in range(n)]
+        origins.append(Origin.BONUS if n == proposal.size else Origin.CORRECTION)
         return Round(
-            tokens=(*d[:n], t),
+            tokens=(*verdict.proposed[:n], verdict.next_token),
             origins=tuple(origins),
-            k=k,
+            k=proposal.size,
             accepted=n,
-            source=source,
-            seconds=seconds,
+            source=proposal.source,
+            seconds=time.perf_counter() - start,
             draft_seconds=draft_seconds,
             width=width,
         )
+
+    def _propose(
+        self,
+        seq: list[int],
+        params: GenerationParams,
+        looked_up: list[int],
+        plan: Plan,
+        k_draft: int,
+    ) -> _Proposal:
+        """Lookup's tokens, then up to ``k_draft`` in all from the draft (queued, not evaluated)."""
+        parts: list[mx.array] = [mx.array(looked_up, dtype=mx.int32)] if looked_up else []
+        q_rows: list[mx.array | int] = list(looked_up)  # an int stands for a one-hot row
+        drafted = max(k_draft - len(looked_up), 0)
+        fed: list[int] = []
+        if drafted:
+            assert self.draft is not None and self._d_cache is not None
+            fed = seq[len(self._d_tokens) :] + looked_up
+            # Each more draft token must be worth its step at the round's rate.
+            step, rate = self.costs.draft_step, plan.rate
+            stop_below = min(step * rate, 0.9) if self.draft_cutoff and step and rate else 0.0
+            drafted = self._draft_tokens(seq, params, parts, q_rows, fed, drafted, stop_below)
+        filler = looked_up[-1] if looked_up else seq[-1]
+        return _Proposal(
+            tokens=mx.concatenate(parts),
+            q_rows=q_rows,
+            looked_up=len(looked_up),
+            drafted=drafted,
+            fed=fed,
+            filler=filler,
+        )
+
+    def _time_draft(self, proposal: _Proposal, timed: bool, start: float) -> tuple[float, float]:
+        """When verification starts, and the seconds of drafting (measured or estimated).
+
+        A timed round waits for the draft before verifying, which splits the two
+        costs; others keep the draft queued ahead of the verification.
+        """
+        if timed:
+            mx.eval(proposal.tokens)
+            verify_start = time.perf_counter()
+            if proposal.drafted:
+                self.costs.observe_draft_step((verify_start - start) / proposal.drafted)
+            return verify_start, verify_start - start
+        return start, (self.costs.draft_step or 0.0) * proposal.drafted
+
+    def _verify(
+        self, seq: list[int], params: GenerationParams, proposal: _Proposal, width: int
+    ) -> _Verdict:
+        """One target forward over the proposal in ``width`` rows; what it accepts."""
+        assert self._t_cache is not None
+        k = proposal.size
+        # Padding rows come after the real ones, so causal attention keeps them
+        # out of every logit that is read; the cache gives them back on rewind.
+        rows = [mx.array(seq[-1:], dtype=mx.int32), proposal.tokens]
+        if width > k + 1:
+            rows.append(mx.array([proposal.filler] * (width - k - 1), dtype=mx.int32))
+        logits = _logits(self.target, mx.concatenate(rows), self._t_cache)[: k + 1]
+        if params.repetition_penalty != 1.0:
+            history = self._history(seq, params)
+            logits = penalize(
+                logits,
+                contexts_for(history, proposal.tokens, k + 1, params.repetition_context_size),
+                params.repetition_penalty,
+            )
+        if params.temperature == 0:
+            choice = mx.argmax(logits, axis=-1)
+            mx.eval(proposal.tokens, choice)
+            proposed, chosen = _ints(proposal.tokens), _ints(choice)
+            accepted = common_prefix(proposed, chosen[:k])
+            return _Verdict(proposed, accepted, chosen[accepted])
+        target_probs = mx.exp(log_probs(logits, params))
+        vocab = target_probs.shape[-1]
+        draft_probs = mx.stack(
+            [
+                row
+                if isinstance(row, mx.array)
+                else (mx.arange(vocab) == row).astype(target_probs.dtype)
+                for row in proposal.q_rows
+            ]
+        )
+        keep, fallback = verify_sampled(
+            target_probs, draft_probs, proposal.tokens, params.accept_rule
+        )
+        mx.eval(proposal.tokens, keep, fallback)
+        kept = cast(list[bool], keep.tolist())
+        accepted = kept.index(False) if False in kept else k
+        return _Verdict(_ints(proposal.tokens), accepted, _ints(fallback)[accepted])
+
+    def _rewind(self, seq: list[int], proposal: _Proposal, verdict: _Verdict, width: int) -> None:
+        """Gives back the cache rows of rejected and padding tokens, in both models."""
+        assert self._t_cache is not None
+        n = verdict.accepted
+        trim_prompt_cache(self._t_cache, width - 1 - n)
+        self._t_tokens += [seq[-1], *verdict.proposed[:n]]
+        if not proposal.drafted:
+            return
+        assert self._d_cache is not None
+        # The draft's cache holds what it was fed and all but its last draft token.
+        fed = (
+            self._d_tokens + proposal.fed + verdict.proposed[proposal.looked_up : proposal.size - 1]
+        )
+        committed = [*seq, *verdict.proposed[:n], verdict.next_token]
+        keep = common_prefix(fed, committed)
+        trim_prompt_cache(self._d_cache, len(fed) - keep)
+        self._d_tokens = fed[:keep]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app import resource_path
-from app.engine.loader import ModelError, first_line
+from app.errors import ModelError, first_line
 from app.hub.library import ModelInfo
 from app.hub.pair_check import check_pair
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.engine.loader import ModelError
+from app.errors import ModelError
 
 
 @dataclass(frozen=True, slots=True)

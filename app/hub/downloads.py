@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.engine.loader import ModelError, read_config
+from app.engine.loader import read_config
+from app.errors import ModelError
 from app.hub.library import require_space
-from app.hub.secrets import scrub
+from app.keychain import scrub
 
 if TYPE_CHECKING:
     from huggingface_hub.hf_api import ExpandModelProperty_T

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import ModelError, read_config, user_path
+from app.engine.loader import read_config, user_path
+from app.errors import ModelError
 from app.hub.library import human_size
 
 _GIB = 1024**3

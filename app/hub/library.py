@@ -21,16 +21,15 @@ from typing import Any, Literal
 from platformdirs import user_data_dir
 
 from app.engine.loader import (
-    ModelError,
     TensorInfo,
     check_weights,
     context_length,
-    first_line,
     read_config,
     read_error,
     read_header,
     weight_files,
 )
+from app.errors import ModelError, first_line
 
 Source = Literal["hf-cache", "tandem"]
 

@@ -14,14 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import (
-    IncompatiblePairError,
-    ModelError,
-    ModelPair,
-    first_line,
-    load_pair,
-    user_path,
-)
+from app.engine.loader import ModelPair, load_pair, user_path
+from app.errors import IncompatiblePairError, ModelError, first_line
 from app.hub.library import ModelInfo, _hub_repo_id, inspect_model
 
 # A draft should be this much smaller than its target for speculation to pay off.

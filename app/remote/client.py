@@ -20,7 +20,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
 
-from app.engine.loader import ModelError
 from app.engine.types import (
     Chunk,
     Finished,
@@ -30,6 +29,7 @@ from app.engine.types import (
     Origin,
     Stats,
 )
+from app.errors import ModelError
 from app.remote import stats as adapters
 from app.remote.stats import NOT_REPORTED, SERVER_KINDS, ServerKind, SpecReport
 
@@ -126,7 +126,7 @@ def _headers(key: str | None) -> dict[str, str]:
 
 
 def _stored_key(url: str) -> str | None:
-    from app.hub.secrets import stored_remote_key
+    from app.keychain import stored_remote_key
 
     return stored_remote_key(url)
 

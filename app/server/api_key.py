@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import keyring
 
-from app.hub.secrets import keyring_status
+from app.keychain import keyring_status
 from app.logs import hide_secret
 
 SERVICE = "Tandem"

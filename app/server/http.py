@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from app.engine.types import GenerationParams, Message
 from app.logs import BurstFilter, debug_logging, hide_secret
@@ -377,6 +379,40 @@ _BUSY_RESPONSE = (
 ) + _BUSY_BODY
 
 
+class _ApiRequestHandler(RequestHandler):
+    """aiohttp's connection handler, answering what it cannot parse the API's way.
+
+    A request aiohttp cannot parse never reaches the app. One whose
+    ``Authorization`` header is malformed (a NUL byte, say) gets 401 as any
+    wrong key does; anything else gets a JSON 400. Neither echoes the request.
+    """
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status != 400 or request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)
+        connection_log.warning("an unparsable request: %s", exc)  # scrubbed, one per burst
+        if "authorization" in str(exc).lower():
+            error = RequestError(
+                "Incorrect or missing API key.",
+                status=401,
+                kind="invalid_request_error",
+                code="invalid_api_key",
+            )
+        else:
+            error = RequestError("The request is not valid HTTP.")
+        response = _error(error)
+        response.force_close()
+        return response
+
+
 class _Refuse(asyncio.Protocol):
     """A connection over the limit: answered 503 at once and closed."""
 
@@ -424,7 +460,12 @@ async def listen(
                 "refusing a connection: %d are open, the most the server takes", max_connections
             )
             return _Refuse()
-        return handlers()
+        # As handlers() builds it, with the API's answers to unparsable requests
+        # (aiohttp's own handler where its private arguments are not there).
+        kwargs = getattr(handlers, "_kwargs", None)
+        if not isinstance(kwargs, dict):
+            return handlers()
+        return _ApiRequestHandler(handlers, loop=asyncio.get_running_loop(), **kwargs)
 
     try:
         server = await asyncio.get_running_loop().create_server(connection, host, port)

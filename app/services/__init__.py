@@ -1,5 +1,13 @@
 """The thin Qt layer that owns the engine thread."""
 
+from app.services.chat_controller import (
+    ChatController,
+    Reply,
+    ReplyEnded,
+    ReplyFailure,
+    ReplyGrowth,
+    ReplySaved,
+)
 from app.services.engine_service import (
     CalibrateRequest,
     CalibrationHandle,
@@ -21,10 +29,12 @@ from app.services.hub_service import (
     HubSearchResult,
     HubService,
 )
+from app.services.store_events import StoreEvents
 
 __all__ = [
     "CalibrateRequest",
     "CalibrationHandle",
+    "ChatController",
     "EngineFailure",
     "EngineService",
     "EngineWorker",
@@ -38,6 +48,12 @@ __all__ = [
     "LoadProgress",
     "LoadRequest",
     "PairInfo",
+    "Reply",
+    "ReplyEnded",
+    "ReplyFailure",
+    "ReplyGrowth",
     "ReplyHandle",
+    "ReplySaved",
+    "StoreEvents",
     "TokenBatch",
 ]

@@ -29,7 +29,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine.costs import ProfileStore
 from app.engine.generate import PromptTooLongError, decoder_for, stream_reply
-from app.engine.loader import ModelError, ModelPair, free_memory
+from app.engine.loader import ModelPair, free_memory
 from app.engine.speculative import DraftControl
 from app.engine.types import (
     Chunk,
@@ -42,6 +42,7 @@ from app.engine.types import (
     Stats,
     add_segments,
 )
+from app.errors import ModelError
 from app.hub.pair_check import load_checked_pair
 from app.logs import private
 from app.remote import RemoteEngine, check_remote, is_remote_target, stream_remote

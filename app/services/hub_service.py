@@ -77,10 +77,10 @@ class HubWorker(QObject):
 
     @Slot(object)
     def _on_task_requested(self, request: HubRequest) -> None:
-        from app.engine.loader import ModelError
+        from app.errors import ModelError
         from app.hub.downloads import DownloadCancelled
         from app.hub.gguf_import import ImportCancelled
-        from app.hub.secrets import scrub
+        from app.keychain import scrub
 
         last = 0.0
 

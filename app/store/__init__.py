@@ -1,6 +1,13 @@
 """Persistence of conversations, free of Qt."""
 
-from app.store.db import Conversation, SearchHit, Store, StoredMessage, default_data_dir
+from app.store.db import (
+    Conversation,
+    SearchHit,
+    Store,
+    StoreChange,
+    StoredMessage,
+    default_data_dir,
+)
 from app.store.presets import (
     BUILTIN_PRESETS,
     Preset,
@@ -20,6 +27,7 @@ __all__ = [
     "Settings",
     "SettingsFile",
     "Store",
+    "StoreChange",
     "StoredMessage",
     "default_data_dir",
     "is_builtin",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -120,6 +120,24 @@ class StoredMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreChange:
+    """What one write changed, as the store tells its listeners once it is committed.
+
+    Attributes:
+        kind: ``"conversation"`` (added, renamed, its system prompt or branch
+            shown), ``"deleted"`` (the conversation is gone) or ``"messages"``
+            (a message added, updated or deleted).
+        conversation_ids: The conversations it touched.
+    """
+
+    kind: Literal["conversation", "deleted", "messages"]
+    conversation_ids: tuple[int, ...]
+
+
+StoreListener = Callable[[StoreChange], None]
+
+
+@dataclass(frozen=True, slots=True)
 class SearchHit:
     """A message that matches a search; ``snippet`` marks the matched words with «»."""
 
@@ -155,6 +173,21 @@ class Store:
         # executescript commits on its own, so it runs outside _transaction.
         self._db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
         self._migrate()
+        self._listeners: list[StoreListener] = []
+
+    def subscribe(self, listener: StoreListener) -> Callable[[], None]:
+        """Calls ``listener`` with a :class:`StoreChange` after each committed write.
+
+        Returns:
+            A function that unsubscribes it.
+        """
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _changed(self, kind: Literal["conversation", "deleted", "messages"], *ids: int) -> None:
+        change = StoreChange(kind, ids)
+        for listener in list(self._listeners):
+            listener(change)
 
     def _migrate(self) -> None:
         """Brings a database of an older version up to this one, in place."""
@@ -215,6 +248,7 @@ class Store:
                 (title, now, now, system_prompt),
             )
         assert cur.lastrowid is not None
+        self._changed("conversation", cur.lastrowid)
         return Conversation(cur.lastrowid, title, now, now, system_prompt)
 
     def conversations(self) -> list[Conversation]:
@@ -234,6 +268,7 @@ class Store:
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         with self._transaction() as db:
             db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+        self._changed("conversation", conversation_id)
 
     def set_system_prompt(self, conversation_id: int, text: str | None) -> None:
         """Sets the conversation's system prompt; ``None`` or ``""`` removes it."""
@@ -242,10 +277,12 @@ class Store:
                 "UPDATE conversations SET system_prompt = ? WHERE id = ?",
                 (text or None, conversation_id),
             )
+        self._changed("conversation", conversation_id)
 
     def delete_conversation(self, conversation_id: int) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        self._changed("deleted", conversation_id)
 
     def duplicate_conversation(
         self, conversation_id: int, title: str | None = None
@@ -276,6 +313,7 @@ class Store:
         )
         with self._transaction() as db:
             new_id = self._insert_conversation(db, copy, self._tree(conversation_id))
+        self._changed("conversation", new_id)
         new = self.conversation(new_id)
         assert new is not None
         return new
@@ -382,6 +420,7 @@ class Store:
                 "UPDATE conversations SET updated_at = ?, head_id = ? WHERE id = ?",
                 (now, message_id, conversation_id),
             )
+        self._changed("messages", conversation_id)
         return StoredMessage(
             message_id,
             conversation_id,
@@ -498,6 +537,7 @@ class Store:
                 "UPDATE conversations SET head_id = ? WHERE id = ?",
                 (self._leaf(cid, message_id), cid),
             )
+        self._changed("conversation", cid)
 
     def delete_message(self, message_id: int) -> None:
         """Deletes a message and everything below it; an unknown one is ignored.
@@ -530,6 +570,7 @@ class Store:
                 ).fetchone()[0]
                 new_head = self._leaf(cid, sibling) if sibling is not None else parent
                 db.execute("UPDATE conversations SET head_id = ? WHERE id = ?", (new_head, cid))
+        self._changed("messages", cid)
 
     def _conversation_of(self, message_id: int) -> int | None:
         row = self._db.execute(
@@ -625,7 +666,10 @@ class Store:
 
         archived = from_archive(data)
         with self._transaction() as db:
-            return [self._insert_conversation(db, c, tree) for c, tree in archived]
+            ids = [self._insert_conversation(db, c, tree) for c, tree in archived]
+        if ids:
+            self._changed("conversation", *ids)
+        return ids
 
     def update_message(
         self,
@@ -655,6 +699,7 @@ class Store:
                 raise ValueError(f"no message {message_id}")
         updated = self.message(message_id)
         assert updated is not None
+        self._changed("messages", updated.conversation_id)
         return updated
 
 

@@ -69,12 +69,11 @@ def run_app(
     signal.signal(signal.SIGINT, lambda *_: window.close())
     try:
         window.show()
-        preload = target or window.model_bar.target_edit.text().strip()
+        bar = window.model_bar
+        preload = target or bar.target()
         if preload:
-            window.model_bar.target_edit.setText(preload)
-            if draft is not None:
-                window.model_bar.draft_edit.setText(draft)
-            window.model_bar.load_button.click()
+            bar.set_pair(preload, draft if draft is not None else bar.draft())
+            bar.request_load()
         if on_ready is not None:
             on_ready(window)
         with loop:

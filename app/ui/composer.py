@@ -56,5 +56,9 @@ class Composer(QWidget):
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)
 
+    def focus(self) -> None:
+        """Puts the cursor in the message field."""
+        self.editor.setFocus()
+
     def clear(self) -> None:
         self.editor.clear()

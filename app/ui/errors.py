@@ -20,7 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from app.hub.secrets import scrub
+from app.keychain import scrub
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ class ModelBar(QWidget):
 
     load_requested = Signal(str, str)  # target, draft ("" for none)
     models_requested = Signal()
+    preset_activated = Signal(int)  # 0 is "Custom", 1 the first preset
 
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -45,6 +46,7 @@ class ModelBar(QWidget):
         self.preset_combo.setAccessibleName("Preset")
         self.preset_combo.setToolTip("Sampling, draft settings and a system prompt, saved by name")
         self.preset_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.preset_combo.activated.connect(self.preset_activated)
         self.temp_spin = QDoubleSpinBox()
         self.temp_spin.setRange(0.0, 2.0)
         self.temp_spin.setSingleStep(0.1)
@@ -88,6 +90,50 @@ class ModelBar(QWidget):
         target = self.target_edit.text().strip()
         if target:
             self.load_requested.emit(target, self.draft_edit.text().strip())
+
+    def request_load(self) -> None:
+        """Asks to load the pair shown, as the Load button does."""
+        if self.load_button.isEnabled():
+            self._on_load_clicked()
+
+    def target(self) -> str:
+        """The target folder (or server address) typed or chosen, trimmed."""
+        return self.target_edit.text().strip()
+
+    def draft(self) -> str:
+        """The draft folder, trimmed; ``""`` for none."""
+        return self.draft_edit.text().strip()
+
+    def set_pair(self, target: str, draft: str) -> None:
+        """Shows a pair's folders, as when one is chosen in the library."""
+        self.target_edit.setText(target)
+        self.draft_edit.setText(draft)
+
+    def uses_lookup(self) -> bool:
+        """Whether prompt lookup proposes tokens too."""
+        return self.lookup_check.isChecked()
+
+    def set_lookup(self, on: bool) -> None:
+        self.lookup_check.setChecked(on)
+
+    def temperature(self) -> float:
+        return self.temp_spin.value()
+
+    def set_temperature(self, value: float) -> None:
+        self.temp_spin.setValue(value)
+
+    def set_presets(self, names: list[str]) -> None:
+        """Lists "Custom" (the settings as they are), then the presets by name."""
+        self.preset_combo.clear()
+        self.preset_combo.addItem("Custom")
+        self.preset_combo.addItems(names)
+
+    def preset_index(self) -> int:
+        """The preset chosen: 0 is "Custom", 1 the first preset."""
+        return self.preset_combo.currentIndex()
+
+    def show_preset(self, name: str) -> None:
+        self.preset_combo.setCurrentText(name)
 
     def set_loading(self, loading: bool) -> None:
         self.load_button.setEnabled(not loading)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from PySide6.QtCore import (
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -32,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.loader import ModelError
+from app.errors import ModelError
 from app.hub import (
     ModelInfo,
     check_pair,
@@ -43,26 +41,16 @@ from app.hub import (
     scan_library,
 )
 from app.hub.catalog import catalog_drafts, installed, load_catalog, suggest_drafts
-from app.hub.secrets import stored_token
 from app.services.hub_service import (
-    HubFailure,
-    HubProgress,
-    HubResult,
-    HubSearchResult,
     HubService,
-    Kind,
 )
+from app.services.hub_tasks import HubTaskGroup
+from app.ui.hub_downloads import HubDownloadsMixin
 from app.ui.memory_bar import MemoryBar
 from app.ui.remote_dialog import RemoteEngineDialog
 
 ModelInfoRole = Qt.ItemDataRole.UserRole + 1
 DraftRole = Qt.ItemDataRole.UserRole + 2  # ("local", path) or ("catalog", repo id)
-RepoRole = Qt.ItemDataRole.UserRole + 3
-REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-
-
-def _count(n: int) -> str:
-    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.1f} K" if n >= 1e3 else str(n)
 
 
 def _params(n: int | None) -> str:
@@ -125,7 +113,7 @@ class ModelLibraryModel(QAbstractTableModel):
         return self._items[row] if 0 <= row < len(self._items) else None
 
 
-class ModelManagerDialog(QDialog):
+class ModelManagerDialog(HubDownloadsMixin, QDialog):
     """Lists the local library; picks a target and a draft; checks the pair."""
 
     pair_chosen = Signal(str, str)  # target, draft ("" for none)
@@ -141,7 +129,9 @@ class ModelManagerDialog(QDialog):
     ) -> None:
         super().__init__(parent)
         self.hub = hub
-        self._task: int | None = None
+        # Downloads and imports, one at a time; a draft's download becomes the draft.
+        self._downloads = HubTaskGroup(hub, models_dir, self) if hub is not None else None
+        self._as_draft = False
         self.setWindowTitle("Models")
         self.resize(900, 480)
         self._models_dir = models_dir
@@ -173,7 +163,6 @@ class ModelManagerDialog(QDialog):
         self.use_draft_button.setEnabled(False)
         self.use_draft_button.clicked.connect(self._on_use_draft_clicked)
         self._library: list[ModelInfo] = []
-        self._draft_task: int | None = None
         self.target_button = QPushButton("Use as Target")
         self.draft_button = QPushButton("Use as Draft")
         self.no_draft_button = QPushButton("No Draft")
@@ -232,9 +221,10 @@ class ModelManagerDialog(QDialog):
         for b in (self.download_button, self.import_button, self.import_folder_button):
             b.setEnabled(hub is not None)
         self.search_button.setEnabled(hub is not None)
-        if hub is not None:
-            hub.progressed.connect(self._on_hub_progressed)
-            hub.finished.connect(self._on_hub_finished)
+        if hub is not None and self._downloads is not None:
+            self._downloads.progressed.connect(self._on_download_progressed)
+            self._downloads.finished.connect(self._on_download_finished)
+            self._downloads.failed.connect(self._on_download_failed)
             hub.searched.connect(self._on_hub_searched)
             hub.failed.connect(self._on_hub_failed)
         self._set_running(False)
@@ -365,9 +355,9 @@ class ModelManagerDialog(QDialog):
         if kind == "local":
             self.draft = value
             self._update_pair()
-        elif self.hub is not None and self._task is None:
+        elif self.hub is not None and not self._downloading():
             self.start_task("download", value)
-            self._draft_task = self._task  # becomes the draft once downloaded
+            self._as_draft = True  # becomes the draft once downloaded
 
     @Slot()
     def _on_use_as_draft_clicked(self) -> None:
@@ -462,164 +452,3 @@ class ModelManagerDialog(QDialog):
         # The engine service reads an http(s) target as a remote engine.
         self.pair_chosen.emit(target, "")
         self.accept()
-
-    # Downloads, imports and the token
-
-    def _init_token(self) -> None:
-        from app.hub.secrets import TokenStoreError, get_token, keyring_status
-
-        reason = keyring_status()
-        if reason is not None:
-            # No plaintext fallback: without a keychain there is no token field.
-            self.token_edit.setEnabled(False)
-            self.token_button.setEnabled(False)
-            self.token_edit.setPlaceholderText(reason[:1].upper() + reason[1:])
-            self.token_edit.setToolTip(reason)
-            return
-        try:
-            stored = get_token()
-        except TokenStoreError as exc:
-            self.token_edit.setPlaceholderText(str(exc))
-            return
-        if stored:
-            self.token_edit.setPlaceholderText("A token is stored in the keychain")
-
-    def _on_save_token_clicked(self) -> None:
-        from app.hub.secrets import TokenStoreError, delete_token, set_token
-
-        text = self.token_edit.text().strip()
-        try:
-            if text:
-                set_token(text)
-            else:
-                delete_token()
-        except (TokenStoreError, ValueError) as exc:
-            self.progress_label.setText(str(exc))
-            return
-        self.token_edit.clear()
-        stored = "A token is stored in the keychain" if text else "No token stored"
-        self.token_edit.setPlaceholderText(stored)
-
-    def _set_running(self, running: bool) -> None:
-        self.progress.setVisible(running)
-        self.file_progress.setVisible(False)  # until a download names a file
-        self.cancel_button.setVisible(running)
-        for b in (self.import_button, self.import_folder_button):
-            b.setEnabled(self.hub is not None and not running)
-        self._update_download_button()
-
-    def _repo_to_download(self) -> str | None:
-        """The selected search result, else a repo id typed into the search field."""
-        item = self.results.currentItem()
-        if item is not None and self.results.isVisible():
-            return str(item.data(RepoRole))
-        text = self.search_edit.text().strip()
-        return text if REPO_ID.match(text) else None
-
-    @Slot()
-    def _update_download_button(self) -> None:
-        ready = self.hub is not None and self._task is None
-        self.download_button.setEnabled(ready and self._repo_to_download() is not None)
-
-    @Slot()
-    def _on_search_clicked(self) -> None:
-        query = self.search_edit.text().strip()
-        if self.hub is None:
-            return
-        if REPO_ID.match(query):  # a full repo id needs no search
-            self._on_download_clicked()
-            return
-        self._search = self.hub.search(query, token=stored_token())
-        self.progress_label.setText(f"Searching for “{query}”…" if query else "Searching…")
-
-    @Slot(object)
-    def _on_hub_searched(self, result: HubSearchResult) -> None:
-        if result.task_id != self._search:
-            return
-        self._search = None
-        self.results.clear()
-        for repo in result.repos:
-            gated = "  ·  license must be accepted on huggingface.co" if repo.gated else ""
-            text = f"{repo.repo_id}  ·  {_count(repo.downloads)} downloads{gated}"
-            item = QListWidgetItem(text)
-            item.setData(RepoRole, repo.repo_id)
-            self.results.addItem(item)
-        self.results.setVisible(bool(result.repos))
-        found = len(result.repos)
-        self.progress_label.setText(
-            f"{found} model{'s' if found != 1 else ''} found" if found else "No models found"
-        )
-        self._update_download_button()
-
-    def start_task(self, kind: Kind, source: str, q_bits: int | None = None) -> None:
-        assert self.hub is not None
-        token = stored_token() if kind == "download" else None
-        self._task = self.hub.start(kind, source, self._models_dir, token=token, q_bits=q_bits)
-        self.progress.setRange(0, 0)
-        self.progress_label.setText(f"Starting {Path(source).name}…")
-        self._set_running(True)
-
-    @Slot()
-    def _on_download_clicked(self) -> None:
-        repo = self._repo_to_download()
-        if repo is not None and self.hub is not None and self._task is None:
-            self.start_task("download", repo)
-
-    @Slot()
-    def _on_import_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import GGUF", "", "GGUF files (*.gguf)")
-        if path:
-            self.start_task("import-gguf", path)
-
-    @Slot()
-    def _on_import_folder_clicked(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Import an MLX model folder")
-        if path:
-            self.start_task("import-folder", path)
-
-    @Slot()
-    def _on_cancel_clicked(self) -> None:
-        if self.hub is not None and self._task is not None:
-            self.hub.cancel(self._task)
-
-    @Slot(object)
-    def _on_hub_progressed(self, p: HubProgress) -> None:
-        if p.task_id != self._task:
-            return
-        # Byte counts overflow a QProgressBar's int; show per mille.
-        self.progress.setRange(0, 1000)
-        self.progress.setValue(int(1000 * p.done / max(p.total, 1)))
-        if p.file is not None and p.file_total > 0:
-            self.file_progress.show()
-            self.file_progress.setValue(int(1000 * p.file_done / p.file_total))
-            self.file_progress.setFormat(f"{p.file} %p%")
-            self.progress.setFormat(f"{human_size(p.done)} of {human_size(p.total)}")
-            self.progress_label.setText(f"Downloading {p.file}")
-        else:
-            self.progress.setFormat("%p%")
-            self.progress_label.setText(p.text)
-
-    @Slot(object)
-    def _on_hub_finished(self, result: HubResult) -> None:
-        if result.task_id != self._task:
-            return
-        self._task = None
-        self._set_running(False)
-        self.progress_label.setText(f"Added {Path(result.path).name}")
-        if result.task_id == self._draft_task:
-            self._draft_task = None
-            self.draft = str(result.path)
-            self._update_pair()
-        self.refresh()
-
-    @Slot(object)
-    def _on_hub_failed(self, failure: HubFailure) -> None:
-        if failure.task_id == self._search:
-            self._search = None
-            self.progress_label.setText(failure.message)
-            return
-        if failure.task_id != self._task:
-            return
-        self._task = None
-        self._set_running(False)
-        self.progress_label.setText(failure.message)

@@ -49,7 +49,7 @@ class RemoteEngineDialog(QDialog):
         box.rejected.connect(self.reject)
         self.use_button.clicked.connect(self._on_use_clicked)
 
-        from app.hub.secrets import keyring_status
+        from app.keychain import keyring_status
 
         # Without a keychain there is nowhere safe for the key: say so, keep nothing.
         reason = keyring_status()
@@ -84,7 +84,7 @@ class RemoteEngineDialog(QDialog):
 
     @Slot()
     def _on_use_clicked(self) -> None:
-        from app.hub.secrets import TokenStoreError, set_remote_key
+        from app.keychain import TokenStoreError, set_remote_key
 
         try:
             engine = self.engine()

@@ -13,10 +13,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.live import LiveSnapshot
 from app.engine.types import Origin
 from app.store import Settings
 from app.store.presets import MAX_DRAFT
-from app.ui.gauge import GaugeWidget
+from app.ui.gauge import EMPTY_TEXT, NOT_REPORTED_TEXT, GaugeWidget
 from app.ui.transcript import ORIGIN_COLORS, ORIGIN_LABELS
 
 K_MAX = MAX_DRAFT  # the slider's right end: the longest draft the engine plans
@@ -92,6 +93,40 @@ class SpeculationPanel(QWidget):
     def num_draft(self) -> int | None:
         """The chosen k; ``None`` when it adapts."""
         return None if self.auto_check.isChecked() else self.k_slider.value()
+
+    def fixed_k(self) -> int:
+        """The k used while Auto is off (the slider's value)."""
+        return self.k_slider.value()
+
+    def auto_draft(self) -> bool:
+        """Whether k adapts each round."""
+        return self.auto_check.isChecked()
+
+    def set_draft(self, fixed_k: int, auto: bool) -> None:
+        """Sets the fixed k and whether k adapts, as a preset does."""
+        self.k_slider.setValue(fixed_k)
+        self.auto_check.setChecked(auto)
+
+    def show_pair(self, snapshot: LiveSnapshot | None, remote: bool) -> None:
+        """Starts afresh for a newly loaded pair: its lifetime figures, no Auto k yet.
+
+        Args:
+            snapshot: The live figures to show.
+            remote: A remote engine reports no acceptance and cannot be tuned.
+        """
+        self.show_auto_k(None)  # the last pair's choice says nothing of this one
+        self.gauge.empty_text = NOT_REPORTED_TEXT if remote else EMPTY_TEXT
+        self.tune_button.setEnabled(not remote)  # a sweep needs a local pair
+        self.gauge.set_snapshot(snapshot)
+
+    def show_snapshot(self, snapshot: LiveSnapshot | None) -> None:
+        """Paints the gauge with ``snapshot``."""
+        self.gauge.set_snapshot(snapshot)
+
+    def show_live(self, snapshot: LiveSnapshot | None) -> None:
+        """Repaints the gauge, only while the panel is shown (no work while hidden)."""
+        if self.isVisible():
+            self.gauge.set_snapshot(snapshot)
 
     def set_num_draft(self, k: int) -> None:
         """Sets a fixed k (for example the best one a calibration found)."""

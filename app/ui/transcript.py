@@ -22,8 +22,6 @@ from html import escape
 
 from PySide6.QtCore import QUrl, Signal, Slot
 from PySide6.QtGui import (
-    QColor,
-    QFont,
     QFontDatabase,
     QGuiApplication,
     QPalette,
@@ -39,49 +37,29 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 from app.engine.types import Origin, Segment
 from app.store import StoredMessage
 from app.ui.markdown import COPY_SCHEME, BlockSplitter, Theme, align, render_markdown
+from app.ui.transcript_style import (
+    ACTION_SIGNALS,
+    BRANCH_DELTAS,
+    COPY_MESSAGE_SCHEME,
+    DELETE_SCHEME,
+    EDIT_SCHEME,
+    NEXT_BRANCH_SCHEME,
+    ORIGIN_COLORS,
+    ORIGIN_LABELS,
+    PREVIOUS_BRANCH_SCHEME,
+    REGENERATE_SCHEME,
+    ROLE_LABELS,
+    STATS_SCHEME,
+    TOOLTIPS,
+    bold,
+    header_format,
+    is_code_header,
+    note_of,
+    origin_format,
+    split_segments,
+)
 
-_ROLE_LABELS = {"user": "You", "assistant": "Tandem", "system": "System"}
-
-# Translucent backgrounds keep the text's own colour, so they read in light and dark mode.
-ORIGIN_COLORS: dict[Origin, QColor] = {
-    Origin.DRAFT: QColor(34, 197, 94, 70),
-    Origin.LOOKUP: QColor(14, 165, 233, 70),
-    Origin.CORRECTION: QColor(249, 115, 22, 90),
-    Origin.BONUS: QColor(168, 85, 247, 70),
-}
-ORIGIN_LABELS: dict[Origin, str] = {
-    Origin.DRAFT: "accepted draft",
-    Origin.LOOKUP: "prompt lookup",
-    Origin.CORRECTION: "target correction",
-    Origin.BONUS: "bonus token",
-}
-STATS_SCHEME = "stats"
-COPY_MESSAGE_SCHEME = "copy-message"
-EDIT_SCHEME = "edit"
-REGENERATE_SCHEME = "regenerate"
-DELETE_SCHEME = "delete"
-PREVIOUS_BRANCH_SCHEME = "branch-previous"
-NEXT_BRANCH_SCHEME = "branch-next"
-
-# Each footer link's scheme and the signal it emits with the message id.
-_ACTION_SIGNALS = {
-    STATS_SCHEME: "stats_requested",
-    COPY_MESSAGE_SCHEME: "copy_requested",
-    EDIT_SCHEME: "edit_requested",
-    REGENERATE_SCHEME: "regenerate_requested",
-    DELETE_SCHEME: "delete_requested",
-}
-_BRANCH_DELTAS = {PREVIOUS_BRANCH_SCHEME: -1, NEXT_BRANCH_SCHEME: +1}
-
-
-def origin_format(origin: Origin | None, colour: bool) -> QTextCharFormat:
-    """The character format of a token of ``origin``."""
-    fmt = QTextCharFormat()
-    if colour and origin in ORIGIN_COLORS:
-        assert origin is not None
-        fmt.setBackground(ORIGIN_COLORS[origin])
-        fmt.setToolTip(ORIGIN_LABELS[origin])
-    return fmt
+__all__ = ["ORIGIN_COLORS", "ORIGIN_LABELS", "TranscriptView", "origin_format"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +153,7 @@ class TranscriptView(QTextBrowser):
         for m in messages:
             self._open_message(cursor)
             stats_id = m.id if m.role == "assistant" and m.stats is not None else None
-            footer = _Footer(m.role, m.id, _note(m), stats_id, branches.get(m.id))
+            footer = _Footer(m.role, m.id, note_of(m), stats_id, branches.get(m.id))
             segments = m.segments if m.role == "assistant" else ()
             self._insert_message(cursor, m.role, m.content, segments, footer, theme)
         cursor.endEditBlock()
@@ -203,7 +181,7 @@ class TranscriptView(QTextBrowser):
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         start = self._open_message(cursor)
-        cursor.insertText(_ROLE_LABELS["assistant"], _bold())
+        cursor.insertText(ROLE_LABELS["assistant"], bold())
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         self._reply = _Reply(start, cursor.position(), len(self._code_blocks))
         self.setTextCursor(cursor)
@@ -268,7 +246,7 @@ class TranscriptView(QTextBrowser):
             cursor.setPosition(reply.start)
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cursor.removeSelectedText()
-            cursor.setBlockFormat(_header_format())  # the block took the format of the last one
+            cursor.setBlockFormat(header_format())  # the block took the format of the last one
             del self._code_blocks[reply.code_start :]
             text = "".join(t for _, t in reply.segments)
             self._insert_message(cursor, "assistant", text, reply.segments, footer, self._theme())
@@ -285,11 +263,11 @@ class TranscriptView(QTextBrowser):
                 code = self._code_blocks[index]
                 QGuiApplication.clipboard().setText(code)
                 self.code_copied.emit(code)
-        elif scheme in _ACTION_SIGNALS and path.isdigit():
-            getattr(self, _ACTION_SIGNALS[scheme]).emit(int(path))
-        elif scheme in _BRANCH_DELTAS and path.isdigit():
-            self.branch_requested.emit(int(path), _BRANCH_DELTAS[scheme])
-        elif scheme not in _ACTION_SIGNALS and scheme not in _BRANCH_DELTAS:
+        elif scheme in ACTION_SIGNALS and path.isdigit():
+            getattr(self, ACTION_SIGNALS[scheme]).emit(int(path))
+        elif scheme in BRANCH_DELTAS and path.isdigit():
+            self.branch_requested.emit(int(path), BRANCH_DELTAS[scheme])
+        elif scheme not in ACTION_SIGNALS and scheme not in BRANCH_DELTAS:
             self.link_clicked.emit(url)  # shown in replies, never opened here
 
     # Building the document
@@ -298,7 +276,7 @@ class TranscriptView(QTextBrowser):
         """Starts a message's header block at ``cursor``; returns its position."""
         if not self.document().isEmpty() and cursor.position() > 0:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-        cursor.setBlockFormat(_header_format())
+        cursor.setBlockFormat(header_format())
         return cursor.position()
 
     def _insert_message(
@@ -311,7 +289,7 @@ class TranscriptView(QTextBrowser):
         theme: Theme,
     ) -> None:
         """Fills the header block at ``cursor``, the body and the footer."""
-        label = _ROLE_LABELS.get(role, role)
+        label = ROLE_LABELS.get(role, role)
         if role == "assistant":
             start = cursor.position()
             rendered = render_markdown(content, theme, len(self._code_blocks))
@@ -322,7 +300,7 @@ class TranscriptView(QTextBrowser):
             body = self.document().findBlock(start).next()
             self._colour(body, cursor.position(), content, segments, rendered.hidden)
         else:
-            cursor.insertText(label, _bold())
+            cursor.insertText(label, bold())
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             cursor.insertText(content, QTextCharFormat())
         if not footer.empty:
@@ -331,7 +309,7 @@ class TranscriptView(QTextBrowser):
     def _render_tail(self, reply: _Reply, cut: int) -> None:
         """Renders the reply's source up to ``cut`` in place of its plain text."""
         length = cut - reply.tail_src
-        chunk, rest = _split(reply.tail, length)
+        chunk, rest = split_segments(reply.tail, length)
         source = "".join(t for _, t in chunk)
         cursor = QTextCursor(self.document())
         cursor.beginEditBlock()
@@ -399,7 +377,7 @@ class TranscriptView(QTextBrowser):
         positions: list[int] = []
         block = first
         while block.isValid() and block.position() < end:
-            if not _is_code_header(block):
+            if not is_code_header(block):
                 text = block.text()[: max(end - block.position(), 0)]
                 if parts:
                     parts.append("\n")
@@ -478,7 +456,7 @@ class TranscriptView(QTextBrowser):
         for i, (text, href) in enumerate(links):
             if i:
                 cursor.insertText(" · ", base)
-            self._insert_link(cursor, base, text, href, _TOOLTIPS.get(text, ""))
+            self._insert_link(cursor, base, text, href, TOOLTIPS.get(text, ""))
 
     def _insert_link(
         self, cursor: QTextCursor, base: QTextCharFormat, text: str, href: str | None, tip: str
@@ -505,56 +483,3 @@ class TranscriptView(QTextBrowser):
             mono_family=f"'{mono}', monospace",
             rule=p.color(QPalette.ColorRole.Mid).name(),
         )
-
-
-_TOOLTIPS = {
-    "Edit": "Edit this message and send it again",
-    "Copy": "Copy this message",
-    "Regenerate": "Write this reply again",
-    "Delete": "Delete this message",
-    "Stats…": "Show this reply's statistics",
-}
-
-
-def _header_format() -> QTextBlockFormat:
-    fmt = QTextBlockFormat()
-    fmt.setTopMargin(10)
-    return fmt
-
-
-def _bold() -> QTextCharFormat:
-    fmt = QTextCharFormat()
-    fmt.setFontWeight(QFont.Weight.Bold)
-    return fmt
-
-
-def _is_code_header(block: QTextBlock) -> bool:
-    """Whether ``block`` is the line with a code block's Copy link."""
-    it = block.begin()
-    return not it.atEnd() and it.fragment().charFormat().anchorHref().startswith(COPY_SCHEME + ":")
-
-
-def _split(segments: Sequence[Segment], length: int) -> tuple[list[Segment], list[Segment]]:
-    """The runs of the first ``length`` characters and of the rest."""
-    head: list[Segment] = []
-    tail: list[Segment] = []
-    left = length
-    for origin, text in segments:
-        if left >= len(text):
-            head.append((origin, text))
-            left -= len(text)
-        elif left > 0:
-            head.append((origin, text[:left]))
-            tail.append((origin, text[left:]))
-            left = 0
-        else:
-            tail.append((origin, text))
-    return head, tail
-
-
-def _note(m: StoredMessage) -> str:
-    if m.role != "assistant":
-        return ""
-    return {"cancelled": "Stopped.", "error": "Interrupted by an error."}.get(
-        m.finish_reason or "", ""
-    )

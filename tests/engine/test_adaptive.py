@@ -204,8 +204,8 @@ def test_profile_store_round_trip_and_versions(tmp_path: Path, monkeypatch) -> N
 
 
 def test_measure_profile_on_a_tiny_pair() -> None:
-    from app.engine import synthetic as syn
     from app.engine.costs import ProfileProgress, measure_profile
+    from app.testing import synthetic as syn
 
     events = list(
         measure_profile(syn.build("tiny"), syn.build("tiny", seed=1), widths=5, context=32)

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from app.engine import load_pair
-from app.engine.bench import default_prompts
 from app.engine.calibrate import (
     CalibrationPoint,
     CalibrationProgress,
     CalibrationResult,
     calibrate,
+    default_prompts,
     load_json,
     pick_best,
     prompt_set,

@@ -19,7 +19,7 @@ def _run(pair, messages, **params) -> tuple[list[Chunk], Finished]:
     *chunks, finished = events
     assert isinstance(finished, Finished)
     assert all(isinstance(c, Chunk) for c in chunks)
-    return chunks, finished
+    return [c for c in chunks if isinstance(c, Chunk)], finished
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ def test_a_conversation_longer_than_the_window_is_refused_with_numbers(
     import json
     import shutil
 
-    from app.engine import ModelError
+    from app.errors import ModelError
 
     folder = shutil.copytree(tiny.target, tmp_path / "short")
     config = json.loads((folder / "config.json").read_text())

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import IncompatiblePairError, ModelError, load_pair
+from app.engine import load_pair
 from app.engine.loader import load_model, read_config
+from app.errors import IncompatiblePairError, ModelError
 from tests.conftest import TinyModels
 
 

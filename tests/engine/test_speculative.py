@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from app.engine import GenerationParams, Message, Origin, load_pair
-from app.engine import synthetic as syn
 from app.engine.generate import encode_chat, stream_reply
 from app.engine.sampling import log_probs, penalize
 from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
+from app.testing import synthetic as syn
 from tests.conftest import TinyModels
 
 
@@ -294,7 +294,7 @@ def test_auto_k_stays_in_bounds_and_is_reported(models) -> None:
 
 def test_drafts_with_padded_embeddings_of_another_size(tiny: TinyModels, tmp_path) -> None:
     """Qwen2.5 7B has 152064 embedding rows and 0.5B 151936 over one tokenizer."""
-    from app.engine.tiny import build_model, model_config
+    from app.testing.tiny import build_model, model_config
 
     padded = build_model(
         tmp_path / "padded-draft",

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import Message, ModelError, load_pair
+from app.engine import Message, load_pair
 from app.engine.generate import encode_chat
 from app.engine.loader import load_model
+from app.errors import ModelError
 from tests.conftest import TinyModels
 
 MARKER = "tandem-untrusted-code-ran"

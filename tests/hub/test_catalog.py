@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import ModelError
+from app.errors import ModelError
 from app.hub.catalog import CatalogPair, load_catalog, recommend, suggest_drafts
 from app.hub.library import inspect_model
 from tests.conftest import TinyModels

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import ModelError
+from app.errors import ModelError
 from app.hub import demo
 
 

@@ -24,8 +24,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 from huggingface_hub import constants, file_download
 
-from app.engine.loader import ModelError, read_config
-from app.engine.tiny import build_model, model_config
+from app.engine.loader import read_config
+from app.errors import ModelError
 from app.hub.downloads import (
     DownloadCancelled,
     DownloadProgress,
@@ -35,6 +35,7 @@ from app.hub.downloads import (
     model_folder_name,
     search_models,
 )
+from app.testing.tiny import build_model, model_config
 
 REPO = "mlx-community/Tiny-Llama-4bit"
 TOKEN = "hf_FakeTokenForTestsOnly0123456789"

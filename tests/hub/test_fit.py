@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.engine import ModelError
-from app.engine.tiny import model_config
+from app.errors import ModelError
 from app.hub.fit import (
     MemoryFit,
     kv_cache_bytes,
@@ -17,6 +16,7 @@ from app.hub.fit import (
     usable_memory_bytes,
 )
 from app.hub.library import human_size
+from app.testing.tiny import model_config
 from tests.conftest import TinyModels
 
 

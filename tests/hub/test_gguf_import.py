@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import errno
 import json
-import re
 import shutil
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,37 +17,14 @@ import numpy as np
 import pytest
 
 from app.engine.generate import stream_reply
-from app.engine.loader import ModelError, ModelPair, load_model
-from app.engine.tiny import CHATML_TEMPLATE, build_model, model_config
+from app.engine.loader import ModelPair, load_model
 from app.engine.types import Finished, GenerationParams, Message
-from app.hub import gguf_import
-from app.hub.gguf_import import ImportCancelled, ImportProgress, import_folder, import_gguf
+from app.errors import ModelError
+from app.hub.gguf_import import ImportCancelled, ImportProgress, convert, import_folder, import_gguf
+from app.hub.gguf_import import shards as shard_writer
+from app.testing.tiny import CHATML_TEMPLATE, build_model, model_config
+from tests.fakes import Q, TokenizerMeta, permute, tiny_tokenizer, weights_of, write_gguf
 
-Q = gguf.GGMLQuantizationType
-TokenizerMeta = Callable[[gguf.GGUFWriter], None]
-
-_TOP = {
-    "model.embed_tokens.weight": "token_embd.weight",
-    "lm_head.weight": "output.weight",
-    "model.norm.weight": "output_norm.weight",
-}
-_LAYER = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-    "input_layernorm": "attn_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-_POST_ATTENTION = {"gemma3": "post_attention_norm"}
-_GEMMA_LAYER = {
-    "pre_feedforward_layernorm": "ffn_norm",
-    "post_feedforward_layernorm": "post_ffw_norm",
-}
 _SAMPLES = ("Hello, world!", "café naïve résumé", "emoji 🙂🚀 done", "<|im_end|>", "a<|im_start|>b")
 _PROMPT = [Message("user", "Write a haiku about the sea.")]
 
@@ -59,111 +34,6 @@ _SPM_SPECIAL = [("<unk>", 2), ("<bos>", 3), ("<eos>", 3), ("<end_of_turn>", 3)]
 _SPM_PIECES = ["\u2581", "h", "e", "l", "o", "w", "r", "d", "he", "ll", "llo", "hello"]
 _SPM_PIECES += ["\u2581hello", "wo", "rl", "rld", "world", "\u2581world"]
 _SPM_TOKENS = [t for t, _ in _SPM_SPECIAL] + [f"<0x{b:02X}>" for b in range(256)] + _SPM_PIECES
-
-
-def permute(w: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
-    """convert_hf_to_gguf.py's LlamaModel.permute, verbatim in numpy."""
-    if n_head_kv is not None and n_head != n_head_kv:
-        n_head = n_head_kv
-    return (
-        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(w.shape)
-    )
-
-
-def gguf_name(name: str, arch: str) -> str:
-    if name in _TOP:
-        return _TOP[name]
-    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)", name)
-    assert m, name
-    module = m.group(2)
-    if arch == "gemma3" and module in _GEMMA_LAYER:
-        short = _GEMMA_LAYER[module]
-    elif module == "post_attention_layernorm":
-        short = _POST_ATTENTION.get(arch, "ffn_norm")
-    else:
-        short = _LAYER[module]
-    return f"blk.{m.group(1)}.{short}.{m.group(3)}"
-
-
-def write_gguf(
-    path: Path,
-    config: dict[str, Any],
-    weights: dict[str, np.ndarray],
-    tokenizer: TokenizerMeta,
-    *,
-    arch: str | None = None,
-    qtype: Callable[[str, np.ndarray], Any] = lambda _name, _w: Q.F32,
-    extra: dict[str, np.ndarray] | None = None,
-) -> Path:
-    """Writes Hugging Face weights as llama.cpp's converter would."""
-    model_type = config["model_type"]
-    arch = arch or {"gemma3_text": "gemma3"}.get(model_type, model_type)
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("tiny")
-    w.add_block_count(config["num_hidden_layers"])
-    w.add_context_length(config["max_position_embeddings"])
-    w.add_embedding_length(config["hidden_size"])
-    w.add_feed_forward_length(config["intermediate_size"])
-    w.add_head_count(config["num_attention_heads"])
-    w.add_head_count_kv(config["num_key_value_heads"])
-    w.add_rope_freq_base(config["rope_theta"])
-    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
-    if "head_dim" in config:
-        w.add_key_length(config["head_dim"])
-        w.add_value_length(config["head_dim"])
-    if "sliding_window" in config:
-        w.add_sliding_window(config["sliding_window"])
-    tokenizer(w)
-    n_head, n_kv = config["num_attention_heads"], config["num_key_value_heads"]
-    for name, value in weights.items():
-        x = np.asarray(value, dtype=np.float32)
-        if model_type == "llama" and ".q_proj." in name:
-            x = permute(x, n_head, n_head)
-        elif model_type == "llama" and ".k_proj." in name:
-            x = permute(x, n_head, n_kv)
-        if model_type == "gemma3_text" and name.endswith("norm.weight"):
-            x = x + 1.0  # llama.cpp multiplies by the norm weight, Gemma by 1 + w
-        kind = qtype(name, x)
-        if kind == Q.F32:
-            w.add_tensor(gguf_name(name, arch), x)
-        elif kind == Q.F16:
-            w.add_tensor(gguf_name(name, arch), x.astype(np.float16))
-        elif kind == Q.I32:
-            w.add_tensor(gguf_name(name, arch), x.astype(np.int32))
-        else:
-            w.add_tensor(gguf_name(name, arch), gguf.quants.quantize(x, kind), raw_dtype=kind)
-    for name, x in (extra or {}).items():
-        w.add_tensor(name, x)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
-def tiny_tokenizer(folder: Path, *, model: str = "gpt2") -> TokenizerMeta:
-    """The tiny model's byte-level BPE tokenizer as GGUF metadata."""
-    tok = json.loads((folder / "tokenizer.json").read_text())
-    vocab: dict[str, int] = tok["model"]["vocab"]
-    tokens = sorted(vocab, key=vocab.__getitem__)
-    assert [vocab[t] for t in tokens] == list(range(len(tokens)))
-    special = {a["content"] for a in tok["added_tokens"] if a["special"]}
-
-    def add(w: gguf.GGUFWriter) -> None:
-        w.add_tokenizer_model(model)
-        w.add_tokenizer_pre("gpt-2")
-        w.add_token_list(tokens)
-        w.add_token_types([3 if t in special else 1 for t in tokens])
-        w.add_token_merges([" ".join(m) for m in tok["model"]["merges"]])
-        w.add_bos_token_id(vocab["<|endoftext|>"])
-        w.add_eos_token_id(vocab["<|im_end|>"])
-        w.add_pad_token_id(vocab["<|endoftext|>"])
-        w.add_add_bos_token(False)
-        w.add_chat_template(CHATML_TEMPLATE)
-
-    return add
 
 
 def spm_tokenizer(*, add_space_prefix: bool) -> TokenizerMeta:
@@ -180,15 +50,6 @@ def spm_tokenizer(*, add_space_prefix: bool) -> TokenizerMeta:
         w.add_add_space_prefix(add_space_prefix)
 
     return add
-
-
-def weights_of(folder: Path) -> dict[str, np.ndarray]:
-    loaded: dict[str, np.ndarray] = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        arrays = mx.load(str(file))
-        assert isinstance(arrays, dict)
-        loaded.update({k: np.array(v) for k, v in arrays.items()})
-    return loaded
 
 
 def greedy(folder: Path) -> tuple[int, ...]:
@@ -271,12 +132,10 @@ def test_unpermute_inverts_llama_cpp_permute() -> None:
         k = rng.normal(size=(n_kv * head_dim, 24)).astype(np.float32)
         bias = rng.normal(size=(n_kv * head_dim,)).astype(np.float32)
         assert not np.array_equal(permute(q, n_head, n_head), q)
+        np.testing.assert_array_equal(convert._unpermute_qk(permute(q, n_head, n_head), n_head), q)
+        np.testing.assert_array_equal(convert._unpermute_qk(permute(k, n_head, n_kv), n_kv), k)
         np.testing.assert_array_equal(
-            gguf_import._unpermute_qk(permute(q, n_head, n_head), n_head), q
-        )
-        np.testing.assert_array_equal(gguf_import._unpermute_qk(permute(k, n_head, n_kv), n_kv), k)
-        np.testing.assert_array_equal(
-            gguf_import._unpermute_qk(permute(bias, n_head, n_kv), n_kv), bias
+            convert._unpermute_qk(permute(bias, n_head, n_kv), n_kv), bias
         )
 
 
@@ -376,7 +235,7 @@ def test_q_bits_8_quantizes_with_mlx(tiny_gguf: Tiny, tmp_path: Path) -> None:
 def test_large_models_are_sharded(
     tiny_gguf: Tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gguf_import, "_SHARD_BYTES", 40_000)
+    monkeypatch.setattr(shard_writer, "_SHARD_BYTES", 40_000)
     out = import_gguf(tiny_gguf.llama_gguf, tmp_path / "sharded")
     shards = sorted(p.name for p in out.glob("*.safetensors"))
     assert len(shards) > 2
@@ -519,7 +378,7 @@ def test_full_disk_is_reported(
     def full(_file: Path, _data: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(gguf_import, "_write_json", full)
+    monkeypatch.setattr(convert, "_write_json", full)
     with pytest.raises(ModelError, match="not enough disk space"):
         import_gguf(tiny_gguf.llama_gguf, out)
     assert leftovers(out) == []

@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from app.hub import ModelInfo, default_models_dir, delete_model, inspect_model, scan_library
 from tests.conftest import TinyModels
+from tests.fakes import _garbage_header, _truncated_data, _truncated_header, make_cache_repo
 
 
 def true_parameters(folder: Path) -> int:
@@ -24,25 +23,6 @@ def true_parameters(folder: Path) -> int:
 
 def files_size(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-
-
-def make_cache_repo(
-    cache: Path, repo_id: str, model: Path, commit: str = "a" * 40, *, ref: str | None = "main"
-) -> Path:
-    """Lays ``model`` out as huggingface_hub does: blobs, refs and a snapshot of symlinks."""
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    blobs, snapshot = repo / "blobs", repo / "snapshots" / commit
-    blobs.mkdir(parents=True, exist_ok=True)
-    snapshot.mkdir(parents=True)
-    for file in sorted(model.iterdir()):
-        data = file.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
-        (blobs / digest).write_bytes(data)
-        (snapshot / file.name).symlink_to(Path("../../blobs") / digest)
-    if ref:
-        (repo / "refs").mkdir(exist_ok=True)
-        (repo / "refs" / ref).write_text(commit)
-    return snapshot
 
 
 def blobs_size(cache: Path, repo_id: str) -> int:
@@ -123,23 +103,8 @@ def test_sharded_weights_with_index(tmp_path: Path, tiny: TinyModels) -> None:
     assert "model-00002-of-00002.safetensors is missing" in str(inspect_model(folder).problem)
 
 
-def _truncated_header(folder: Path) -> None:
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 5000) + b'{"a": ')
-
-
-def _truncated_data(folder: Path) -> None:
-    weights = folder / "model.safetensors"
-    data = weights.read_bytes()
-    weights.write_bytes(data[: len(data) // 2])
-
-
 def _short_file(folder: Path) -> None:
     (folder / "model.safetensors").write_bytes(b"\x01\x02")
-
-
-def _garbage_header(folder: Path) -> None:
-    header = b"not json at all!"
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import ModelError
-from app.engine.tiny import build_model, model_config
+from app.errors import ModelError
 from app.hub import Verdict, check_pair, format_verdict
+from app.testing.tiny import build_model, model_config
 from tests.conftest import TinyModels
-from tests.hub.test_library import make_cache_repo
+from tests.fakes import make_cache_repo
 
 CHECKS = [
     "vocabulary size",

@@ -7,7 +7,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from app.engine import Chunk, Finished, GenerationParams, Message, ModelError, Origin
+from app.engine import Chunk, Finished, GenerationParams, Message, Origin
+from app.errors import ModelError
 from app.remote import REMOTE_TOKEN, RemoteEngine, check_remote, stream_remote
 from tests.conftest import TinyModels
 from tests.remote.servers import free_port, reply, stub_server

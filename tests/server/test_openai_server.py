@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,9 +16,9 @@ import openai
 import pytest
 
 from tests.conftest import TinyModels
+from tests.fakes import MESSAGES, _free_port, _kill
 
 KEY = "test-key-123"
-MESSAGES = [{"role": "user", "content": "Say something about speculative decoding."}]
 
 
 @dataclass(frozen=True)
@@ -32,12 +31,6 @@ class Server:
         return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(args: list[str]) -> subprocess.Popen[str]:
     env = {**os.environ, "TANDEM_DEBUG_LOG": "0"}
     return subprocess.Popen(
@@ -47,12 +40,6 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
         text=True,
         env=env,
     )
-
-
-def _kill(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.kill()
-        process.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +60,8 @@ def server(tiny: TinyModels) -> Iterator[Server]:
     try:
         assert process.stdout is not None
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()))
+        stdout = process.stdout
+        reader = threading.Thread(target=lambda: lines.append(stdout.readline()))
         reader.start()
         reader.join(60)
         assert lines and "serving on" in lines[0], (lines, process.poll())

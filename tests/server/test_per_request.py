@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import TinyModels
-from tests.server.test_openai_server import MESSAGES, _free_port, _kill
+from tests.fakes import MESSAGES, _free_port, _kill
 
 # Seeded sampling with a fixed k gives the same long reply every time (over a
 # thousand tokens on the tiny pair): long enough for another client to come and go.
@@ -65,7 +65,8 @@ def served(tiny: TinyModels, tmp_path: Path) -> Iterator[Served]:
     try:
         assert process.stdout is not None
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()))
+        stdout = process.stdout
+        reader = threading.Thread(target=lambda: lines.append(stdout.readline()))
         reader.start()
         reader.join(60)
         assert lines and "serving on" in lines[0], (lines, process.poll())
@@ -100,6 +101,7 @@ def _reply(url: str, body: dict[str, object], timeout: float = 120) -> str:
     return str(response.json()["choices"][0]["message"]["content"])
 
 
+@pytest.mark.slow
 def test_a_client_that_gives_up_waiting_leaves_the_running_reply_whole(served: Served) -> None:
     alone = _stream(served.url, LONG, Streamed())
     short_alone = _reply(served.url, SHORT)
@@ -129,6 +131,7 @@ def test_a_client_that_gives_up_waiting_leaves_the_running_reply_whole(served: S
     assert log.count("POST /v1/chat/completions 200") == 4  # alone, short alone, A, C
 
 
+@pytest.mark.slow
 def test_a_client_that_leaves_mid_reply_stops_only_its_own(served: Served) -> None:
     short_alone = _reply(served.url, SHORT)
     began = time.monotonic()

@@ -3,24 +3,19 @@ from __future__ import annotations
 import gc
 import threading
 import time
-import weakref
-from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import pytest
 from pytestqt.qtbot import QtBot
 
 from app.engine import (
-    Chunk,
     Finished,
     GenerationParams,
-    LoadedModel,
     Message,
     ModelPair,
-    Origin,
     Stats,
 )
 from app.services import (
+    CalibrationHandle,
     EngineFailure,
     EngineService,
     EngineWorker,
@@ -29,42 +24,9 @@ from app.services import (
     TokenBatch,
 )
 from tests.conftest import TinyModels
+from tests.fakes import _Engine, _fake_load, _loaded, _scripted
 
 HELLO = [Message("user", "Hello")]
-
-
-def _fake_load(target: str, _draft: str | None, progress=None) -> ModelPair:
-    return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config={}))
-
-
-def _scripted(chunks: int, delay: float = 0.0, fail_at: int | None = None):
-    def stream(
-        _pair: ModelPair,
-        _messages: Sequence[Message],
-        _params: GenerationParams,
-        cancel: threading.Event,
-        control=None,
-    ) -> Iterator[Chunk | Finished]:
-        ids = []
-        reason = "length"
-        for i in range(chunks):
-            if cancel.is_set():
-                reason = "cancelled"
-                break
-            if i == fail_at:
-                raise RuntimeError("out of memory")
-            time.sleep(delay)
-            ids.append(i)
-            yield Chunk(f"t{i} ", (i,), (Origin.DRAFT,))
-        yield Finished(Stats(tokens=len(ids)), reason, tuple(ids), (Origin.DRAFT,) * len(ids))
-
-    return stream
-
-
-def _loaded(qtbot: QtBot, service: EngineService, target: str = "t", draft: str | None = None):
-    with qtbot.waitSignal(service.pair_loaded, timeout=20_000) as blocker:
-        service.load_pair(target, draft)
-    return blocker.args[0]
 
 
 def test_real_pair_streams_started_tokens_finished_in_order(
@@ -77,7 +39,7 @@ def test_real_pair_streams_started_tokens_finished_in_order(
     order: list[str] = []
     batches: list[TokenBatch] = []
     service.generation_started.connect(lambda _rid: order.append("started"))
-    service.tokens_generated.connect(lambda b: (order.append("tokens"), batches.append(b)))
+    service.tokens_generated.connect(lambda b: (order.append("tokens"), batches.append(b)))  # type: ignore[func-returns-value]
     service.generation_finished.connect(lambda _r: order.append("finished"))
     with qtbot.waitSignals(
         [service.generation_started, service.tokens_generated, service.generation_finished],
@@ -289,7 +251,7 @@ def test_a_cancelled_calibration_finishes_without_a_result(
 ) -> None:
     service = make_service()
     _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
-    handles = []
+    handles: list[CalibrationHandle] = []
     service.calibration_progressed.connect(lambda _p: handles[0].cancel())
     with qtbot.waitSignal(service.calibration_finished, timeout=60_000) as blocker:
         handles.append(service.calibrate(["Say hi."], (0, 1, 2), max_tokens=8))
@@ -301,32 +263,6 @@ def test_calibration_without_a_pair_fails_as_a_value(qtbot: QtBot, make_service)
     with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
         service.calibrate(["x"], (0, 1))
     assert blocker.args[0].stage == "calibrate" and not service.busy
-
-
-class _Weights:
-    """Stands in for a model's arrays; a weak reference says whether anything still holds it."""
-
-
-class _Engine:
-    """A fake load and stream: every load makes new weights, the first reply raises ``error``."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error: Exception | None = error
-        self.weights: list[weakref.ref[_Weights]] = []
-        self.freed = 0
-
-    def load(self, target: str, _draft: str | None, progress=None) -> ModelPair:
-        weights = _Weights()
-        self.weights.append(weakref.ref(weights))
-        return ModelPair(LoadedModel(Path(target), model=weights, tokenizer=None, config={}))
-
-    def stream(self, pair: ModelPair, _messages, _params, _cancel, control=None):
-        for i in range(2):
-            yield Chunk(f"t{i} ", (i,), (Origin.TARGET,))
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error  # this frame holds the pair, as MLX's would hold arrays
-        yield Finished(Stats(tokens=2), "stop", (0, 1), (Origin.TARGET,) * 2)
 
 
 @pytest.mark.parametrize(
@@ -449,7 +385,7 @@ def test_a_loaded_pair_keeps_its_cost_profile_in_the_given_data_folder(
     store = ProfileStore(tmp_path / "profiles.json")
     stored = CostProfile((0.01, 0.012, 0.013), 0.002, 64, "test", "0")
     store.put(str(tiny.target), str(tiny.noisy), stored)
-    seen: list[object] = []
+    seen: list[CostProfile] = []
 
     def stream(pair, messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
         seen.append(pair.decoder.costs.profile())

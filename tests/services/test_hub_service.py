@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from pytestqt.qtbot import QtBot
 
 from app.services import HubFailure, HubResult, HubService
 from tests.conftest import TinyModels
+from tests.fakes import _gguf
 
 
 @pytest.fixture
@@ -17,15 +17,6 @@ def hub(qtbot: QtBot):  # type: ignore[no-untyped-def]
     service = HubService()
     yield service
     assert service.shutdown()
-
-
-def _gguf(tiny: TinyModels, tmp_path: Path) -> Path:
-    from tests.hub.test_gguf_import import tiny_tokenizer, weights_of, write_gguf
-
-    config = json.loads((tiny.target / "config.json").read_text())
-    return write_gguf(
-        tmp_path / "tiny.gguf", config, weights_of(tiny.target), tiny_tokenizer(tiny.target)
-    )
 
 
 def test_import_reports_progress_then_the_folder(
@@ -145,6 +136,7 @@ print("joined", hub.shutdown())
 """
 
 
+@pytest.mark.slow
 def test_exit_is_clean_after_a_requantizing_import(tiny: TinyModels, tmp_path: Path) -> None:
     """MLX ran on the hub thread; joining it must leave nothing for exit to trip on."""
     import os

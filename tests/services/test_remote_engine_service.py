@@ -9,6 +9,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, Stats
+from app.engine.types import FinishReason
 from app.remote import RemoteEngine
 from app.services import EngineFailure, EngineWorker, GenerationResult, PairInfo
 from app.services.engine_service import LoadRequest
@@ -72,7 +73,7 @@ def _scripted_remote(chunks: int, delay: float = 0.01):
                 break
             sent += 1
             yield Chunk("x", (-1,), (Origin.TARGET,), ("x",))
-        reason = "cancelled" if cancel.is_set() else "stop"
+        reason: FinishReason = "cancelled" if cancel.is_set() else "stop"
         yield Finished(Stats(tokens=sent, stats_scope="not reported"), reason)
 
     return stream

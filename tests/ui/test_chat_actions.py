@@ -11,8 +11,7 @@ from PySide6.QtWidgets import QApplication, QInputDialog, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app.services import EngineWorker
-from tests.services.test_engine_service import _fake_load
-from tests.ui.test_main_window import _load, _rounds, _send
+from tests.fakes import _fake_load, _load, _rounds, _send
 
 
 def _recording(sent: list):  # type: ignore[no-untyped-def]
@@ -38,13 +37,13 @@ def test_search_finds_chats_by_their_messages(qtbot: QtBot, chat) -> None:
     _send(qtbot, chat, "Tell me about lighthouses")
     chat._on_new_conversation_requested()
     _send(qtbot, chat, "A recipe for pancakes")
-    assert chat.conversations.rowCount() == 2
-    chat.search_edit.setText("lighthou")
-    qtbot.waitUntil(lambda: chat.conversations.rowCount() == 1, timeout=2_000)
-    shown = chat.conversations.index(0, 0).data()
+    assert chat.chats.conversations.rowCount() == 2
+    chat.chats.search_edit.setText("lighthou")
+    qtbot.waitUntil(lambda: chat.chats.conversations.rowCount() == 1, timeout=2_000)
+    shown = chat.chats.conversations.index(0, 0).data()
     assert shown.startswith("Tell me about lighthouses\n") and "«lighthouses»" in shown
-    chat.search_edit.setText("")
-    qtbot.waitUntil(lambda: chat.conversations.rowCount() == 2, timeout=2_000)
+    chat.chats.search_edit.setText("")
+    qtbot.waitUntil(lambda: chat.chats.conversations.rowCount() == 2, timeout=2_000)
 
 
 def test_rename_and_duplicate(qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,7 +157,7 @@ def test_presets_apply_save_and_delete(qtbot: QtBot, chat, tmp_path: Path) -> No
         chat.model_bar.preset_combo.itemText(i) for i in range(chat.model_bar.preset_combo.count())
     ]
     assert names[:2] == ["Custom", "Balanced"] and "Creative" in names
-    creative = next(p for p in chat.presets if p.name == "Creative")
+    creative = next(p for p in chat.presets_menu.presets if p.name == "Creative")
     chat.model_bar.preset_combo.activated.emit(names.index("Creative"))
     assert chat.model_bar.temp_spin.value() == pytest.approx(creative.temperature)
     assert chat.params().top_p == pytest.approx(creative.top_p)
@@ -167,7 +166,7 @@ def test_presets_apply_save_and_delete(qtbot: QtBot, chat, tmp_path: Path) -> No
     assert saved is not None and saved.num_draft == 6
     assert [p.name for p in PresetsFile(tmp_path / "presets.json").load()][-1] == "Mine"
     chat.model_bar.preset_combo.setCurrentText("Mine")
-    chat._on_delete_preset_requested()
+    chat.presets_menu.delete_chosen()
     assert "Mine" not in [p.name for p in PresetsFile(tmp_path / "presets.json").load()]
     assert chat.save_preset("Balanced") is None  # a built-in name is refused, with a reason
     assert "Could not save the preset" in chat.error_banner.text()
@@ -179,9 +178,9 @@ def test_conversation_list_moves_with_the_keyboard(qtbot: QtBot, chat) -> None:
     _send(qtbot, chat, "Older chat")
     chat._on_new_conversation_requested()
     _send(qtbot, chat, "Newer chat")
-    chat._select_row(0)
+    chat.chats.select_row(0)
     assert "Newer chat" in chat.transcript.toPlainText()
-    qtbot.keyClick(chat.conversation_list, Qt.Key.Key_Down)
+    qtbot.keyClick(chat.chats.conversation_list, Qt.Key.Key_Down)
     assert "Older chat" in chat.transcript.toPlainText()
 
 
@@ -208,3 +207,19 @@ def test_edit_and_regenerate_reuse_the_cache_up_to_the_edit_point(
         window._on_edit_requested(user.id)
     edited = window.store.messages(c.id)[-1]
     assert edited.stats is not None and 0 < edited.stats.reused_tokens < prompt - 1
+
+
+def test_the_chat_list_follows_the_store_and_keeps_its_selection(qtbot: QtBot, chat) -> None:
+    _send(qtbot, chat, "Hello")
+    rows = chat.chats.conversations.rowCount()
+    selected = chat.chats.current_id()
+    assert selected is not None
+    # Written behind the window's back: the list reads the store again by itself.
+    other = chat.store.create_conversation("Written elsewhere")
+    assert chat.chats.conversations.rowCount() == rows + 1
+    assert chat.chats.current_id() == selected  # the same chat, now one row down
+    chat.store.rename_conversation(selected, "Renamed elsewhere")
+    titles = [chat.chats.conversations.index(r, 0).data() for r in range(rows + 1)]
+    assert "Renamed elsewhere" in titles and chat.chats.current_id() == selected
+    chat.store.delete_conversation(other.id)
+    assert chat.chats.conversations.rowCount() == rows

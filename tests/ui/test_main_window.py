@@ -8,13 +8,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.engine.types import Finished, Origin, Stats
+from app.engine.types import Origin, Stats
 from app.services import EngineWorker
 from app.store import SettingsFile
 from app.store.calibrations import CalibrationsFile
 from app.ui.main_window import TUNE_KS, MainWindow
 from tests.conftest import TinyModels
-from tests.services.test_engine_service import _fake_load, _scripted
+from tests.fakes import _fake_load, _load, _rounds, _scripted, _send
 
 
 def _shown(markdown: str) -> str:
@@ -28,23 +28,10 @@ def _shown(markdown: str) -> str:
     return doc.toPlainText().strip()
 
 
-def _load(qtbot: QtBot, window: MainWindow, target: str, draft: str = "") -> None:
-    window.model_bar.target_edit.setText(target)
-    window.model_bar.draft_edit.setText(draft)
-    with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
-        qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
-
-
-def _send(qtbot: QtBot, window: MainWindow, text: str, timeout: int = 20_000) -> None:
-    window.composer.editor.setPlainText(text)
-    with qtbot.waitSignal(window.service.generation_finished, timeout=timeout):
-        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
-
-
 def test_reply_streams_in_and_is_saved(qtbot: QtBot, make_window, tiny: TinyModels) -> None:
     window = make_window()
     _load(qtbot, window, str(tiny.target), str(tiny.copy))
-    assert window.pair_label.text() == "tiny-llama + tiny-copy"
+    assert window.status.pair.text() == "tiny-llama + tiny-copy"
     window.panel.set_num_draft(3)
     _send(qtbot, window, "Write a haiku about the sea.")
 
@@ -63,8 +50,8 @@ def test_reply_streams_in_and_is_saved(qtbot: QtBot, make_window, tiny: TinyMode
     footer = "\nCopy · Regenerate · Delete · Stats…"
     assert shown.endswith(footer)
     assert shown.removesuffix(footer).rstrip().endswith(_shown(reply.content))
-    assert "tok/s" in window.tps_label.text()
-    assert window.acceptance_label.text().startswith("100% accepted")
+    assert "tok/s" in window.status.speed.text()
+    assert window.status.acceptance.text().startswith("100% accepted")
     assert window.composer.editor.toPlainText() == ""
     assert window.composer.send_button.isEnabled()
 
@@ -79,8 +66,8 @@ def test_new_window_on_the_same_database_shows_the_chat(
     first.close()
 
     second = make_window()
-    assert second.conversations.rowCount() == 1
-    assert second.conversation_list.currentIndex().row() == 0
+    assert second.chats.conversations.rowCount() == 1
+    assert second.chats.conversation_list.currentIndex().row() == 0
     assert "Hello there" in second.transcript.toPlainText()
     assert _shown(reply) in second.transcript.toPlainText()
     # The pair is remembered for the next start.
@@ -117,7 +104,7 @@ def test_bad_folder_shows_a_reason(qtbot: QtBot, make_window, tmp_path: Path) ->
         qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
     assert "no such folder" in window.error_banner.text()
     assert window.model_bar.load_button.isEnabled()
-    assert window.pair_label.text() == "No model loaded"
+    assert window.status.pair.text() == "No model loaded"
 
 
 def test_engine_error_is_shown_and_the_app_stays_up(qtbot: QtBot, make_window) -> None:
@@ -159,14 +146,14 @@ def test_delete_conversation_after_confirmation(
     _send(qtbot, window, "first")
     window._on_new_conversation_requested()
     _send(qtbot, window, "second")
-    assert window.conversations.rowCount() == 2
+    assert window.chats.conversations.rowCount() == 2
 
     monkeypatch.setattr(QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Cancel)
-    qtbot.mouseClick(window.delete_button, Qt.MouseButton.LeftButton)
-    assert window.conversations.rowCount() == 2
+    qtbot.mouseClick(window.chats.delete_button, Qt.MouseButton.LeftButton)
+    assert window.chats.conversations.rowCount() == 2
 
     monkeypatch.setattr(QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Yes)
-    qtbot.mouseClick(window.delete_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.chats.delete_button, Qt.MouseButton.LeftButton)
     assert [c.title for c in window.store.conversations()] == ["first"]
     assert "first" in window.transcript.toPlainText()
 
@@ -178,7 +165,7 @@ def test_switching_conversations_shows_their_messages(qtbot: QtBot, make_window)
     qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     assert window.transcript.toPlainText() == ""
     _send(qtbot, window, "beta")
-    window.conversation_list.setCurrentIndex(window.conversations.index(1, 0))
+    window.chats.conversation_list.setCurrentIndex(window.chats.conversations.index(1, 0))
     assert "alpha" in window.transcript.toPlainText()
     assert "beta" not in window.transcript.toPlainText()
 
@@ -198,7 +185,7 @@ def test_auto_k_and_lookup_reach_the_engine_and_are_remembered(
     assert 1 <= reply.stats.k_min <= reply.stats.k_max
     assert reply.stats.drafted > 0
     assert reply.stats.speedup is not None, reply.stats
-    assert "× plain" in window.tps_label.text()
+    assert "× plain" in window.status.speed.text()
     window.close()
     again = make_window()
     assert again.panel.auto_check.isChecked()
@@ -207,7 +194,7 @@ def test_auto_k_and_lookup_reach_the_engine_and_are_remembered(
 
 def test_format_stats() -> None:
     from app.engine.types import Stats
-    from app.ui.main_window import format_stats
+    from app.ui.statusbar import format_stats
 
     plain = Stats(tokens=10, generation_seconds=2.0)
     assert format_stats(plain) == ("5.0 tok/s", "no drafting")
@@ -238,7 +225,7 @@ def test_model_manager_loads_the_chosen_pair(
     with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
         qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
     assert window.model_bar.target_edit.text() == str(models / "tiny-llama")
-    assert window.pair_label.text() == "tiny-llama"
+    assert window.status.pair.text() == "tiny-llama"
 
 
 def test_loading_a_pair_stops_the_reply_first(qtbot: QtBot, make_window) -> None:
@@ -254,7 +241,7 @@ def test_loading_a_pair_stops_the_reply_first(qtbot: QtBot, make_window) -> None
         qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
     reply = window.store.messages(window.store.conversations()[0].id)[-1]
     assert reply.finish_reason == "cancelled"
-    assert window.pair_label.text() == "second"
+    assert window.status.pair.text() == "second"
 
 
 def test_loading_shows_its_steps_in_the_status_bar(
@@ -262,12 +249,12 @@ def test_loading_shows_its_steps_in_the_status_bar(
 ) -> None:
     window = make_window()
     texts: list[str] = []
-    window.service.load_progressed.connect(lambda _p: texts.append(window.pair_label.text()))
+    window.service.load_progressed.connect(lambda _p: texts.append(window.status.pair.text()))
     window.model_bar.target_edit.setText(str(tiny.target))
     window.model_bar.draft_edit.setText(str(tiny.copy))
     with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
         qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
-        assert window.load_progress.isVisible()
+        assert window.status.load_progress.isVisible()
     qtbot.waitUntil(lambda: len(texts) == 4)
     assert texts == [
         "Checking memory…",
@@ -275,60 +262,11 @@ def test_loading_shows_its_steps_in_the_status_bar(
         "Loading tiny-copy…",
         "Checking the pair…",
     ]
-    assert not window.load_progress.isVisible()
-    assert window.pair_label.text() == "tiny-llama + tiny-copy"
+    assert not window.status.load_progress.isVisible()
+    assert window.status.pair.text() == "tiny-llama + tiny-copy"
 
 
 # Speculation panel, colouring and stats, driven by a scripted engine.
-
-SCRIPT = ((4, 4), (4, 2), (4, 0), (0, 0))  # (k, accepted) per round
-
-
-def _rounds(  # type: ignore[no-untyped-def]
-    script=SCRIPT, seen_k: list | None = None, hold=None, auto=False
-):
-    """A stream that plays rounds; ``seen_k`` records the control's k before each.
-
-    With ``auto``, drafting rounds say Auto chose their k.
-    """
-    from app.engine.types import Chunk, RoundStat
-
-    def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
-        ids: list[int] = []
-        origins: list[Origin] = []
-        for i, (k, accepted) in enumerate(script):
-            if hold is not None:
-                hold(i)
-            if seen_k is not None:
-                seen_k.append(control.num_draft)
-            if cancel.is_set():
-                break
-            orig = [Origin.DRAFT] * accepted
-            orig.append(
-                Origin.TARGET if k == 0 else Origin.BONUS if accepted == k else Origin.CORRECTION
-            )
-            pieces = tuple(f"r{i}t{j} " for j in range(len(orig)))
-            rnd = RoundStat(len(orig), k, accepted, seconds=0.01, auto=auto and k > 0)
-            ids += range(len(orig))
-            origins += orig
-            yield Chunk("".join(pieces), tuple(range(len(orig))), tuple(orig), pieces, rnd, 50.0)
-        drafted = sum(k for k, _ in script)
-        accepted = sum(a for _, a in script)
-        stats = Stats(
-            tokens=len(ids),
-            drafted=drafted,
-            accepted=accepted,
-            target_calls=len(script),
-            draft_rounds=sum(1 for k, _ in script if k),
-            num_draft=params.num_draft,
-            k_min=4,
-            k_max=4,
-            generation_seconds=0.04,
-            baseline_tps=50.0,
-        )
-        yield Finished(stats, "stop", tuple(ids), tuple(origins))
-
-    return stream
 
 
 def test_gauge_shows_the_rounds_the_engine_sent(qtbot: QtBot, make_window) -> None:
@@ -490,12 +428,12 @@ def test_stats_link_opens_the_replys_statistics(qtbot: QtBot, make_window) -> No
 def test_hiding_the_panel_stops_gauge_updates(qtbot: QtBot, make_window) -> None:
     window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
     _load(qtbot, window, "/m/target", "/m/draft")
-    window.panel_action.setChecked(False)
+    window.menus.panel_action.setChecked(False)
     assert not window.panel.isVisible()
     before = window.panel.gauge.snapshot()
     _send(qtbot, window, "Hello")
     assert window.panel.gauge.snapshot() is before  # no repaint work while hidden
-    window.panel_action.setChecked(True)
+    window.menus.panel_action.setChecked(True)
     snap = window.panel.gauge.snapshot()
     assert snap is not None and snap.message_acceptance == 0.5
 
@@ -540,7 +478,7 @@ def test_tune_runs_a_sweep_saves_the_best_k_and_charts_it(
 
 
 def test_tune_reopens_with_the_pairs_last_result(qtbot: QtBot, make_window, tmp_path: Path) -> None:
-    from tests.ui.test_tune_dialog import PROFILED
+    from tests.fakes import PROFILED
 
     CalibrationsFile(tmp_path / "calibrations.json").put("/m/target", "/m/draft", PROFILED)
     window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
@@ -654,7 +592,7 @@ def test_clear_all_data_deletes_conversations_and_resets_settings(
     _send(qtbot, window, "Hello")
     assert window.store.conversations()
     window._on_clear_data_requested()
-    assert window.store.conversations() == [] and window.conversations.rowCount() == 0
+    assert window.store.conversations() == [] and window.chats.conversations.rowCount() == 0
     assert SettingsFile(tmp_path / "settings.json").load().target is None
 
 
@@ -663,15 +601,15 @@ def test_context_indicator_fills_and_warns(qtbot: QtBot, make_window, monkeypatc
 
     window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
     _load(qtbot, window, "/m/target", "/m/draft")
-    assert window.context_label.text() == ""  # the fake pair has no known window
+    assert window.status.context.text() == ""  # the fake pair has no known window
     window._pair = PairInfo("/m/target", "/m/draft", "t + d", context_length=1000)
     window._update_context(120)
-    assert window.context_label.text() == "Context 120 / 1,000"
-    assert "12%" in window.context_label.toolTip()
+    assert window.status.context.text() == "Context 120 / 1,000"
+    assert "12%" in window.status.context.toolTip()
     window._update_context(900)
-    assert "start a new chat" in window.context_label.toolTip()
+    assert "start a new chat" in window.status.context.toolTip()
     window._on_new_conversation_requested()
-    assert window.context_label.text() == "Context 0 / 1,000"
+    assert window.status.context.text() == "Context 0 / 1,000"
 
 
 def _assistant_rows(window: MainWindow) -> list:
@@ -683,9 +621,9 @@ def _assistant_rows(window: MainWindow) -> list:
 def test_a_streaming_reply_is_saved_as_it_grows(
     qtbot: QtBot, make_window, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.ui.main_window as main_window
+    import app.services.chat_controller as chat_controller
 
-    monkeypatch.setattr(main_window, "REPLY_SAVE_INTERVAL", 0.05)
+    monkeypatch.setattr(chat_controller, "REPLY_SAVE_INTERVAL", 0.05)
     window = make_window(EngineWorker(load=_fake_load, stream=_scripted(100_000, delay=0.002)))
     _load(qtbot, window, "/models/fake")
     window.composer.editor.setPlainText("Tell me everything")
@@ -700,7 +638,7 @@ def test_a_streaming_reply_is_saved_as_it_grows(
     assert grown.segments and "".join(t for _, t in grown.segments) == grown.content
     # Away and back: the reply shows once, still streaming below the prompt.
     qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    window.conversation_list.setCurrentIndex(window.conversations.index(0, 0))
+    window.chats.conversation_list.setCurrentIndex(window.chats.conversations.index(0, 0))
     assert window.transcript.toPlainText().count("t0 t1 t2") == 1
     with qtbot.waitSignal(window.service.generation_finished, timeout=5_000) as blocker:
         qtbot.mouseClick(window.composer.stop_button, Qt.MouseButton.LeftButton)
@@ -715,13 +653,13 @@ def test_a_streaming_reply_is_saved_as_it_grows(
 def test_a_regenerated_reply_saved_as_it_grows_is_a_new_branch(
     qtbot: QtBot, make_window, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.ui.main_window as main_window
+    import app.services.chat_controller as chat_controller
 
     window = make_window(EngineWorker(load=_fake_load, stream=_scripted(3)))
     _load(qtbot, window, "/models/fake")
     _send(qtbot, window, "Hello")
     [old] = _assistant_rows(window)
-    monkeypatch.setattr(main_window, "REPLY_SAVE_INTERVAL", 0.0)  # every batch
+    monkeypatch.setattr(chat_controller, "REPLY_SAVE_INTERVAL", 0.0)  # every batch
     seen: list[list] = []  # the replies in the database after each batch was handled
     window.service.tokens_generated.connect(lambda _b: seen.append(_assistant_rows(window)))
     with qtbot.waitSignal(window.service.generation_finished, timeout=5_000):
@@ -754,7 +692,7 @@ def test_closing_mid_reply_saves_the_reply_so_far(qtbot: QtBot, make_window) -> 
 def test_out_of_memory_unloads_the_pair_the_window_stays_up_and_loads_again(
     qtbot: QtBot, make_window
 ) -> None:
-    from tests.services.test_engine_service import _Engine
+    from tests.fakes import _Engine
 
     engine = _Engine(MemoryError())
     window = make_window(EngineWorker(load=engine.load, stream=engine.stream))
@@ -764,7 +702,7 @@ def test_out_of_memory_unloads_the_pair_the_window_stays_up_and_loads_again(
         qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
     assert window.isVisible() and window.error_banner.isVisible()
     assert "the models were unloaded to free memory" in window.error_banner.text()
-    assert window.pair_label.text() == "No model loaded"
+    assert window.status.pair.text() == "No model loaded"
     assert window.composer.send_button.isEnabled()
     [partial] = _assistant_rows(window)
     assert (partial.content, partial.finish_reason) == ("t0 t1 ", "error")
@@ -775,7 +713,7 @@ def test_out_of_memory_unloads_the_pair_the_window_stays_up_and_loads_again(
     # The model bar still names the pair: Load brings it back and chat goes on.
     with qtbot.waitSignal(window.service.pair_loaded, timeout=5_000):
         qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
-    assert window.pair_label.text() == "fake"
+    assert window.status.pair.text() == "fake"
     _send(qtbot, window, "Again")
     assert _assistant_rows(window)[-1].finish_reason == "stop"
 
@@ -808,7 +746,7 @@ def test_a_remote_pair_shows_acceptance_as_not_reported(qtbot: QtBot, make_windo
 
 
 def _refused(_pair, _messages, _params, _cancel, control=None):  # type: ignore[no-untyped-def]
-    from app.engine.loader import ModelError
+    from app.errors import ModelError
 
     raise ModelError("The conversation is longer than the window.")
     yield  # a generator, like the real stream

@@ -99,7 +99,7 @@ def test_import_adds_the_model_to_the_list(
     qtbot: QtBot, library: Path, tmp_path: Path, tiny: TinyModels
 ) -> None:
     from app.services import HubService
-    from tests.services.test_hub_service import _gguf
+    from tests.fakes import _gguf
 
     hub = HubService()
     try:
@@ -311,7 +311,7 @@ def test_download_shows_the_file_and_the_total(qtbot: QtBot, library: Path, tmp_
 def test_remote_engine_is_chosen_as_a_url_target(
     qtbot: QtBot, library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.hub.secrets as secrets
+    import app.keychain as secrets
 
     saved: dict[str, str] = {}
     monkeypatch.setattr(secrets, "keyring_status", lambda: None)
@@ -336,7 +336,7 @@ def test_remote_engine_is_chosen_as_a_url_target(
 def test_remote_key_field_says_why_without_a_keychain(
     qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.hub.secrets as secrets
+    import app.keychain as secrets
     from app.ui.remote_dialog import RemoteEngineDialog
 
     monkeypatch.setattr(

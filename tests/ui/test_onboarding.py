@@ -93,7 +93,7 @@ def test_download_both_then_load_the_pair(
     assert window.onboarding is None and window.pages.currentIndex() == 0
     assert window.model_bar.target_edit.text() == str(target)
     assert window.model_bar.draft_edit.text() == str(draft)
-    assert window.pair_label.text() == "t + d"
+    assert window.status.pair.text() == "t + d"
 
 
 def test_a_failed_download_cancels_the_other_and_says_why(window: MainWindow) -> None:

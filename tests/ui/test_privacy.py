@@ -16,8 +16,7 @@ from pytestqt.qtbot import QtBot
 from app import logs
 from app.services import EngineWorker
 from tests.conftest import TinyModels
-from tests.hub.test_secrets import MemoryKeyring
-from tests.services.test_engine_service import _fake_load, _scripted
+from tests.fakes import MemoryKeyring, _fake_load, _scripted
 
 TOKEN = "hf_PrivacyTestToken0123456789abcdefXYZ"
 

@@ -15,8 +15,7 @@ from app.services import EngineService, EngineWorker
 from app.store import SettingsFile, Store
 from app.ui.main_window import MainWindow
 from tests.conftest import TinyModels
-from tests.services.test_engine_service import _fake_load
-from tests.ui.test_main_window import _load, _send
+from tests.fakes import _fake_load, _load, _send
 
 REPLY = (
     "Here is a function that adds two numbers:\n\n"
@@ -152,7 +151,7 @@ def test_window_screenshots_in_light_and_dark(
 
 def test_tune_dialog_screenshot_with_a_cuda_like_curve(qtbot: QtBot) -> None:
     from app.ui.tune_dialog import TuneDialog
-    from tests.ui.test_tune_dialog import BUILTIN, PROFILED
+    from tests.fakes import BUILTIN, PROFILED
 
     OUT.mkdir(parents=True, exist_ok=True)
     dialog = TuneDialog(PROFILED.pair, [], BUILTIN)

@@ -84,14 +84,14 @@ def test_window_opens_the_panel_from_the_view_menu_and_fills_it(
     qtbot: QtBot, make_window: Callable[[], MainWindow]
 ) -> None:
     window = make_window()
-    assert window.server_panel_action.text() == "&Local Server…"
+    assert window.menus.server_panel_action.text() == "&Local Server…"
     assert not window.server_panel.isVisible()
     window.server._url = "http://127.0.0.1:8080/v1"
     window.server._api_key = KEY
     # What the HTTP app hands the service for each answered request.
     window.server._on_request(RequestLog("POST", "/v1/chat/completions", 200, 0.5, 7, "hi"))
     assert window.server.request_count == 1
-    window.server_panel_action.trigger()
+    window.menus.server_panel_action.trigger()
     assert window.server_panel.isVisible()
     assert window.server_panel.url_label.text() == "http://127.0.0.1:8080/v1"
     assert window.server_panel.key_label.text() == mask_key(KEY)
@@ -110,7 +110,7 @@ def test_clicking_the_status_label_opens_the_panel(
     window = make_window()
     window.server._url = "http://127.0.0.1:8080/v1"
     window.server.running_changed.emit(window.server._url)
-    assert window.server_label.isVisibleTo(window)
-    qtbot.mouseClick(window.server_label, Qt.MouseButton.LeftButton)
+    assert window.status.server.isVisibleTo(window)
+    qtbot.mouseClick(window.status.server, Qt.MouseButton.LeftButton)
     assert window.server_panel.isVisible()
     assert window.server_panel.key_label.text() == NO_KEY_TEXT

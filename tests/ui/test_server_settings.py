@@ -98,15 +98,15 @@ def test_without_a_keychain_the_key_field_explains(
 
 def test_status_bar_shows_the_url_and_request_count(make_window: Callable[[], MainWindow]) -> None:
     window = make_window()
-    assert not window.server_label.isVisibleTo(window)
+    assert not window.status.server.isVisibleTo(window)
     window.server._url = "http://127.0.0.1:8080/v1"
     window.server.request_count = 2
     window.server.requests_changed.emit(2)
-    assert window.server_label.isVisibleTo(window)
-    assert window.server_label.text() == "Serving http://127.0.0.1:8080/v1 · 2 requests"
+    assert window.status.server.isVisibleTo(window)
+    assert window.status.server.text() == "Serving http://127.0.0.1:8080/v1 · 2 requests"
     window.server._url = ""
     window.server.running_changed.emit("")
-    assert not window.server_label.isVisibleTo(window)
+    assert not window.status.server.isVisibleTo(window)
 
 
 def test_web_origins_are_kept_and_a_wildcard_is_refused(
@@ -141,6 +141,6 @@ def test_the_window_starts_the_server_with_the_web_origins(
     window.server.start = start  # type: ignore[method-assign]
     window._save_settings(server_enabled=True, server_cors_origins="https://app.example")
     # The app runs this on its qasync loop; here a plain loop runs it once.
-    asyncio.run(window._apply_server())
+    asyncio.run(window.local_server.apply_now(window._settings))
     assert started[0].cors_origins == ("https://app.example",)
     assert started[0].host == "127.0.0.1"

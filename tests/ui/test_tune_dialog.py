@@ -9,11 +9,11 @@ from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
 
 from app.engine.calibrate import CalibrationPoint, CalibrationProgress, CalibrationResult
-from app.engine.costs import K_MAX, CostProfile, geometric
+from app.engine.costs import K_MAX
 from app.ui.tune_dialog import TuneDialog
+from tests.fakes import BUILTIN, CUDA_STEPS, PROFILED, STEP
 
 RECENT = ["first", "second", "first", "  ", "third"]
-BUILTIN = ["built-in one", "built-in two", "built-in three"]
 
 RESULT = CalibrationResult(
     points=(
@@ -30,39 +30,6 @@ RESULT = CalibrationResult(
     prompts=5,
     max_tokens=128,
     pair="Qwen2.5-7B + Qwen2.5-0.5B",
-)
-
-# v(m)/v(1) for m = 1 … 17 as MLX's CUDA backend prices a 4-bit target: a kernel per row
-# below 8 rows, one tile from 8, so 8 to 16 tokens verify for barely more than 7 do.
-CUDA_STEPS = (1, 2.1, 2.8, 3.4, 4.4, 5.2, 5.7, *(1.7,), *(1.75,) * 8, 2.6)
-STEP = 0.025  # seconds of one plain target step
-CUDA_PROFILE = CostProfile(
-    verify=tuple(s * STEP for s in CUDA_STEPS), draft_step=0.003, context=512, device="gpu"
-)
-PROFILED = CalibrationResult(
-    points=(
-        CalibrationPoint(0, 40.0, None, None, 640, 16.0),
-        CalibrationPoint(1, 52.0, 0.9, 1.0, 640, 12.3),
-        CalibrationPoint(2, 60.0, 0.87, 2.0, 640, 10.7),
-        CalibrationPoint(3, 63.0, 0.86, 3.0, 640, 10.2),
-        CalibrationPoint(4, 66.0, 0.85, 4.0, 640, 9.7),
-        CalibrationPoint(5, 69.0, 0.85, 5.0, 640, 9.3),
-        CalibrationPoint(6, 71.0, 0.84, 6.0, 640, 9.0),
-        CalibrationPoint(8, 73.0, 0.83, 8.0, 640, 8.8),
-        CalibrationPoint(10, 66.0, 0.8, 10.0, 640, 9.7),
-        CalibrationPoint(12, 61.0, 0.78, 12.0, 640, 10.5),
-        CalibrationPoint(14, 57.0, 0.75, 14.0, 640, 11.2),
-        CalibrationPoint(16, 45.0, 0.72, 16.0, 640, 14.2),
-        CalibrationPoint(None, 74.0, 0.84, 7.2, 640, 8.6),
-    ),
-    best_k=8,
-    baseline_tps=40.0,
-    prompts=5,
-    max_tokens=128,
-    pair="Qwen2.5-7B + Qwen2.5-0.5B",
-    profile=CUDA_PROFILE,
-    accept=geometric(0.85),
-    k_max=K_MAX,
 )
 
 

@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import TinyModels
+
+# Each test runs `tandem bench` in a subprocess: 2 to 7 seconds apiece.
+pytestmark = pytest.mark.slow
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:

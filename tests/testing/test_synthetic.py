@@ -8,7 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 
-from app.engine import synthetic as syn
+from app.testing import synthetic as syn
 
 
 def _greedy(model: nn.Module, shape: str) -> list[int]:

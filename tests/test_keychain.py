@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import keyring
@@ -13,44 +12,17 @@ import pytest
 from keyring.backend import KeyringBackend
 from keyring.backends import chainer, fail, null
 
-from app.hub import secrets
-from app.hub.secrets import (
+from app import keychain as secrets
+from app.keychain import (
     TokenStoreError,
     delete_token,
     get_token,
     keyring_status,
     set_token,
 )
+from tests.fakes import MemoryKeyring
 
 TOKEN = "hf_KeychainTestToken0123456789abcdef"
-
-
-class MemoryKeyring(KeyringBackend):
-    """Keeps secrets in a dict; ``error`` makes every call raise it instead."""
-
-    priority = -5  # never chosen by keyring itself for other tests (fail.Keyring is 0)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.store: dict[tuple[str, str], str] = {}
-        self.error: Exception | None = None
-
-    def get_password(self, service: str, username: str) -> str | None:
-        self._maybe_fail()
-        return self.store.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self._maybe_fail()
-        self.store[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self._maybe_fail()
-        if self.store.pop((service, username), None) is None:
-            raise keyring.errors.PasswordDeleteError("not found")
-
-    def _maybe_fail(self) -> None:
-        if self.error is not None:
-            raise self.error
 
 
 class PlaintextKeyring(MemoryKeyring):
@@ -58,21 +30,6 @@ class PlaintextKeyring(MemoryKeyring):
 
 
 PlaintextKeyring.__module__ = "keyrings.alt.file"
-
-
-@pytest.fixture
-def use_keyring() -> Iterator[None]:
-    """Lets a test set its own keyring backend; the previous one is restored afterwards."""
-    previous = keyring.get_keyring()
-    yield
-    keyring.set_keyring(previous)
-
-
-@pytest.fixture
-def memory(use_keyring: None) -> MemoryKeyring:
-    backend = MemoryKeyring()
-    keyring.set_keyring(backend)
-    return backend
 
 
 def one_line(exc: BaseException) -> str:
@@ -222,7 +179,7 @@ def test_token_goes_nowhere_but_the_keyring(
 
 
 def test_stored_token_is_none_without_a_keychain(memory: MemoryKeyring, use_keyring: None) -> None:
-    from app.hub.secrets import stored_token
+    from app.keychain import stored_token
 
     keyring.set_keyring(memory)
     set_token(TOKEN)

@@ -6,7 +6,7 @@ import keyring
 import pytest
 from keyring.backends import fail
 
-from app.hub.secrets import (
+from app.keychain import (
     TokenStoreError,
     delete_remote_key,
     get_remote_key,
@@ -14,10 +14,10 @@ from app.hub.secrets import (
     set_remote_key,
     stored_remote_key,
 )
-from tests.hub.test_secrets import MemoryKeyring, memory, use_keyring  # noqa: F401
+from tests.fakes import MemoryKeyring
 
 
-def test_keys_are_kept_per_server(memory: MemoryKeyring) -> None:  # noqa: F811
+def test_keys_are_kept_per_server(memory: MemoryKeyring) -> None:
     set_remote_key("http://Studio.local:8080/", " sk-one ")
     set_remote_key("https://gpu.example:8000", "sk-two")
     assert get_remote_key("http://studio.local:8080") == "sk-one"
@@ -30,12 +30,12 @@ def test_keys_are_kept_per_server(memory: MemoryKeyring) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("bad", ["", "  ", "sk one"])
-def test_malformed_keys_are_refused(memory: MemoryKeyring, bad: str) -> None:  # noqa: F811
+def test_malformed_keys_are_refused(memory: MemoryKeyring, bad: str) -> None:
     with pytest.raises(ValueError):
         set_remote_key("http://h:1", bad)
 
 
-def test_no_keychain_says_why(use_keyring: None) -> None:  # noqa: F811
+def test_no_keychain_says_why(use_keyring: None) -> None:
     keyring.set_keyring(fail.Keyring())
     with pytest.raises(TokenStoreError, match=r"^key storage is unavailable") as err:
         set_remote_key("http://h:1", "sk-secret")

@@ -1,4 +1,10 @@
-"""The Hugging Face token, kept in the system keychain through ``keyring`` and nowhere else.
+"""Tandem's secrets in the system keychain, through ``keyring`` and nowhere else.
+
+It keeps the Hugging Face token (:func:`get_token`), the keys of remote
+engines (:func:`get_remote_key`), and says whether a keychain is usable at
+all (:func:`keyring_status`), which the local server's key
+(:mod:`app.server.api_key`) also asks. Free of Qt and of the rest of the app,
+so the hub, the server and remote engines can all use it.
 
 There is deliberately no fallback: when no keychain is usable the token cannot be
 saved, and every function says why with a :class:`TokenStoreError`. The token is

@@ -22,7 +22,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from app import resource_path
+from app.engine.calibrate import default_prompts
 from app.engine.costs import K_MAX, CostModel, CostProfile, ProfileProgress, measure_profile
 from app.engine.speculative import Decoder, Prefill, Round
 from app.engine.types import GenerationParams
@@ -242,10 +242,6 @@ def profile_table(profile: CostProfile) -> str:
     return "\n".join(lines)
 
 
-def default_prompts() -> list[str]:
-    return [p["prompt"] for p in json.loads(resource_path("prompts.json").read_text())]
-
-
 def read_prompts(path: Path) -> list[str]:
     """Prompts from a JSON list (of strings or of {"prompt": ...}) or one per line."""
     text = path.read_text(encoding="utf-8")
@@ -416,10 +412,11 @@ def _measure(target: nn.Module, draft: nn.Module | None, widths: int, context: i
 
 def main(args: Any) -> int:
     """Runs ``tandem bench`` from parsed arguments."""
-    from app.engine import synthetic as syn
     from app.engine.generate import encode_chat
-    from app.engine.loader import IncompatiblePairError, ModelError, load_pair
+    from app.engine.loader import load_pair
     from app.engine.types import Message
+    from app.errors import IncompatiblePairError, ModelError
+    from app.testing import synthetic as syn
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -1,0 +1,122 @@
+"""Importing models into Tandem's folder: GGUF files converted to MLX, and MLX folders.
+
+A GGUF file (llama.cpp's format) holds the weights, often quantized, plus the
+config and tokenizer as metadata. :func:`import_gguf` dequantizes every tensor
+with the ``gguf`` package's numpy code, renames it to the Hugging Face layout
+that mlx-lm loads, undoes llama.cpp's own weight edits, rebuilds
+``tokenizer.json`` from the metadata and optionally re-quantizes with MLX.
+
+Both importers write into a hidden sibling folder and rename it into place at
+the end, so a failed, cancelled or crashed import never leaves a half-written
+model where the library would find it.
+
+The steps live in modules of their own: :mod:`.convert` (GGUF tensors and
+metadata to the Hugging Face layout), :mod:`.tokenizer` (``tokenizer.json``
+from the metadata), :mod:`.quantize` (re-quantization with MLX),
+:mod:`.shards` (safetensors writing), :mod:`.files` (the hidden folder and its
+move into place) and :mod:`.common` (what they share).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from app.engine.loader import check_weights, read_config, user_path
+from app.hub.gguf_import.common import _DTYPES, ImportCancelled, ImportProgress, _check_cancel
+from app.hub.gguf_import.convert import _convert
+from app.hub.gguf_import.files import (
+    _linked_folders,
+    _move_into_place,
+    _partial_folder,
+    _refuse_existing,
+    _tree_size,
+    _write_error,
+)
+from app.hub.library import require_space
+
+__all__ = ["ImportCancelled", "ImportProgress", "import_folder", "import_gguf"]
+
+
+def import_gguf(
+    gguf_path: Path,
+    out_dir: Path,
+    *,
+    q_bits: int | None = None,
+    dtype: str = "float32",
+    progress: Callable[[ImportProgress], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Converts a GGUF file into an MLX model folder in the Hugging Face layout.
+
+    Args:
+        gguf_path: The ``.gguf`` file; split files must be merged first.
+        out_dir: The model folder to create; must not exist yet.
+        q_bits: 4 or 8 to re-quantize with MLX (group size 64); ``None`` keeps
+            the dequantized weights.
+        dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``: the weights'
+            type, and the type of the scales of a quantized model.
+        progress: Called on the calling thread as the import advances.
+        cancel: Checked between tensors; once set the import stops.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        ModelError: The file cannot be imported or written, with a one-line reason.
+        ImportCancelled: ``cancel`` was set; nothing was left behind.
+        ValueError: ``q_bits`` or ``dtype`` is not one of the values above.
+    """
+    if q_bits not in (None, 4, 8):
+        raise ValueError(f"q_bits must be None, 4 or 8, not {q_bits!r}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    _refuse_existing(out_dir)
+    report = progress or (lambda _p: None)
+    with _partial_folder(out_dir) as partial:
+        _convert(gguf_path, partial, out_dir.name, q_bits, dtype, report, cancel)
+        _check_cancel(cancel)
+        report(ImportProgress("writing", 0, 1))
+        _move_into_place(partial, out_dir)
+        report(ImportProgress("writing", 1, 1))
+    return out_dir
+
+
+def import_folder(src: Path, models_dir: Path, *, link: bool = False) -> Path:
+    """Imports an existing MLX model folder into ``models_dir`` under its own name.
+
+    Args:
+        src: The model folder; validated with :func:`read_config` and
+            :func:`check_weights` first.
+        models_dir: Tandem's model folder.
+        link: Symlink to ``src`` instead of copying it (the folder must then stay put).
+
+    Returns:
+        The new folder (or link) in ``models_dir``.
+
+    Raises:
+        ModelError: ``src`` is not a usable model folder, the name is taken, or
+            the copy failed, with a one-line reason.
+    """
+    src = Path(os.path.abspath(user_path(src)))
+    check_weights(src, read_config(src))
+    target = Path(models_dir) / src.name
+    _refuse_existing(target)
+    if link:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(src.resolve(), target_is_directory=True)
+        except OSError as exc:
+            raise _write_error(exc, target) from exc
+        return target
+    with _partial_folder(target) as partial:
+        require_space(target.parent, _tree_size(src), src.name)
+        partial.rmdir()  # copytree creates the folder itself
+        # Follow file links: a Hub cache snapshot links to blobs that must be copied.
+        shutil.copytree(src, partial, ignore=_linked_folders, ignore_dangling_symlinks=True)
+        _move_into_place(partial, target)
+    return target

@@ -1,0 +1,107 @@
+"""How the transcript looks: origin colours, link schemes and text formats."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtGui import QColor, QFont, QTextBlock, QTextBlockFormat, QTextCharFormat
+
+from app.engine.types import Origin, Segment
+from app.store import StoredMessage
+from app.ui.markdown import COPY_SCHEME
+
+ROLE_LABELS = {"user": "You", "assistant": "Tandem", "system": "System"}
+
+# Translucent backgrounds keep the text's own colour, so they read in light and dark mode.
+ORIGIN_COLORS: dict[Origin, QColor] = {
+    Origin.DRAFT: QColor(34, 197, 94, 70),
+    Origin.LOOKUP: QColor(14, 165, 233, 70),
+    Origin.CORRECTION: QColor(249, 115, 22, 90),
+    Origin.BONUS: QColor(168, 85, 247, 70),
+}
+ORIGIN_LABELS: dict[Origin, str] = {
+    Origin.DRAFT: "accepted draft",
+    Origin.LOOKUP: "prompt lookup",
+    Origin.CORRECTION: "target correction",
+    Origin.BONUS: "bonus token",
+}
+STATS_SCHEME = "stats"
+COPY_MESSAGE_SCHEME = "copy-message"
+EDIT_SCHEME = "edit"
+REGENERATE_SCHEME = "regenerate"
+DELETE_SCHEME = "delete"
+PREVIOUS_BRANCH_SCHEME = "branch-previous"
+NEXT_BRANCH_SCHEME = "branch-next"
+
+# Each footer link's scheme and the signal it emits with the message id.
+ACTION_SIGNALS = {
+    STATS_SCHEME: "stats_requested",
+    COPY_MESSAGE_SCHEME: "copy_requested",
+    EDIT_SCHEME: "edit_requested",
+    REGENERATE_SCHEME: "regenerate_requested",
+    DELETE_SCHEME: "delete_requested",
+}
+BRANCH_DELTAS = {PREVIOUS_BRANCH_SCHEME: -1, NEXT_BRANCH_SCHEME: +1}
+
+
+def origin_format(origin: Origin | None, colour: bool) -> QTextCharFormat:
+    """The character format of a token of ``origin``."""
+    fmt = QTextCharFormat()
+    if colour and origin in ORIGIN_COLORS:
+        assert origin is not None
+        fmt.setBackground(ORIGIN_COLORS[origin])
+        fmt.setToolTip(ORIGIN_LABELS[origin])
+    return fmt
+
+
+TOOLTIPS = {
+    "Edit": "Edit this message and send it again",
+    "Copy": "Copy this message",
+    "Regenerate": "Write this reply again",
+    "Delete": "Delete this message",
+    "Stats…": "Show this reply's statistics",
+}
+
+
+def header_format() -> QTextBlockFormat:
+    fmt = QTextBlockFormat()
+    fmt.setTopMargin(10)
+    return fmt
+
+
+def bold() -> QTextCharFormat:
+    fmt = QTextCharFormat()
+    fmt.setFontWeight(QFont.Weight.Bold)
+    return fmt
+
+
+def is_code_header(block: QTextBlock) -> bool:
+    """Whether ``block`` is the line with a code block's Copy link."""
+    it = block.begin()
+    return not it.atEnd() and it.fragment().charFormat().anchorHref().startswith(COPY_SCHEME + ":")
+
+
+def split_segments(segments: Sequence[Segment], length: int) -> tuple[list[Segment], list[Segment]]:
+    """The runs of the first ``length`` characters and of the rest."""
+    head: list[Segment] = []
+    tail: list[Segment] = []
+    left = length
+    for origin, text in segments:
+        if left >= len(text):
+            head.append((origin, text))
+            left -= len(text)
+        elif left > 0:
+            head.append((origin, text[:left]))
+            tail.append((origin, text[left:]))
+            left = 0
+        else:
+            tail.append((origin, text))
+    return head, tail
+
+
+def note_of(m: StoredMessage) -> str:
+    if m.role != "assistant":
+        return ""
+    return {"cancelled": "Stopped.", "error": "Interrupted by an error."}.get(
+        m.finish_reason or "", ""
+    )

@@ -1,0 +1,115 @@
+"""Tune…: the window's draft-length sweep, from its dialog to the engine and back."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtWidgets import QWidget
+
+from app.engine.costs import K_MAX
+from app.services import CalibrationHandle, EngineFailure, EngineService, PairInfo
+from app.store import Store
+from app.store.calibrations import CalibrationsFile
+
+log = logging.getLogger(__name__)
+
+# The sweep's draft lengths, then auto: every short k, then every second one up to the
+# longest, so a slow Mac finishes in minutes.
+TUNE_KS: tuple[int | None, ...] = (0, 1, 2, 3, 4, 5, 6, *range(8, K_MAX + 1, 2), None)
+
+
+class TuneFlow(QObject):
+    """Runs the window's calibration and remembers each pair's last sweep.
+
+    Signals:
+        busy_changed: Whether a sweep runs (the composer waits meanwhile).
+        best_k_found: The best fixed k of a finished sweep, for the loaded pair.
+    """
+
+    busy_changed = Signal(bool)
+    best_k_found = Signal(int)
+
+    def __init__(
+        self, service: EngineService, store: Store, calibrations: Path, parent: QObject
+    ) -> None:
+        super().__init__(parent)
+        self._service = service
+        self._store = store
+        self._calibrations = CalibrationsFile(calibrations)
+        self._pair: PairInfo | None = None
+        self._calibration: CalibrationHandle | None = None
+        self.dialog: Any = None
+        service.calibration_progressed.connect(self._on_calibration_progressed)
+        service.calibration_finished.connect(self._on_calibration_finished)
+        service.failed.connect(self._on_failed)
+
+    def set_pair(self, pair: PairInfo | None) -> None:
+        """The pair a sweep measures; ``None`` once none is loaded."""
+        self._pair = pair
+
+    def open(self, parent: QWidget) -> Any:
+        """Opens the dialog for the loaded pair, with its last sweep if there was one."""
+        from app.engine.calibrate import default_prompts
+        from app.ui.tune_dialog import TuneDialog
+
+        assert self._pair is not None
+        dialog = TuneDialog(
+            self._pair.label, self._store.recent_prompts(), default_prompts(), parent=parent
+        )
+        dialog.run_requested.connect(self._on_run_requested)
+        dialog.cancel_requested.connect(self.cancel)
+        last = self._calibrations.get(self._pair.target, self._pair.draft)
+        if last is not None:
+            dialog.show_last_result(last)
+        self.dialog = dialog
+        dialog.open()
+        return dialog
+
+    @Slot()
+    def cancel(self) -> None:
+        """Stops the sweep within one step; it ends without a result."""
+        if self._calibration is not None:
+            self._calibration.cancel()
+
+    @Slot(object)
+    def _on_run_requested(self, prompts: list[str]) -> None:
+        if self._service.busy:
+            self.dialog.show_error("Wait for the reply to finish, or stop it, then run.")
+            return
+        self.busy_changed.emit(True)
+        self._calibration = self._service.calibrate(prompts, TUNE_KS)
+
+    @Slot(object)
+    def _on_calibration_progressed(self, progress: Any) -> None:
+        if self.dialog is not None:
+            self.dialog.show_progress(progress)
+
+    @Slot(object)
+    def _on_calibration_finished(self, result: Any) -> None:
+        self._calibration = None
+        self.busy_changed.emit(False)
+        if self.dialog is not None:
+            if result is None:
+                self.dialog.set_running(False)
+            else:
+                self.dialog.show_result(result)
+        if result is not None and self._pair is not None:
+            self.best_k_found.emit(result.best_k)
+            try:  # shown again the next time Tune… opens for this pair
+                self._calibrations.put(self._pair.target, self._pair.draft, result)
+            except OSError as exc:
+                log.warning("cannot save the calibration: %s", exc)
+
+    @Slot(object)
+    def _on_failed(self, failure: EngineFailure) -> None:
+        if failure.stage != "calibrate" or self._calibration is None:
+            return
+        if failure.request_id != self._calibration.request_id:
+            return
+        self._calibration = None
+        if self.dialog is not None:
+            self.dialog.show_error(failure.message)
+        self.busy_changed.emit(False)

@@ -1,0 +1,497 @@
+"""Test helpers shared across test modules: fake engines, keyrings, servers and model files.
+
+Test modules import these from here, never from one another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gguf
+import keyring
+import keyring.errors
+import mlx.core as mx
+import numpy as np
+from keyring.backend import KeyringBackend
+from PySide6.QtCore import Qt
+
+from app.engine import (
+    Chunk,
+    Finished,
+    GenerationParams,
+    LoadedModel,
+    Message,
+    ModelPair,
+    Origin,
+    Stats,
+)
+from app.engine.calibrate import CalibrationPoint, CalibrationResult
+from app.engine.costs import K_MAX, CostProfile, geometric
+from app.engine.types import FinishReason
+from app.testing.tiny import CHATML_TEMPLATE
+
+if TYPE_CHECKING:
+    from pytestqt.qtbot import QtBot
+
+    from app.services import EngineService
+    from app.ui.main_window import MainWindow
+    from tests.conftest import TinyModels
+
+# --- GGUF files written the way llama.cpp's converter writes them ---------------------------------
+
+Q = gguf.GGMLQuantizationType
+
+
+TokenizerMeta = Callable[[gguf.GGUFWriter], None]
+
+
+_TOP = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "lm_head.weight": "output.weight",
+    "model.norm.weight": "output_norm.weight",
+}
+
+
+_LAYER = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "input_layernorm": "attn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+_POST_ATTENTION = {"gemma3": "post_attention_norm"}
+
+
+_GEMMA_LAYER = {
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
+}
+
+
+def permute(w: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.permute, verbatim in numpy."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def gguf_name(name: str, arch: str) -> str:
+    if name in _TOP:
+        return _TOP[name]
+    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)", name)
+    assert m, name
+    module = m.group(2)
+    if arch == "gemma3" and module in _GEMMA_LAYER:
+        short = _GEMMA_LAYER[module]
+    elif module == "post_attention_layernorm":
+        short = _POST_ATTENTION.get(arch, "ffn_norm")
+    else:
+        short = _LAYER[module]
+    return f"blk.{m.group(1)}.{short}.{m.group(3)}"
+
+
+def write_gguf(
+    path: Path,
+    config: dict[str, Any],
+    weights: dict[str, np.ndarray],
+    tokenizer: TokenizerMeta,
+    *,
+    arch: str | None = None,
+    qtype: Callable[[str, np.ndarray], Any] = lambda _name, _w: Q.F32,
+    extra: dict[str, np.ndarray] | None = None,
+) -> Path:
+    """Writes Hugging Face weights as llama.cpp's converter would."""
+    model_type = config["model_type"]
+    arch = arch or {"gemma3_text": "gemma3"}.get(model_type, model_type)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny")
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(config["num_attention_heads"])
+    w.add_head_count_kv(config["num_key_value_heads"])
+    w.add_rope_freq_base(config["rope_theta"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    if "head_dim" in config:
+        w.add_key_length(config["head_dim"])
+        w.add_value_length(config["head_dim"])
+    if "sliding_window" in config:
+        w.add_sliding_window(config["sliding_window"])
+    tokenizer(w)
+    n_head, n_kv = config["num_attention_heads"], config["num_key_value_heads"]
+    for name, value in weights.items():
+        x = np.asarray(value, dtype=np.float32)
+        if model_type == "llama" and ".q_proj." in name:
+            x = permute(x, n_head, n_head)
+        elif model_type == "llama" and ".k_proj." in name:
+            x = permute(x, n_head, n_kv)
+        if model_type == "gemma3_text" and name.endswith("norm.weight"):
+            x = x + 1.0  # llama.cpp multiplies by the norm weight, Gemma by 1 + w
+        kind = qtype(name, x)
+        if kind == Q.F32:
+            w.add_tensor(gguf_name(name, arch), x)
+        elif kind == Q.F16:
+            w.add_tensor(gguf_name(name, arch), x.astype(np.float16))
+        elif kind == Q.I32:
+            w.add_tensor(gguf_name(name, arch), x.astype(np.int32))
+        else:
+            w.add_tensor(gguf_name(name, arch), gguf.quants.quantize(x, kind), raw_dtype=kind)
+    for name, x in (extra or {}).items():
+        w.add_tensor(name, x)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def tiny_tokenizer(folder: Path, *, model: str = "gpt2") -> TokenizerMeta:
+    """The tiny model's byte-level BPE tokenizer as GGUF metadata."""
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    vocab: dict[str, int] = tok["model"]["vocab"]
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    assert [vocab[t] for t in tokens] == list(range(len(tokens)))
+    special = {a["content"] for a in tok["added_tokens"] if a["special"]}
+
+    def add(w: gguf.GGUFWriter) -> None:
+        w.add_tokenizer_model(model)
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_types([3 if t in special else 1 for t in tokens])
+        w.add_token_merges([" ".join(m) for m in tok["model"]["merges"]])
+        w.add_bos_token_id(vocab["<|endoftext|>"])
+        w.add_eos_token_id(vocab["<|im_end|>"])
+        w.add_pad_token_id(vocab["<|endoftext|>"])
+        w.add_add_bos_token(False)
+        w.add_chat_template(CHATML_TEMPLATE)
+
+    return add
+
+
+def weights_of(folder: Path) -> dict[str, np.ndarray]:
+    loaded: dict[str, np.ndarray] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        arrays = mx.load(str(file))
+        assert isinstance(arrays, dict)
+        loaded.update({k: np.array(v) for k, v in arrays.items()})
+    return loaded
+
+
+# --- `tandem serve` subprocesses ------------------------------------------------------------------
+
+MESSAGES = [{"role": "user", "content": "Say something about speculative decoding."}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait(10)
+
+
+# --- a keychain in memory (the `memory` fixture in conftest.py puts it in place) ------------------
+
+
+class MemoryKeyring(KeyringBackend):
+    """Keeps secrets in a dict; ``error`` makes every call raise it instead."""
+
+    priority = -5  # never chosen by keyring itself for other tests (fail.Keyring is 0)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store: dict[tuple[str, str], str] = {}
+        self.error: Exception | None = None
+
+    def get_password(self, service: str, username: str) -> str | None:
+        self._maybe_fail()
+        return self.store.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self._maybe_fail()
+        self.store[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        self._maybe_fail()
+        if self.store.pop((service, username), None) is None:
+            raise keyring.errors.PasswordDeleteError("not found")
+
+    def _maybe_fail(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+# --- fake loads and reply streams for the engine thread -------------------------------------------
+
+
+def _fake_load(target: str, _draft: str | None, progress=None) -> ModelPair:
+    return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config={}))  # type: ignore[arg-type]  # no weights
+
+
+def _scripted(chunks: int, delay: float = 0.0, fail_at: int | None = None):
+    def stream(
+        _pair: ModelPair,
+        _messages: Sequence[Message],
+        _params: GenerationParams,
+        cancel: threading.Event,
+        control=None,
+    ) -> Iterator[Chunk | Finished]:
+        ids = []
+        reason: FinishReason = "length"
+        for i in range(chunks):
+            if cancel.is_set():
+                reason = "cancelled"
+                break
+            if i == fail_at:
+                raise RuntimeError("out of memory")
+            time.sleep(delay)
+            ids.append(i)
+            yield Chunk(f"t{i} ", (i,), (Origin.DRAFT,))
+        yield Finished(Stats(tokens=len(ids)), reason, tuple(ids), (Origin.DRAFT,) * len(ids))
+
+    return stream
+
+
+def _loaded(qtbot: QtBot, service: EngineService, target: str = "t", draft: str | None = None):
+    with qtbot.waitSignal(service.pair_loaded, timeout=20_000) as blocker:
+        service.load_pair(target, draft)
+    return blocker.args[0]
+
+
+class _Weights:
+    """Stands in for a model's arrays; a weak reference says whether anything still holds it."""
+
+
+class _Engine:
+    """A fake load and stream: every load makes new weights, the first reply raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error: Exception | None = error
+        self.weights: list[weakref.ref[_Weights]] = []
+        self.freed = 0
+
+    def load(self, target: str, _draft: str | None, progress=None) -> ModelPair:
+        weights = _Weights()
+        self.weights.append(weakref.ref(weights))
+        return ModelPair(LoadedModel(Path(target), model=weights, tokenizer=None, config={}))  # type: ignore[arg-type]  # a stand-in
+
+    def stream(self, pair: ModelPair, _messages, _params, _cancel, control=None):
+        for i in range(2):
+            yield Chunk(f"t{i} ", (i,), (Origin.TARGET,))
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error  # this frame holds the pair, as MLX's would hold arrays
+        yield Finished(Stats(tokens=2), "stop", (0, 1), (Origin.TARGET,) * 2)
+
+
+# --- Tune sweeps and cost profiles ----------------------------------------------------------------
+
+BUILTIN = ["built-in one", "built-in two", "built-in three"]
+
+
+# v(m)/v(1) for m = 1 … 17 as MLX's CUDA backend prices a 4-bit target: a kernel per row
+# below 8 rows, one tile from 8, so 8 to 16 tokens verify for barely more than 7 do.
+CUDA_STEPS = (1, 2.1, 2.8, 3.4, 4.4, 5.2, 5.7, *(1.7,), *(1.75,) * 8, 2.6)
+
+
+STEP = 0.025  # seconds of one plain target step
+
+
+CUDA_PROFILE = CostProfile(
+    verify=tuple(s * STEP for s in CUDA_STEPS), draft_step=0.003, context=512, device="gpu"
+)
+
+
+PROFILED = CalibrationResult(
+    points=(
+        CalibrationPoint(0, 40.0, None, None, 640, 16.0),
+        CalibrationPoint(1, 52.0, 0.9, 1.0, 640, 12.3),
+        CalibrationPoint(2, 60.0, 0.87, 2.0, 640, 10.7),
+        CalibrationPoint(3, 63.0, 0.86, 3.0, 640, 10.2),
+        CalibrationPoint(4, 66.0, 0.85, 4.0, 640, 9.7),
+        CalibrationPoint(5, 69.0, 0.85, 5.0, 640, 9.3),
+        CalibrationPoint(6, 71.0, 0.84, 6.0, 640, 9.0),
+        CalibrationPoint(8, 73.0, 0.83, 8.0, 640, 8.8),
+        CalibrationPoint(10, 66.0, 0.8, 10.0, 640, 9.7),
+        CalibrationPoint(12, 61.0, 0.78, 12.0, 640, 10.5),
+        CalibrationPoint(14, 57.0, 0.75, 14.0, 640, 11.2),
+        CalibrationPoint(16, 45.0, 0.72, 16.0, 640, 14.2),
+        CalibrationPoint(None, 74.0, 0.84, 7.2, 640, 8.6),
+    ),
+    best_k=8,
+    baseline_tps=40.0,
+    prompts=5,
+    max_tokens=128,
+    pair="Qwen2.5-7B + Qwen2.5-0.5B",
+    profile=CUDA_PROFILE,
+    accept=geometric(0.85),
+    k_max=K_MAX,
+)
+
+
+# --- driving the window ---------------------------------------------------------------------------
+
+
+def _load(qtbot: QtBot, window: MainWindow, target: str, draft: str = "") -> None:
+    window.model_bar.target_edit.setText(target)
+    window.model_bar.draft_edit.setText(draft)
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
+        qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
+
+
+def _send(qtbot: QtBot, window: MainWindow, text: str, timeout: int = 20_000) -> None:
+    window.composer.editor.setPlainText(text)
+    with qtbot.waitSignal(window.service.generation_finished, timeout=timeout):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+
+
+SCRIPT = ((4, 4), (4, 2), (4, 0), (0, 0))  # (k, accepted) per round
+
+
+def _rounds(  # type: ignore[no-untyped-def]
+    script=SCRIPT, seen_k: list | None = None, hold=None, auto=False
+):
+    """A stream that plays rounds; ``seen_k`` records the control's k before each.
+
+    With ``auto``, drafting rounds say Auto chose their k.
+    """
+    from app.engine.types import Chunk, RoundStat
+
+    def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+        ids: list[int] = []
+        origins: list[Origin] = []
+        for i, (k, accepted) in enumerate(script):
+            if hold is not None:
+                hold(i)
+            if seen_k is not None:
+                seen_k.append(control.num_draft)
+            if cancel.is_set():
+                break
+            orig = [Origin.DRAFT] * accepted
+            orig.append(
+                Origin.TARGET if k == 0 else Origin.BONUS if accepted == k else Origin.CORRECTION
+            )
+            pieces = tuple(f"r{i}t{j} " for j in range(len(orig)))
+            rnd = RoundStat(len(orig), k, accepted, seconds=0.01, auto=auto and k > 0)
+            ids += range(len(orig))
+            origins += orig
+            yield Chunk("".join(pieces), tuple(range(len(orig))), tuple(orig), pieces, rnd, 50.0)
+        drafted = sum(k for k, _ in script)
+        accepted = sum(a for _, a in script)
+        stats = Stats(
+            tokens=len(ids),
+            drafted=drafted,
+            accepted=accepted,
+            target_calls=len(script),
+            draft_rounds=sum(1 for k, _ in script if k),
+            num_draft=params.num_draft,
+            k_min=4,
+            k_max=4,
+            generation_seconds=0.04,
+            baseline_tps=50.0,
+        )
+        yield Finished(stats, "stop", tuple(ids), tuple(origins))
+
+    return stream
+
+
+# --- a GGUF copy of the tiny target ---------------------------------------------------------------
+
+
+def _gguf(tiny: TinyModels, tmp_path: Path) -> Path:
+    from tests.fakes import tiny_tokenizer, weights_of, write_gguf
+
+    config = json.loads((tiny.target / "config.json").read_text())
+    return write_gguf(
+        tmp_path / "tiny.gguf", config, weights_of(tiny.target), tiny_tokenizer(tiny.target)
+    )
+
+
+# --- Hub cache repos and broken safetensors -------------------------------------------------------
+
+
+def make_cache_repo(
+    cache: Path, repo_id: str, model: Path, commit: str = "a" * 40, *, ref: str | None = "main"
+) -> Path:
+    """Lays ``model`` out as huggingface_hub does: blobs, refs and a snapshot of symlinks."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    blobs, snapshot = repo / "blobs", repo / "snapshots" / commit
+    blobs.mkdir(parents=True, exist_ok=True)
+    snapshot.mkdir(parents=True)
+    for file in sorted(model.iterdir()):
+        data = file.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        (snapshot / file.name).symlink_to(Path("../../blobs") / digest)
+    if ref:
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
+    return snapshot
+
+
+def _truncated_header(folder: Path) -> None:
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 5000) + b'{"a": ')
+
+
+def _truncated_data(folder: Path) -> None:
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+
+
+def _garbage_header(folder: Path) -> None:
+    header = b"not json at all!"
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+
+
+# --- `tandem` subprocesses ------------------------------------------------------------------------
+
+
+def _tandem(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        input=stdin,
+    )
+
+
+def _tandem_in(
+    home: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``tandem`` with its data folder and Hub cache under ``home``."""
+    env = {"XDG_DATA_HOME": str(home / "data"), "HF_HUB_CACHE": str(home / "hf")}
+    return _tandem(*args, env=env, stdin=stdin)
