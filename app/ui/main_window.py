@@ -15,6 +15,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QEvent, QSettings, QTimer, Slot
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
+    QApplication,
     QInputDialog,
     QLabel,
     QMainWindow,
@@ -44,6 +45,7 @@ from app.store.presets import Preset, PresetsFile
 from app.ui.chat_actions import ChatActionsMixin
 from app.ui.chat_list import ChatList
 from app.ui.composer import Composer
+from app.ui.editing_keys import EditingKeysFirst
 from app.ui.local_server import LocalServer
 from app.ui.menus import build_menus
 from app.ui.model_bar import ModelBar
@@ -101,6 +103,10 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self.live = LiveStats(max_positions=K_MAX)  # every position a draft can reach
         # The window's own reply: Stop reaches it, never the server's.
         self.chat = ChatController(store, service, self)
+        # Ctrl+Backspace edits the focused text field; it never deletes a chat.
+        self._editing_keys = EditingKeysFirst(self)
+        if (app := QApplication.instance()) is not None:
+            app.installEventFilter(self._editing_keys)
         self.store_events = StoreEvents(store, self)
         self._build_widgets()
         self._build_layout()
