@@ -346,6 +346,27 @@ def _check_index(path: Path, name: str) -> None:
             raise ModelError(f"{name}: weight shard {shard} is missing")
 
 
+def check_folder(path: Path | str) -> Path:
+    """The resolved folder, once its config and weight headers look like a model.
+
+    Reads no weights: it is cheap enough to run on every folder before any is loaded.
+
+    Raises:
+        ModelError: With a one-line reason.
+    """
+    path = user_path(path)
+    try:
+        if path.is_symlink() and not path.exists():
+            raise ModelError(f"{path}: a broken or looping symbolic link")
+        path = path.resolve()
+    except RuntimeError as exc:  # pathlib's word for a symlink loop further up the path
+        raise ModelError(f"{path}: a broken or looping symbolic link") from exc
+    except OSError as exc:  # a folder above it that cannot be read
+        raise ModelError(f"{path}: {read_error(exc)}") from exc
+    check_weights(path, read_config(path))
+    return path
+
+
 def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
     """Loads a model folder with mlx-lm; never reaches for the network.
 
@@ -359,16 +380,7 @@ def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
     """
     from mlx_lm.utils import load
 
-    path = user_path(path)
-    try:
-        if path.is_symlink() and not path.exists():
-            raise ModelError(f"{path}: a broken or looping symbolic link")
-        path = path.resolve()
-    except RuntimeError as exc:  # pathlib's word for a symlink loop further up the path
-        raise ModelError(f"{path}: a broken or looping symbolic link") from exc
-    except OSError as exc:  # a folder above it that cannot be read
-        raise ModelError(f"{path}: {read_error(exc)}") from exc
-    check_weights(path, read_config(path))
+    path = check_folder(path)
     try:
         loaded = cast(tuple[Any, Any, dict[str, Any]], load(str(path), return_config=True))
         model, tokenizer, config = loaded
@@ -412,6 +424,11 @@ def load_pair(
     """
     steps = 1 if draft is None else 3
     report = progress or (lambda _step, _steps, _what: None)
+    # Both folders are checked before any weights are read: a draft folder that
+    # is not a model must not cost a load of the target first.
+    check_folder(target)
+    if draft is not None:
+        check_folder(draft)
     report(0, steps, f"Loading {Path(target).name}")
     t = load_model(target, fuse=fuse)
     if draft is None:

@@ -17,10 +17,11 @@ _EDITING_KEYS = (Qt.Key.Key_Backspace, Qt.Key.Key_Delete)
 
 
 def _editable(widget: QObject) -> bool:
-    if isinstance(widget, QLineEdit | QAbstractSpinBox):
-        return not widget.isReadOnly()
-    if isinstance(widget, QPlainTextEdit | QTextEdit):
-        return not widget.isReadOnly()
+    try:
+        if isinstance(widget, QLineEdit | QAbstractSpinBox | QPlainTextEdit | QTextEdit):
+            return not widget.isReadOnly()
+    except RuntimeError:  # a widget whose C++ side is already gone
+        return False
     return False
 
 

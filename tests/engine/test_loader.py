@@ -49,3 +49,22 @@ def test_pair_of_two_architectures_loads(tiny: TinyModels) -> None:
     pair = load_pair(tiny.target, tiny.draft)
     assert pair.draft is not None
     assert pair.label == "tiny-llama + tiny-qwen2"
+
+
+def test_a_draft_folder_that_is_no_model_is_refused_before_the_target_loads(
+    tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.engine import loader
+
+    loaded: list[Path] = []
+    real = loader.load_model
+
+    def spy(path: Path | str, **kw: bool) -> loader.LoadedModel:
+        loaded.append(Path(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(loader, "load_model", spy)
+    steps: list[str] = []
+    with pytest.raises(ModelError, match=r"config\.json"):
+        load_pair(tiny.target, tmp_path, progress=lambda *a: steps.append(a[2]))
+    assert loaded == [] and steps == []  # no weights read, no "Loading …" shown

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app.services import EngineWorker
+from app.ui.chat_list import SEARCH_PAUSE_MS
 from tests.fakes import _fake_load, _load, _scripted, _send
 
 CTRL = Qt.KeyboardModifier.ControlModifier
@@ -38,6 +39,8 @@ def test_ctrl_backspace_in_the_message_field_deletes_a_word_not_the_chat(
     qtbot.keyClick(search, Qt.Key.Key_Backspace, CTRL)
     assert search.text() == "find "
     assert asked == []
+    search.clear()
+    qtbot.wait(2 * SEARCH_PAUSE_MS)  # the search runs once typing pauses, before teardown
     # Where no text field has focus, the menu's shortcut still deletes (after asking).
     window.chats.conversation_list.setFocus()
     qtbot.keyClick(window.chats.conversation_list, Qt.Key.Key_Backspace, CTRL)
