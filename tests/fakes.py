@@ -495,3 +495,15 @@ def _tandem_in(
     """``tandem`` with its data folder and Hub cache under ``home``."""
     env = {"XDG_DATA_HOME": str(home / "data"), "HF_HUB_CACHE": str(home / "hf")}
     return _tandem(*args, env=env, stdin=stdin)
+
+
+def served_url(process: subprocess.Popen[str], timeout: float = 60) -> str:
+    """The base URL a ``tandem serve`` process announces on its first line of stdout."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    stdout = process.stdout
+    reader = threading.Thread(target=lambda: lines.append(stdout.readline()))
+    reader.start()
+    reader.join(timeout)
+    assert lines and "serving on" in lines[0], (lines, process.poll())
+    return lines[0].split("serving on", 1)[1].strip()

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import TinyModels
+from tests.fakes import served_url
 
 KEY = "caller-mistakes-key-0123456789"
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -68,13 +68,7 @@ def served(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         env={**os.environ, "TANDEM_DEBUG_LOG": "0", "XDG_STATE_HOME": str(state)},
     )
     try:
-        lines: list[str] = []
-        assert process.stdout is not None
-        stdout = process.stdout
-        reader = threading.Thread(target=lambda: lines.append(stdout.readline()))
-        reader.start()
-        reader.join(60)
-        assert lines and "serving on" in lines[0], (lines, process.poll())
+        served_url(process)  # it listens
         yield Served(port, state / "Tandem" / "log", process)
     finally:
         if process.poll() is None:

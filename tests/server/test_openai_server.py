@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ import openai
 import pytest
 
 from tests.conftest import TinyModels
-from tests.fakes import MESSAGES, _free_port, _kill
+from tests.fakes import MESSAGES, _free_port, _kill, served_url
 
 KEY = "test-key-123"
 
@@ -58,14 +57,7 @@ def server(tiny: TinyModels) -> Iterator[Server]:
         ]
     )
     try:
-        assert process.stdout is not None
-        lines: list[str] = []
-        stdout = process.stdout
-        reader = threading.Thread(target=lambda: lines.append(stdout.readline()))
-        reader.start()
-        reader.join(60)
-        assert lines and "serving on" in lines[0], (lines, process.poll())
-        url = lines[0].split("serving on", 1)[1].strip()
+        url = served_url(process)
         yield Server(url, port, process)
     finally:
         _kill(process)

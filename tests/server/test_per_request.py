@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import TinyModels
-from tests.fakes import MESSAGES, _free_port, _kill
+from tests.fakes import MESSAGES, _free_port, _kill, served_url
 
 # Seeded sampling with a fixed k gives the same long reply every time (over a
 # thousand tokens on the tiny pair): long enough for another client to come and go.
@@ -63,14 +63,7 @@ def served(tiny: TinyModels, tmp_path: Path) -> Iterator[Served]:
         env=env,
     )
     try:
-        assert process.stdout is not None
-        lines: list[str] = []
-        stdout = process.stdout
-        reader = threading.Thread(target=lambda: lines.append(stdout.readline()))
-        reader.start()
-        reader.join(60)
-        assert lines and "serving on" in lines[0], (lines, process.poll())
-        url = lines[0].split("serving on", 1)[1].strip()
+        url = served_url(process)
         [log] = (tmp_path / "state").rglob("tandem.log")
         yield Served(url, log)
     finally:
