@@ -123,12 +123,7 @@ class CostProfile:
 
     def padded(self, m: int) -> tuple[float, int] | None:
         """v̂(m) = min over m' ≥ m of v(m'), and that m' (the width to verify with)."""
-        best: tuple[float, int] | None = None
-        for width in range(m, max(m, self.widths) + 1):
-            t = self.estimate(width)
-            if t is not None and (best is None or t < best[0]):
-                best = (t, width)
-        return best
+        return self._cheapest(m, self.estimate)
 
     def round_seconds(self, m: int) -> float | None:
         """A drafting round verifying ``m`` rows, draft steps aside.
@@ -147,9 +142,13 @@ class CostProfile:
 
         Like :meth:`padded`, with what rounds cost rather than lone forwards.
         """
+        return self._cheapest(m, self.round_seconds)
+
+    def _cheapest(self, m: int, cost: Callable[[int], float | None]) -> tuple[float, int] | None:
+        """The lowest ``cost`` over widths m … and the width it is at."""
         best: tuple[float, int] | None = None
         for width in range(m, max(m, self.widths) + 1):
-            t = self.round_seconds(width)
+            t = cost(width)
             if t is not None and (best is None or t < best[0]):
                 best = (t, width)
         return best
