@@ -136,12 +136,26 @@ class DraftControl:
 
 
 def prefill(
-    model: nn.Module, cache: list[Any], tokens: Sequence[int], step: int = PREFILL_STEP
-) -> None:
-    """Runs ``tokens`` through ``model`` into ``cache`` in chunks of ``step``."""
+    model: nn.Module,
+    cache: list[Any],
+    tokens: Sequence[int],
+    step: int = PREFILL_STEP,
+    stop: Callable[[], bool] | None = None,
+) -> int:
+    """Runs ``tokens`` through ``model`` into ``cache`` in chunks of ``step``.
+
+    Args:
+        stop: Asked before each chunk; once true, prefilling ends there.
+
+    Returns:
+        Tokens fed (fewer than ``tokens`` only when stopped).
+    """
     for i in range(0, len(tokens), step):
+        if stop is not None and stop():
+            return i
         model(mx.array(list(tokens[i : i + step]))[None], cache=cache)
         mx.eval([c.state for c in cache])
+    return len(tokens)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -264,6 +278,11 @@ class Decoder:
         # turns: the pair's behaviour does not change between them.
         self._acceptance: dict[tuple[bool, bool], Acceptance] = {}
         self._lengths: dict[tuple[int, int | None, bool, bool], DraftLength] = {}
+        self._cancel: threading.Event | None = None  # the running reply's, while it runs
+
+    def _stopped(self) -> bool:
+        """Whether the running reply was cancelled (asked between draft steps too)."""
+        return self._cancel is not None and self._cancel.is_set()
 
     @property
     def baseline_tps(self) -> float | None:
@@ -303,20 +322,24 @@ class Decoder:
         if cache is None:
             cache, n = make_prompt_cache(model), 0
         end = len(tokens) if limit is None else min(len(tokens), n + limit)
-        prefill(model, cache, tokens[n:end], min(PREFILL_STEP, limit or PREFILL_STEP))
-        return cache, list(tokens[:end]), n
+        step = min(PREFILL_STEP, limit or PREFILL_STEP)
+        fed = prefill(model, cache, tokens[n:end], step, stop=self._stopped)
+        return cache, list(tokens[: n + fed]), n
 
     def generate(
         self,
         prompt: Sequence[int],
         params: GenerationParams,
         control: DraftControl | None = None,
+        cancel: threading.Event | None = None,
     ) -> Generator[Prefill | Round, None, None]:
-        """Yields a :class:`Prefill`, then rounds without end.
+        """Yields a :class:`Prefill`, then rounds until ``cancel`` is set.
 
-        The caller stops pulling on end of sequence, length or cancellation, so
-        cancellation is checked between any two rounds. With ``control``, its
-        draft length replaces ``params.num_draft`` from the next round on.
+        The caller stops pulling on end of sequence or length. ``cancel`` is
+        also asked between prompt chunks and draft steps and before a
+        verification, so a stop does not wait for a round: the generator then
+        ends, and the caches hold only what was committed. With ``control``,
+        its draft length replaces ``params.num_draft`` from the next round on.
         """
         can_draft = self.draft is not None
         can_lookup = params.prompt_lookup
@@ -328,6 +351,7 @@ class Decoder:
             )
         if not self.target_trimmable:
             can_draft = can_lookup = False
+        self._cancel = cancel
         try:
             yield from self._generate(list(prompt), params, can_draft, can_lookup, control)
         except GeneratorExit:
@@ -335,6 +359,8 @@ class Decoder:
         except BaseException:
             self.reset()  # a round broke half-way: the caches are unknown
             raise
+        finally:
+            self._cancel = None
 
     def _generate(
         self,
@@ -348,6 +374,8 @@ class Decoder:
         self._t_cache, self._t_tokens, reused = self._prepare(
             self.target, self._t_cache, self._t_tokens, seq[:-1]
         )
+        if self._stopped():
+            return
 
         def wanted() -> int | None:
             if not (can_draft or can_lookup):
@@ -366,7 +394,7 @@ class Decoder:
             # A seeded reply's schedule must not depend on what the draft's cache
             # held before: the whole catch-up at once.
             self._feed_draft(seq, limit=None)
-        while True:
+        while not self._stopped():
             if wanted() == 0:
                 # Plain decoding until the control asks for drafting again.
                 yield from self._plain(seq, params, until=lambda: wanted() != 0)
@@ -374,6 +402,8 @@ class Decoder:
             # chunk at a time, the target decodes plainly.
             while can_draft and wanted() != 0 and not self._draft_ready(seq):
                 self._feed_draft(seq)
+                if self._stopped():
+                    return
                 if not self._draft_ready(seq):
                     yield self._single_step(seq, params)
             yield from self._speculate_rounds(seq, params, can_draft, can_lookup, wanted, rounds)
@@ -410,7 +440,7 @@ class Decoder:
         if lookup is not None:
             lookup.reset(seq)
         last: tuple[Round, float] | None = None  # the previous drafting round and its start
-        while (num_draft := wanted()) != 0:
+        while (num_draft := wanted()) != 0 and not self._stopped():
             if can_draft and not self._draft_ready(seq):
                 return  # back from plain decoding: catch the draft up first
             started = time.perf_counter()
@@ -441,9 +471,12 @@ class Decoder:
                 step = self._step.value or 0.0
                 rnd = _target_round(new, step)
             else:
-                rnd = self._speculate(
+                spoken = self._speculate(
                     seq, params, proposed, plan, plan.k if can_draft else 0, n_round
                 )
+                if spoken is None:
+                    return  # cancelled before verifying
+                rnd = spoken
                 lengths.observe(rnd.k, rnd.accepted)
                 if rnd.k and not proposed:  # lookup rounds cost no draft steps
                     last = (rnd, started)
@@ -595,6 +628,8 @@ class Decoder:
         sure: list[mx.array] = []
         chain = 1.0
         for i in range(n_draft):
+            if self._stopped():
+                return i
             logits = _logits(self.draft, x, self._d_cache)[-1:]
             if self.vocab_size is not None:
                 logits = fit_vocab(logits, self.vocab_size)
@@ -626,12 +661,15 @@ class Decoder:
         plan: Plan,
         k_draft: int,
         n_round: int,
-    ) -> Round:
-        """One round: draft, verify, accept, rewind."""
+    ) -> Round | None:
+        """One round: draft, verify, accept, rewind (``None``: cancelled before verifying)."""
         assert self._t_cache is not None
         start = time.perf_counter()
         missing = plan.width in self.costs.missing()
         proposal = self._propose(seq, params, looked_up, plan, k_draft)
+        if self._stopped():
+            self._drop_draft(proposal)
+            return None
         width = plan.width
         if proposal.size < plan.k and not missing:  # a short draft may verify in fewer rows
             padded = self.costs.profile().padded_round(proposal.size + 1)
@@ -685,7 +723,7 @@ class Decoder:
             drafted = self._draft_tokens(seq, params, parts, q_rows, fed, drafted, stop_below)
         filler = looked_up[-1] if looked_up else seq[-1]
         return _Proposal(
-            tokens=mx.concatenate(parts),
+            tokens=mx.concatenate(parts) if parts else mx.array([], dtype=mx.int32),
             q_rows=q_rows,
             looked_up=len(looked_up),
             drafted=drafted,
@@ -749,6 +787,13 @@ class Decoder:
         kept = cast(list[bool], keep.tolist())
         accepted = kept.index(False) if False in kept else k
         return _Verdict(_ints(proposal.tokens), accepted, _ints(fallback)[accepted])
+
+    def _drop_draft(self, proposal: _Proposal) -> None:
+        """Gives back what drafting added to the draft's cache (nothing was verified)."""
+        if proposal.drafted:
+            assert self._d_cache is not None
+            # Its first step fed ``fed``; each later step one drafted token.
+            trim_prompt_cache(self._d_cache, len(proposal.fed) + proposal.drafted - 1)
 
     def _rewind(self, seq: list[int], proposal: _Proposal, verdict: _Verdict, width: int) -> None:
         """Gives back the cache rows of rejected and padding tokens, in both models."""

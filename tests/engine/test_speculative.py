@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import threading
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
 from app.engine import GenerationParams, Message, Origin, load_pair
+from app.engine import speculative as spec
 from app.engine.generate import encode_chat, stream_reply
 from app.engine.sampling import log_probs, penalize
 from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
@@ -499,3 +501,57 @@ def test_rounds_teach_the_pair_what_a_round_costs_beyond_its_forwards(models) ->
     _, rounds = _tokens(decoder, PROMPT_IDS, 60, num_draft=4)
     assert sum(1 for r in rounds if r.k) >= 3
     assert decoder.costs.profile().overhead > 0
+
+
+@pytest.mark.parametrize("when", ["draft step", "before verify"])
+def test_a_cancel_inside_a_round_ends_it_before_the_target_verifies(
+    models, monkeypatch, when
+) -> None:
+    pair = models["noisy"]
+    target, draft = pair.target.model, pair.draft.model
+    fresh = PROMPT_IDS * 2 + [7]
+    want, _ = _tokens(Decoder(target), fresh, 40, num_draft=0)
+    decoder = Decoder(target, draft)
+    _tokens(decoder, fresh[:-1], 12, num_draft=4)  # warm: the draft is caught up
+    cancel = threading.Event()
+    calls = {"target": 0, "draft": 0}
+    real_logits = spec._logits
+
+    def logits(model, tokens, cache):  # type: ignore[no-untyped-def]
+        calls["draft" if model is draft else "target"] += 1
+        # After the round's first draft step, or after its last one.
+        if model is draft and calls["draft"] == (2 if when == "draft step" else 4):
+            cancel.set()
+        return real_logits(model, tokens, cache)
+
+    monkeypatch.setattr(spec, "_logits", logits)
+    # An edited turn: one new token to read, then a drafting round.
+    gen = decoder.generate(fresh, GenerationParams(num_draft=4), cancel=cancel)
+    assert isinstance(next(gen), Prefill)
+    assert list(gen) == []  # the round ended unverified
+    assert calls == {"target": 0, "draft": 2 if when == "draft step" else 4}
+    monkeypatch.undo()
+    # Only committed tokens stayed in the caches: the next reply is still exact.
+    got, rounds = _tokens(decoder, fresh, 40, num_draft=4)
+    assert got == want and any(r.accepted for r in rounds)
+
+
+def test_a_cancel_while_reading_the_prompt_stops_at_the_next_chunk(models, monkeypatch) -> None:
+    pair = models["noisy"]
+    monkeypatch.setattr(spec, "PREFILL_STEP", 16)
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    cancel = threading.Event()
+    real_eval = mx.eval
+
+    def eval_(*args):  # type: ignore[no-untyped-def]
+        cancel.set()  # as the first chunk is read
+        return real_eval(*args)
+
+    monkeypatch.setattr(spec.mx, "eval", eval_)
+    assert list(decoder.generate(PROMPT_IDS, GenerationParams(), cancel=cancel)) == []
+    monkeypatch.undo()
+    gen = decoder.generate(PROMPT_IDS, GenerationParams())
+    first = next(gen)
+    gen.close()
+    # The chunk read before the stop is kept, and only it.
+    assert isinstance(first, Prefill) and first.reused_tokens == 16
