@@ -253,7 +253,7 @@ class MemoryKeyring(KeyringBackend):
 # --- fake loads and reply streams for the engine thread -------------------------------------------
 
 
-def _fake_load(target: str, _draft: str | None, progress=None) -> ModelPair:
+def _fake_load(target: str, _draft: str | None, progress=None, loaded=None) -> ModelPair:
     return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config={}))  # type: ignore[arg-type]  # no weights
 
 
@@ -299,7 +299,7 @@ class _Engine:
         self.weights: list[weakref.ref[_Weights]] = []
         self.freed = 0
 
-    def load(self, target: str, _draft: str | None, progress=None) -> ModelPair:
+    def load(self, target: str, _draft: str | None, progress=None, loaded=None) -> ModelPair:
         weights = _Weights()
         self.weights.append(weakref.ref(weights))
         return ModelPair(LoadedModel(Path(target), model=weights, tokenizer=None, config={}))  # type: ignore[arg-type]  # a stand-in

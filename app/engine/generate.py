@@ -143,8 +143,9 @@ def stream_reply(
 
     Yields one :class:`Chunk` per round (its text may be empty while a
     multi-byte character is incomplete) and ends with one :class:`Finished`.
-    ``cancel`` is checked before every round; ``control`` changes the draft
-    length from the next round on.
+    ``cancel`` is checked before every round, between prompt chunks and
+    between draft steps; ``control`` changes the draft length from the next
+    round on.
 
     Raises:
         PromptTooLongError: The conversation does not fit the target's window.
@@ -165,7 +166,7 @@ def stream_reply(
     detok = tokenizer.detokenizer
     detok.reset()
     decoder = decoder_for(pair)
-    rounds = decoder.generate(prompt, params, control)
+    rounds = decoder.generate(prompt, params, control, cancel)
     token_ids: list[int] = []
     origins: list[Origin] = []
     drafted = accepted = lookup_accepted = calls = draft_rounds = 0
@@ -179,9 +180,12 @@ def stream_reply(
                 reason = "cancelled"
                 break
             try:
-                rnd = next(rounds)
+                rnd = next(rounds, None)
             except CacheError as exc:
                 raise ModelError(f"{pair.target.name}: {exc}") from exc
+            if rnd is None:  # the decoder saw the cancel inside a round
+                reason = "cancelled"
+                break
             if isinstance(rnd, Prefill):
                 prompt_seconds, reused = rnd.seconds, rnd.reused_tokens
                 continue
@@ -220,7 +224,9 @@ def stream_reply(
                     auto=rnd.auto,
                 )
                 text, baseline = "".join(pieces), decoder.baseline_tps
-                yield Chunk(text, tuple(ids), tuple(orig), tuple(pieces), stat, baseline)
+                yield Chunk(
+                    text, tuple(ids), tuple(orig), tuple(pieces), stat, baseline, len(prompt)
+                )
             if reason == "stop":
                 break
     finally:

@@ -2,7 +2,10 @@
 
 :class:`LiveStats` consumes :class:`~app.engine.types.RoundStat` values as a
 reply streams and hands out immutable :class:`LiveSnapshot` values that the UI
-can paint, so the gauge never reads mutable state across threads.
+can paint, so the gauge never reads mutable state across threads. When the
+reply ends, :meth:`LiveStats.finish_message` puts the reply's final
+:class:`~app.engine.types.Stats` in place of the live figures, so the gauge,
+the status bar and Stats… show one value.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.engine.types import RoundStat
+from app.engine.types import RoundStat, Stats, decode_rate, speedup_over
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,16 +22,20 @@ class LiveSnapshot:
     """The gauge's figures at one moment.
 
     Acceptance is accepted over proposed tokens; rounds that proposed nothing
-    (``k == 0``) count for tokens and speed but never for acceptance.
+    (``k == 0``) count for tokens and speed but never for acceptance. Speed
+    and speedup are this message's, defined as :attr:`Stats.generation_tps
+    <app.engine.types.Stats.generation_tps>` and :attr:`Stats.speedup
+    <app.engine.types.Stats.speedup>` are.
 
     Attributes:
         rolling_acceptance: Over the last ``window`` rounds that proposed tokens,
-            across messages of the pair; ``None`` if no such round.
+            across messages of the pair (the "recent" figure); ``None`` if no
+            such round.
         message_acceptance: Over this message's rounds; ``None`` if none drafted.
         lifetime_acceptance: Over the pair's lifetime (seeded totals plus the
             rounds added since); ``None`` if nothing was ever drafted.
-        tps: Tokens per second over the last ``window`` rounds; ``None`` while
-            those rounds took no measured time.
+        tps: This message's decoding speed (:func:`~app.engine.types.decode_rate`);
+            ``None`` while its rounds took no measured time.
         baseline_tps: The pair's plain decoding speed, when known.
         speedup: ``tps`` over ``baseline_tps``; ``None`` if either is unknown.
         k: Tokens proposed in the last round; ``None`` before any round.
@@ -40,6 +47,7 @@ class LiveSnapshot:
             survived; ``None`` where no round proposed ``i`` tokens.
         rounds: Rounds of this message.
         tokens: Tokens committed in this message.
+        drafted: Tokens proposed in this message.
     """
 
     rolling_acceptance: float | None = None
@@ -55,6 +63,12 @@ class LiveSnapshot:
     position_acceptance: tuple[float | None, ...] = ()
     rounds: int = 0
     tokens: int = 0
+    drafted: int = 0
+
+    @property
+    def accepted(self) -> int:
+        """Proposed tokens of this message that the target accepted."""
+        return self.draft_accepted + self.lookup_accepted
 
     @property
     def lookup_share(self) -> float | None:
@@ -64,17 +78,18 @@ class LiveSnapshot:
 
     @property
     def empty(self) -> bool:
-        """Whether there is nothing measured to show (no acceptance and no speed)."""
-        return self.rolling_acceptance is None and self.tps is None
+        """Whether this message has nothing measured to show (no acceptance, no speed)."""
+        return self.message_acceptance is None and self.tps is None
 
 
 class LiveStats:
     """Accumulates rounds of decoding into the gauge's figures.
 
-    Three scopes: a rolling window of recent rounds (kept across messages, so
-    the gauge does not drop to empty when a reply starts), the current message
-    (reset by :meth:`begin_message`) and the pair's lifetime (seeded by
-    :meth:`set_lifetime`). :meth:`reset_pair` clears all three.
+    Three scopes of acceptance: a rolling window of recent rounds (kept across
+    messages), the current message (reset by :meth:`begin_message`, replaced
+    by the final figures in :meth:`finish_message`) and the pair's lifetime
+    (seeded by :meth:`set_lifetime`). :meth:`reset_pair` clears all three.
+    Speed is the current message's only.
 
     Not thread-safe: feed it from one thread and pass snapshots on.
 
@@ -88,9 +103,8 @@ class LiveStats:
             raise ValueError("window and max_positions must be at least 1")
         self.window = window
         self.max_positions = max_positions
-        # (k, accepted) of drafting rounds, and (tokens, seconds) of all rounds.
+        # (k, accepted) of drafting rounds.
         self._drafting: deque[tuple[int, int]] = deque(maxlen=window)
-        self._timed: deque[tuple[int, float]] = deque(maxlen=window)
         self._baseline: float | None = None
         self._last_k: int | None = None
         self._last_auto = False
@@ -102,6 +116,7 @@ class LiveStats:
         """Starts a new message: clears its figures, keeps the window and lifetime."""
         self._rounds = 0
         self._tokens = 0
+        self._seconds = 0.0
         self._accepted = 0
         self._drafted = 0
         self._lookup = 0
@@ -111,7 +126,6 @@ class LiveStats:
     def reset_pair(self) -> None:
         """Clears everything, for a newly loaded pair."""
         self._drafting.clear()
-        self._timed.clear()
         self._baseline = None
         self._last_k = None
         self._last_auto = False
@@ -150,7 +164,7 @@ class LiveStats:
             self._last_k, self._last_auto = k, r.auto
             self._rounds += 1
             self._tokens += max(r.tokens, 0)
-            self._timed.append((max(r.tokens, 0), max(r.seconds, 0.0)))
+            self._seconds += max(r.seconds, 0.0)
             if k == 0:
                 continue
             self._drafting.append((k, accepted))
@@ -164,20 +178,44 @@ class LiveStats:
                 if accepted > i:
                     self._survived[i] += 1
 
+    def finish_message(self, stats: Stats) -> None:
+        """Puts the reply's final figures in place of this message's live ones.
+
+        Its speed becomes ``stats.generation_tps`` and ``stats.speedup`` exactly
+        (the final round, cut at the end of text, reaches no live round), and
+        its acceptance the reply's counts, with the lifetime corrected to match.
+        Counters of a remote server that span other requests are left out.
+
+        Args:
+            stats: The ended reply's statistics.
+        """
+        self._tokens = max(stats.tokens, 0)
+        self._seconds = max(stats.decode_seconds, 0.0)
+        if stats.baseline_tps is not None and stats.baseline_tps > 0:
+            self._baseline = stats.baseline_tps
+        if stats.stats_scope not in (None, "request"):
+            return
+        drafted = max(stats.drafted, 0)
+        accepted = min(max(stats.accepted, 0), drafted)
+        self._life_drafted = max(self._life_drafted + drafted - self._drafted, 0)
+        self._life_accepted = min(
+            max(self._life_accepted + accepted - self._accepted, 0), self._life_drafted
+        )
+        self._drafted, self._accepted = drafted, accepted
+        self._lookup = min(max(stats.lookup_accepted, 0), accepted)
+
     def snapshot(self) -> LiveSnapshot:
         """The figures now, as an immutable value."""
         rolling_drafted = sum(k for k, _ in self._drafting)
         rolling_accepted = sum(a for _, a in self._drafting)
-        seconds = sum(s for _, s in self._timed)
-        tps = sum(t for t, _ in self._timed) / seconds if seconds > 0 else None
-        speedup = tps / self._baseline if tps is not None and self._baseline else None
+        tps = decode_rate(self._tokens, self._seconds)
         return LiveSnapshot(
             rolling_acceptance=_ratio(rolling_accepted, rolling_drafted),
             message_acceptance=_ratio(self._accepted, self._drafted),
             lifetime_acceptance=_ratio(self._life_accepted, self._life_drafted),
             tps=tps,
             baseline_tps=self._baseline,
-            speedup=speedup,
+            speedup=speedup_over(tps, self._baseline),
             k=self._last_k,
             auto=self._last_auto,
             draft_accepted=self._accepted - self._lookup,
@@ -187,6 +225,7 @@ class LiveStats:
             ),
             rounds=self._rounds,
             tokens=self._tokens,
+            drafted=self._drafted,
         )
 
 

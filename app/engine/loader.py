@@ -65,12 +65,19 @@ def context_length(config: dict[str, Any]) -> int | None:
 
 @dataclass(eq=False)
 class LoadedModel:
-    """A model and its tokenizer, ready to run on the thread that loaded them."""
+    """A model and its tokenizer, ready to run on the thread that loaded them.
+
+    ``fused`` and ``stamp`` (the weight files' names, sizes and modification
+    times when it loaded) say with ``path`` which load it is: another load of
+    the same folder may keep this one only while all three still match.
+    """
 
     path: Path
     model: nn.Module
     tokenizer: Any  # mlx_lm.tokenizer_utils.TokenizerWrapper
     config: dict[str, Any]
+    fused: bool = False
+    stamp: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def name(self) -> str:
@@ -381,6 +388,7 @@ def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
     from mlx_lm.utils import load
 
     path = check_folder(path)
+    stamp = _stamp(path)
     try:
         loaded = cast(tuple[Any, Any, dict[str, Any]], load(str(path), return_config=True))
         model, tokenizer, config = loaded
@@ -390,7 +398,32 @@ def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
         from app.engine.fuse import fuse as fuse_projections
 
         fuse_projections(model)
-    return LoadedModel(path=path, model=model, tokenizer=tokenizer, config=config)
+    return LoadedModel(path, model, tokenizer, config, fused=fuse, stamp=stamp)
+
+
+def _stamp(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """The config's and weight files' names, sizes and modification times.
+
+    A download or import that replaced them changes it: the model in memory is
+    then no longer what the folder holds.
+    """
+    try:
+        files = [path / "config.json", *weight_files(path)]
+        stats = [(f.name, f.stat()) for f in files]
+    except (OSError, ModelError):
+        return ()  # unknown: never matches, so the folder is read again
+    return tuple((name, st.st_size, st.st_mtime_ns) for name, st in stats)
+
+
+def _kept(path: Path, fuse: bool, loaded: ModelPair | None) -> LoadedModel | None:
+    """The model of ``loaded`` that is this very load of ``path``, if any."""
+    if loaded is None:
+        return None
+    stamp = _stamp(path)
+    for model in (loaded.target, loaded.draft):
+        if model is not None and (model.path, model.fused, model.stamp) == (path, fuse, stamp):
+            return model if stamp else None
+    return None
 
 
 # check(target, draft) raises IncompatiblePairError when the draft cannot draft for
@@ -406,6 +439,7 @@ def load_pair(
     fuse: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
     check: PairCheck | None = None,
+    loaded: ModelPair | None = None,
 ) -> ModelPair:
     """Loads a target and an optional draft and checks that they fit together.
 
@@ -417,6 +451,9 @@ def load_pair(
         check: Judges the pair once both models loaded, given the folders as passed
             here; ``app.hub.require_compatible`` is the rule every user-facing
             caller passes. ``None`` pairs any two models, as tests and tools may.
+        loaded: The pair in memory now. A model of it that this load names again
+            (the same resolved folder, unchanged on disk, fused alike) is kept
+            rather than read twice; ``loaded`` itself is left as it was.
 
     Raises:
         ModelError: A folder cannot be loaded.
@@ -426,19 +463,27 @@ def load_pair(
     report = progress or (lambda _step, _steps, _what: None)
     # Both folders are checked before any weights are read: a draft folder that
     # is not a model must not cost a load of the target first.
-    check_folder(target)
-    if draft is not None:
-        check_folder(draft)
-    report(0, steps, f"Loading {Path(target).name}")
-    t = load_model(target, fuse=fuse)
-    if draft is None:
+    target_path = check_folder(target)
+    draft_path = check_folder(draft) if draft is not None else None
+    t = _load_or_keep(target_path, fuse, loaded, lambda text: report(0, steps, text))
+    if draft is None or draft_path is None:
         return ModelPair(t)
-    report(1, steps, f"Loading {Path(draft).name}")
-    d = load_model(draft, fuse=fuse)
+    d = _load_or_keep(draft_path, fuse, loaded, lambda text: report(1, steps, text))
     report(2, steps, "Checking the pair")
     if check is not None:
         check(Path(target), Path(draft))
     return ModelPair(t, d)
+
+
+def _load_or_keep(
+    path: Path, fuse: bool, loaded: ModelPair | None, report: Callable[[str], None]
+) -> LoadedModel:
+    kept = _kept(path, fuse, loaded)
+    if kept is not None:
+        report(f"Keeping {path.name}, loaded already")
+        return kept
+    report(f"Loading {path.name}")
+    return load_model(path, fuse=fuse)
 
 
 def free_memory() -> None:

@@ -239,6 +239,26 @@ def add_segments(
             segments.append((origin, piece))
 
 
+def decode_rate(tokens: int, seconds: float) -> float | None:
+    """Tokens per second of decoding; ``None`` when no decoding time was measured.
+
+    The one definition of a reply's speed: tokens committed over the time the
+    rounds that committed them took (drafting plus verifying), never the prompt,
+    the wait for a queued request or the time between rounds.
+    """
+    return tokens / seconds if seconds > 0 else None
+
+
+def speedup_over(tps: float | None, baseline_tps: float | None) -> float | None:
+    """``tps`` over the measured plain decoding speed; ``None`` if either is unknown.
+
+    A reply that committed nothing has no speedup either (not 0×).
+    """
+    if not tps or not baseline_tps or baseline_tps <= 0:
+        return None
+    return tps / baseline_tps
+
+
 @dataclass(frozen=True, slots=True)
 class RoundStat:
     """One round of decoding, as the live gauge sees it.
@@ -275,6 +295,7 @@ class Chunk:
             is ``text`` (a token that completes a character carries its bytes).
         round: The round that produced the tokens; ``None`` for trailing text.
         baseline_tps: The pair's measured plain decoding speed, when known.
+        prompt_tokens: Tokens of the reply's prompt, when the engine knows them.
     """
 
     text: str
@@ -283,6 +304,7 @@ class Chunk:
     pieces: tuple[str, ...] = ()
     round: RoundStat | None = None
     baseline_tps: float | None = None
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,15 +366,30 @@ class Stats:
         return self.tokens / self.target_calls if self.target_calls else None
 
     @property
+    def decode_seconds(self) -> float:
+        """Time spent decoding: the rounds' drafting plus verifying.
+
+        ``generation_seconds`` also counts what is not decoding (tokenizing,
+        the wait between rounds, the end of a stopped reply), so it is only the
+        fallback, for a remote engine that times no rounds of its own.
+        """
+        rounds = self.draft_seconds + self.verify_seconds
+        return rounds if rounds > 0 else self.generation_seconds
+
+    @property
     def speedup(self) -> float | None:
-        """Generation speed over the measured plain decoding speed."""
-        if not self.baseline_tps or not self.generation_tps:
-            return None
-        return self.generation_tps / self.baseline_tps
+        """:attr:`generation_tps` over the measured plain decoding speed."""
+        return speedup_over(decode_rate(self.tokens, self.decode_seconds), self.baseline_tps)
 
     @property
     def generation_tps(self) -> float:
-        return self.tokens / self.generation_seconds if self.generation_seconds > 0 else 0.0
+        """Decoding speed (see :func:`decode_rate`); 0 when no time was measured."""
+        return decode_rate(self.tokens, self.decode_seconds) or 0.0
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens of the target's window the conversation fills after this reply."""
+        return self.prompt_tokens + self.tokens
 
     @property
     def prompt_tps(self) -> float:
@@ -366,6 +403,7 @@ class Stats:
             "mean_accepted": self.mean_accepted,
             "tokens_per_call": self.tokens_per_call,
             "prompt_tps": self.prompt_tps,
+            "decode_seconds": self.decode_seconds,
             "generation_tps": self.generation_tps,
             "speedup": self.speedup,
         }

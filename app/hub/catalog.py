@@ -18,6 +18,9 @@ from app.hub.library import ModelInfo
 from app.hub.pair_check import check_pair
 
 _GB = 1000**3  # the catalog's sizes are decimal, as the Hub and Finder show them
+# The most of the usable memory a recommended pair may need: the catalog's sizes
+# are estimates, and other apps and a longer context grow into the rest.
+RECOMMEND_SHARE = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +78,17 @@ def load_catalog(path: Path | None = None) -> list[CatalogPair]:
 
 
 def recommend(catalog: list[CatalogPair], available_bytes: int) -> CatalogPair | None:
-    """Picks the largest pair that fits in memory.
+    """Picks the largest pair that fits in memory with room to spare.
 
     Args:
         catalog: The pairs to choose from.
         available_bytes: Memory MLX can use, e.g. from ``fit.usable_memory_bytes``.
 
     Returns:
-        The pair with the largest ``memory_gb`` within ``available_bytes``, or
-        ``None`` when none fits.
+        The pair with the largest ``memory_gb`` within :data:`RECOMMEND_SHARE`
+        of ``available_bytes``, or ``None`` when none fits so.
     """
-    fitting = [p for p in catalog if p.memory_gb * _GB <= available_bytes]
+    fitting = [p for p in catalog if p.memory_gb * _GB <= available_bytes * RECOMMEND_SHARE]
     return max(fitting, key=lambda p: (p.memory_gb, p.download_gb), default=None)
 
 

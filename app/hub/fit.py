@@ -3,13 +3,17 @@
 The estimate is deliberately simple and errs on the large side: the weights as
 stored on disk, a full-length KV cache for both models, and a margin for
 activations. Sliding-window layers (Gemma 3) need less cache than counted here.
+It is judged against the memory the system can give now (not the machine's
+total), less what the pair already loaded keeps while the new one loads.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,9 +40,14 @@ class MemoryFit:
         weights_bytes: Weights of both models as stored on disk.
         kv_bytes: KV caches of both models at the context length checked.
         needed_bytes: Weights plus KV plus the activation margin.
-        available_bytes: Memory MLX can use for the models.
-        fits: Whether ``needed_bytes <= available_bytes``.
+        available_bytes: Memory MLX can use for the models now, less what stays
+            loaded while they load.
+        fits: Whether ``needed_bytes - reused_bytes <= available_bytes``.
         detail: One line with the numbers, for the user.
+        reused_bytes: Weights of models already loaded that the load keeps: part
+            of ``needed_bytes`` and already in memory, so counted once.
+        held_bytes: Weights of the loaded pair, which stay in memory until the
+            new pair has loaded (``available_bytes`` is net of them).
     """
 
     weights_bytes: int
@@ -47,6 +56,8 @@ class MemoryFit:
     available_bytes: int
     fits: bool
     detail: str
+    reused_bytes: int = 0
+    held_bytes: int = 0
 
 
 def total_memory_bytes() -> int:
@@ -76,27 +87,59 @@ def total_memory_bytes() -> int:
     return total
 
 
-def usable_memory_bytes(total: int | None = None) -> int:
-    """Returns the memory MLX can use for models.
+def available_memory_bytes() -> int | None:
+    """Returns the memory the system can give a process now without swapping.
+
+    Linux's own estimate (``MemAvailable`` in ``/proc/meminfo``); on macOS the
+    free and inactive pages ``vm_stat`` counts (as psutil reckons it). What this
+    process already holds, a loaded pair included, is not in it.
+
+    Returns:
+        Bytes, or ``None`` where the platform does not say.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/meminfo", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024  # the kernel counts in kB
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+    if sys.platform == "darwin":
+        return _vm_stat_available()
+    return None
+
+
+def usable_memory_bytes(total: int | None = None, *, free: int | None = None, held: int = 0) -> int:
+    """Returns the memory MLX can use for models about to load.
 
     Args:
         total: Physical memory; the machine's own when omitted.
+        free: Memory the system can give now; :func:`available_memory_bytes`
+            when ``total`` is omitted too, else not judged.
+        held: Bytes this process keeps in memory during the load (the loaded
+            pair stays until the new one is in); the ceiling below is for all
+            of MLX's memory, so they come off it. ``free`` already lacks them.
 
     Returns:
-        On macOS about 75 % of ``total`` (Metal's recommended working set, past
+        The least of ``free`` and a ceiling less ``held``. The ceiling is, on
+        macOS, about 75 % of ``total`` (Metal's recommended working set, past
         which wired GPU memory starts to swap); elsewhere ``total`` less 2 GiB
         for the OS. Never negative.
     """
-    if sys.platform == "darwin":
-        if total is None:
-            recommended = _metal_working_set()
-            if recommended:
-                return recommended
-            total = total_memory_bytes()
-        return max(0, int(total * _METAL_SHARE))
-    if total is None:
-        total = total_memory_bytes()
-    return max(0, total - _HEADROOM_BYTES)
+    if total is None and free is None:  # this machine, now
+        free = available_memory_bytes()
+    recommended = _metal_working_set() if sys.platform == "darwin" and total is None else None
+    if recommended:
+        ceiling = recommended
+    else:
+        total = total_memory_bytes() if total is None else total
+        ceiling = int(total * _METAL_SHARE) if sys.platform == "darwin" else total - _HEADROOM_BYTES
+    usable = ceiling - held
+    if free is not None:
+        usable = min(usable, free)
+    return max(0, usable)
 
 
 def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int = 2) -> int:
@@ -130,6 +173,8 @@ def memory_fit(
     draft: Path | None,
     context_length: int = 8192,
     available: int | None = None,
+    *,
+    loaded: Sequence[Path] = (),
 ) -> MemoryFit:
     """Estimates whether a target, with an optional draft, fits in memory.
 
@@ -138,7 +183,11 @@ def memory_fit(
         draft: The draft model folder, or ``None`` for the target alone.
         context_length: Tokens of context to budget the KV caches for; each
             model is capped at its own trained context length.
-        available: Usable memory; :func:`usable_memory_bytes` when omitted.
+        available: Usable memory, net of what stays loaded;
+            ``usable_memory_bytes(held=...)`` of the loaded weights when omitted.
+        loaded: Folders of the models in memory now. All stay there while the
+            new pair loads (the engine swaps pairs only once the new one is in);
+            one the new pair names again is kept, not read twice.
 
     Returns:
         The estimate with a one-line ``detail``.
@@ -146,31 +195,66 @@ def memory_fit(
     Raises:
         ModelError: A folder is not a usable model; the message is one line.
     """
-    weights = kv = 0
+    weights = kv = reused = 0
     tokens = context_length
+    in_memory = {_key(p) for p in loaded}
+    held = sum(_weights_size(k) for k in in_memory)
+    counted: set[Path] = set()
     for i, folder in enumerate(p for p in (target, draft) if p is not None):
         folder = user_path(folder)
         config = read_config(folder)
         model_tokens = min(context_length, _context_length(config) or context_length)
         if i == 0:
             tokens = model_tokens  # the target bounds what the pair can hold
-        weights += _weights_size(folder)
+        size = _weights_size(folder)
+        weights += size
+        if _key(folder) in in_memory and _key(folder) not in counted:
+            reused += size  # already in memory, and the load keeps it
+            counted.add(_key(folder))
         try:
             kv += kv_cache_bytes(config, model_tokens)
         except ModelError as exc:
             raise ModelError(f"{folder.name}: {exc}") from exc
     needed = int((weights + kv) * (1 + _OVERHEAD))
     if available is None:
-        available = usable_memory_bytes()
-    fits = needed <= available
+        available = usable_memory_bytes(held=held)
+    fits = needed - reused <= available
     detail = (
         f"needs {human_size(needed)} (weights {human_size(weights)} + KV cache "
         f"{human_size(kv)} at {tokens:,} tokens + {_OVERHEAD:.0%} overhead) "
         f"of {human_size(available)} usable"
     )
+    if held:
+        detail += f" while the loaded {human_size(held)} stays in memory"
+    if reused:
+        detail += f", {human_size(reused)} of it loaded already"
     if not fits:
-        detail += f"; {human_size(needed - available)} short"
-    return MemoryFit(weights, kv, needed, available, fits, detail)
+        detail += f"; {human_size(needed - reused - available)} short"
+    return MemoryFit(weights, kv, needed, available, fits, detail, reused, held)
+
+
+def _vm_stat_available() -> int | None:
+    """Free plus inactive pages, as macOS's ``vm_stat`` counts them, in bytes."""
+    try:
+        out = subprocess.run(
+            ["/usr/bin/vm_stat"], capture_output=True, text=True, check=True, timeout=5
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    # "Mach Virtual Memory Statistics: (page size of 16384 bytes)", then "Pages free: 1234."
+    page = re.search(r"page size of (\d+) bytes", out)
+    counts = dict(re.findall(r"^Pages (free|inactive):\s+(\d+)\.?$", out, re.MULTILINE))
+    if page is None or len(counts) < 2:
+        return None
+    return int(page.group(1)) * sum(int(n) for n in counts.values())
+
+
+def _key(folder: Path) -> Path:
+    """A folder as one model: the same after ``~`` and symbolic links are resolved."""
+    try:
+        return user_path(folder).resolve()
+    except (OSError, RuntimeError):
+        return user_path(folder)
 
 
 def _metal_working_set() -> int | None:

@@ -163,14 +163,19 @@ def load_checked_pair(
     *,
     fuse: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
+    loaded: ModelPair | None = None,
 ) -> ModelPair:
     """:func:`~app.engine.loader.load_pair` that refuses what ``check-pair`` refuses.
+
+    A model of ``loaded`` (the pair in memory) that the new pair names again is kept.
 
     Raises:
         ModelError: A folder cannot be loaded.
         IncompatiblePairError: The pair is incompatible, in :func:`refusal`'s words.
     """
-    return load_pair(target, draft, fuse=fuse, progress=progress, check=require_compatible)
+    return load_pair(
+        target, draft, fuse=fuse, progress=progress, check=require_compatible, loaded=loaded
+    )
 
 
 def format_verdict(v: Verdict) -> str:

@@ -316,7 +316,7 @@ def usage(stats: Stats) -> dict[str, Any]:
 def timings(stats: Stats) -> dict[str, Any]:
     """llama-server's ``timings`` object."""
     prompt_ms = stats.prompt_seconds * 1000
-    predicted_ms = stats.generation_seconds * 1000
+    predicted_ms = stats.decode_seconds * 1000  # the time behind predicted_per_second
     return {
         "prompt_n": stats.prompt_tokens,
         "prompt_ms": prompt_ms,

@@ -54,6 +54,8 @@ class Reply:
         message_id: Its row once saved while streaming, else ``None``.
         segments: Its text so far in runs by origin; they spell :attr:`text`.
         upto: The message a regenerated reply follows; what came after it is not shown.
+        prompt_tokens: Tokens of its prompt, once the engine said; else ``None``.
+        tokens: Tokens generated so far.
     """
 
     conversation_id: int
@@ -62,21 +64,29 @@ class Reply:
     message_id: int | None = None
     segments: tuple[Segment, ...] = ()
     upto: int | None = None
+    prompt_tokens: int | None = None
+    tokens: int = 0
 
     @property
     def text(self) -> str:
         """The reply's text so far."""
         return "".join(t for _, t in self.segments)
 
+    @property
+    def context_tokens(self) -> int | None:
+        """Tokens of the target's window in use now; ``None`` until the prompt is counted."""
+        return None if self.prompt_tokens is None else self.prompt_tokens + self.tokens
+
 
 @dataclass(frozen=True, slots=True)
 class ReplyGrowth:
-    """New text of the reply, and the rounds that wrote it."""
+    """New text of the reply, the rounds that wrote it and the context it fills now."""
 
     conversation_id: int
     segments: tuple[Segment, ...]
     rounds: tuple[RoundStat, ...]
     baseline_tps: float | None
+    context_tokens: int | None = None  # None until the engine counted the prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +110,18 @@ class ReplySaved:
 
 @dataclass(frozen=True, slots=True)
 class ReplyEnded:
-    """The reply is over, saved or not; the composer may send again."""
+    """The reply is over, saved or not; the composer may send again.
+
+    Attributes:
+        request_id: The engine's id of the reply.
+        stats: Its final numbers; ``None`` when it failed.
+        context_tokens: Tokens of the target's window the conversation fills
+            now; ``None`` when the engine never counted the prompt.
+    """
 
     request_id: int
-    stats: Stats | None  # None when it failed
+    stats: Stats | None
+    context_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +234,21 @@ class ChatController(QObject):
         reply = self._reply
         if reply is None or batch.request_id != reply.request_id:
             return
-        self._reply = reply = replace(reply, segments=_joined(reply.segments, batch.segments))
+        prompt = reply.prompt_tokens if batch.prompt_tokens is None else batch.prompt_tokens
+        self._reply = reply = replace(
+            reply,
+            segments=_joined(reply.segments, batch.segments),
+            prompt_tokens=prompt,
+            tokens=reply.tokens + len(batch.token_ids),
+        )
         self.grew.emit(
-            ReplyGrowth(reply.conversation_id, batch.segments, batch.rounds, batch.baseline_tps)
+            ReplyGrowth(
+                reply.conversation_id,
+                batch.segments,
+                batch.rounds,
+                batch.baseline_tps,
+                reply.context_tokens,
+            )
         )
         if time.monotonic() - self._saved_at >= REPLY_SAVE_INTERVAL:
             self.save_partial()
@@ -278,7 +308,10 @@ class ChatController(QObject):
         self._reply = None
         self._handle = None
         self._save_final(reply, reason, pair, stats, origins)
-        self.ended.emit(ReplyEnded(reply.request_id, stats))
+        # A reply withdrawn before it ran has empty stats: its prompt was never counted.
+        counted = stats is not None and stats.prompt_tokens > 0
+        context = stats.context_tokens if stats is not None and counted else reply.context_tokens
+        self.ended.emit(ReplyEnded(reply.request_id, stats, context))
 
     def _save_final(
         self,

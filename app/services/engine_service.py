@@ -56,7 +56,8 @@ UNLOADED = "the models were unloaded to free memory"
 
 # stream(pair, messages, params, cancel, control=...) -> chunks, then Finished
 StreamFn = Callable[..., Iterator[Chunk | Finished]]
-# load(target, draft, progress=callback(step, steps, what)) -> pair
+# load(target, draft, progress=callback(step, steps, what), loaded=pair in memory) -> pair;
+# a model of ``loaded`` that the new pair names again is kept, not read twice.
 LoadFn = Callable[..., ModelPair]
 # check(engine) raises ModelError when the server cannot serve
 CheckFn = Callable[[RemoteEngine], None]
@@ -123,6 +124,7 @@ class TokenBatch:
 
     ``segments`` is ``text`` in runs by origin (``None`` for text that
     completes no token, such as the tail after the last one).
+    ``prompt_tokens`` is the reply's prompt length, when the engine said.
     """
 
     request_id: int
@@ -132,6 +134,7 @@ class TokenBatch:
     segments: tuple[Segment, ...] = ()
     rounds: tuple[RoundStat, ...] = ()
     baseline_tps: float | None = None
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,12 +256,21 @@ def _out_of_memory_message(action: str, exc: BaseException, again: str) -> str:
     return f"{action} failed: {reason}; {UNLOADED}. {again}"
 
 
-def _memory_fit(request: LoadRequest) -> Any:
-    """The pair's memory fit, or ``None`` when the folders cannot be judged (load says why)."""
+def _memory_fit(request: LoadRequest, loaded: ModelPair | None) -> Any:
+    """The pair's memory fit, or ``None`` when the folders cannot be judged (load says why).
+
+    The loaded pair stays in memory until the new one is in, so it counts
+    against the memory available; a model both share counts once.
+    """
     from app.hub.fit import memory_fit
 
+    in_memory = [m.path for m in (loaded.target, loaded.draft) if m] if loaded else []
     try:
-        return memory_fit(Path(request.target), Path(request.draft) if request.draft else None)
+        return memory_fit(
+            Path(request.target),
+            Path(request.draft) if request.draft else None,
+            loaded=in_memory,
+        )
     except Exception:  # whatever the estimate trips on, loading says it in one line
         log.debug("no memory estimate for %s", request.target, exc_info=True)
         return None
@@ -339,8 +351,9 @@ class EngineWorker(QObject):
         if self._load_remote(request):
             return
         self.load_progressed.emit(LoadProgress(0, 1, "Checking memory"))
-        fit = _memory_fit(request)
+        fit = _memory_fit(request, self._pair)
         if fit is not None and not fit.fits:
+            # Refused before any weight is read; the loaded pair stays as it was.
             self.failed.emit(EngineFailure(None, "load", f"This pair does not fit: {fit.detail}"))
             return
 
@@ -348,7 +361,7 @@ class EngineWorker(QObject):
             self.load_progressed.emit(LoadProgress(step, steps, text))
 
         try:
-            pair = self._load(request.target, request.draft, progress=report)
+            pair = self._load(request.target, request.draft, progress=report, loaded=self._pair)
         except ModelError as exc:
             self.failed.emit(EngineFailure(None, "load", str(exc)))
             return
@@ -433,6 +446,7 @@ class EngineWorker(QObject):
                         tuple(batch),
                         tuple(c.round for c in pending if c.round is not None),
                         pending[-1].baseline_tps,
+                        next((c.prompt_tokens for c in pending if c.prompt_tokens), None),
                     )
                 )
                 pending.clear()

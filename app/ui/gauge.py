@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 from app.engine.live import LiveSnapshot
 
 # Mid-tone accents, readable on light and dark windows alike.
-MESSAGE_TICK = QColor("#f59e0b")
+RECENT_TICK = QColor("#f59e0b")
 LIFETIME_TICK = QColor("#a855f7")
 DRAFT_SOURCE = QColor("#14b8a6")
 LOOKUP_SOURCE = QColor("#ec4899")
@@ -38,8 +38,9 @@ CHART_MAX = 110.0
 CHART_HINT = 90.0  # chart height at the size hint
 
 EMPTY_TEXT = "No drafting yet"
+SCALE_CAPTION = "this reply"  # under the big figure: whose acceptance it is
 # Legends are laid out for their widest text, so they do not jump as figures change.
-TICK_LEGEND = (("message 100%", MESSAGE_TICK), ("lifetime 100%", LIFETIME_TICK))
+TICK_LEGEND = (("recent 100%", RECENT_TICK), ("lifetime 100%", LIFETIME_TICK))
 SOURCE_LEGEND = (("draft 100%", DRAFT_SOURCE), ("lookup 100%", LOOKUP_SOURCE))
 
 LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
@@ -72,20 +73,20 @@ NOT_REPORTED_TEXT = "Acceptance not reported"
 def summarize(snapshot: LiveSnapshot | None, empty: str = EMPTY_TEXT) -> str:
     """One line of the gauge's figures, for screen readers and tooltips.
 
-    For example ``"Acceptance 72% (message 70%, lifetime 68%), 4.5 tok/s,
-    1.41× plain, k 4"``; unknown figures are left out. ``empty`` is what an
-    unknown acceptance reads as.
+    For example ``"Acceptance 70% this reply (recent 72%, lifetime 68%),
+    4.5 tok/s, 1.41× plain, k 4"``; unknown figures are left out. ``empty``
+    is what an unknown acceptance of this reply reads as.
     """
     if snapshot is None:
         return empty
     s = snapshot
     scopes = [
         f"{name} {percent(value)}"
-        for name, value in (("message", s.message_acceptance), ("lifetime", s.lifetime_acceptance))
+        for name, value in (("recent", s.rolling_acceptance), ("lifetime", s.lifetime_acceptance))
         if value is not None
     ]
-    rolling = s.rolling_acceptance
-    head = empty if rolling is None else f"Acceptance {percent(rolling)}"
+    message = s.message_acceptance
+    head = empty if message is None else f"Acceptance {percent(message)} this reply"
     if scopes:
         head += f" ({', '.join(scopes)})"
     parts = [head]
@@ -122,13 +123,15 @@ def _scaled(font: QFont, factor: float) -> QFont:
 
 
 class GaugeWidget(QWidget):
-    """Rolling acceptance on an arc, with speed, k, source mix and per-position survival.
+    """This reply's acceptance on an arc, with speed, k, source mix and per-position survival.
 
-    The arc fills to the rolling acceptance; ticks on it mark the message and
-    lifetime averages. Below it: tok/s, speedup over plain decoding and k; a
-    bar of where accepted tokens came from (draft model or prompt lookup); and
-    bars of how often each draft position survived. Colours come from the
-    palette, plus mid-tone accents, so it reads in light and dark mode.
+    The arc and the big figure are this reply's acceptance, the same as its
+    Stats…; ticks on it mark the recent (the last rounds, across replies) and
+    lifetime averages. Below it, all of this reply: tok/s, speedup over plain
+    decoding and k; a bar of where accepted tokens came from (draft model or
+    prompt lookup); and bars of how often each draft position survived.
+    Colours come from the palette, plus mid-tone accents, so it reads in light
+    and dark mode.
 
     The arc grows with the width, the position chart takes the spare height.
     """
@@ -275,7 +278,7 @@ class GaugeWidget(QWidget):
     @staticmethod
     def _tick_texts(s: LiveSnapshot) -> tuple[str, str]:
         return (
-            f"message {percent(s.message_acceptance)}",
+            f"recent {percent(s.rolling_acceptance)}",
             f"lifetime {percent(s.lifetime_acceptance)}",
         )
 
@@ -292,22 +295,22 @@ class GaugeWidget(QWidget):
         pen.setCapStyle(Qt.PenCapStyle.FlatCap)
         p.setPen(pen)
         p.drawArc(box, 180 * 16, -180 * 16)  # Qt angles: 1/16 degree, counter-clockwise
-        rolling = s.rolling_acceptance if s is not None else None
-        if rolling:
+        message = s.message_acceptance if s is not None else None
+        if message:
             pen.setColor(self._color(QPalette.ColorRole.Highlight))
             p.setPen(pen)
-            p.drawArc(box, 180 * 16, -round(180 * 16 * min(rolling, 1.0)))
+            p.drawArc(box, 180 * 16, -round(180 * 16 * min(message, 1.0)))
         if s is not None:
             for value, color in (
                 (s.lifetime_acceptance, LIFETIME_TICK),
-                (s.message_acceptance, MESSAGE_TICK),
+                (s.rolling_acceptance, RECENT_TICK),
             ):
                 if value is not None:
                     self._paint_tick(p, center, radius, value, color)
         inside = radius - STROKE
         text_box = QRectF(center.x() - inside, center.y() - inside, 2 * inside, inside)
         bottom = Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom
-        if rolling is None:
+        if message is None:
             p.setFont(self.font())
             self._text(p, text_box, self.empty_text, bottom, QPalette.ColorRole.PlaceholderText)
             return
@@ -318,7 +321,7 @@ class GaugeWidget(QWidget):
             text_box.height() * 0.8 / metrics.height(),
         )
         p.setFont(_scaled(big, scale) if scale < 1.0 else big)
-        self._text(p, text_box, percent(rolling), bottom)
+        self._text(p, text_box, percent(message), bottom)
 
     def _paint_tick(
         self, p: QPainter, center: QPointF, radius: float, value: float, color: QColor
@@ -349,7 +352,7 @@ class GaugeWidget(QWidget):
         span = 2 * radius + STROKE
         p.drawText(QRectF(left, y, span, small_line), LEFT, "0")
         p.drawText(QRectF(left, y, span, small_line), RIGHT, "100")
-        caption = "rolling acceptance"
+        caption = SCALE_CAPTION
         room = span - 2 * p.fontMetrics().horizontalAdvance("100 ")
         if p.fontMetrics().horizontalAdvance(caption) <= room:  # dropped, not elided, if cramped
             p.drawText(QRectF(left, y, span, small_line), CENTER, caption)

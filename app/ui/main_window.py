@@ -99,7 +99,8 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self._pair: PairInfo | None = None
         self._conversation_id: int | None = None
         self._pending_system_prompt: str | None = None
-        self._context_used = 0
+        self._context_used: int | None = 0  # None while a reply's prompt is not counted
+        self._context_idle = 0  # the count before the reply in flight, should it end uncounted
         self.live = LiveStats(max_positions=K_MAX)  # every position a draft can reach
         # The window's own reply: Stop reaches it, never the server's.
         self.chat = ChatController(store, service, self)
@@ -115,7 +116,9 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
             PresetsFile(data / "presets.json"), self.model_bar, self.panel, self
         )
         self.tune = TuneFlow(service, store, data / "calibrations.json", self)
-        self.onboarding_flow = OnboardingFlow(self.pages, lambda: self.hub, self.models_dir, self)
+        self.onboarding_flow = OnboardingFlow(
+            self.pages, lambda: self.hub, self.models_dir, service, self
+        )
         self.local_server = LocalServer(service, self.params, self.status.server, self)
         self.server, self.server_panel = self.local_server.service, self.local_server.panel
         self.menus = build_menus(self, self._settings.show_speculation_panel)
@@ -294,7 +297,10 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
             messages = messages[: ids.index(upto) + 1] if upto in ids else messages
         self.transcript.show_messages(messages, self.store.branches(conversation_id))
         last = next((m.stats for m in reversed(messages) if m.stats is not None), None)
-        self._update_context(last.prompt_tokens + last.tokens if last else 0)
+        self._context_idle = last.context_tokens if last else 0
+        # While a reply streams here, the context is the reply's, not the last one saved.
+        self._context_used = self._context_idle if streaming is None else streaming.context_tokens
+        self._update_context()
         if streaming is not None:
             self.transcript.begin_reply()
             self.transcript.append_segments(streaming.segments)
@@ -367,17 +373,25 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self._show_conversation(reply.conversation_id, upto=reply.upto)  # begins the reply
         self.composer.set_busy(True)
         self.live.begin_message()
+        # Nothing of the last reply stays on show: this one's figures come as it streams.
+        snapshot = self.live.snapshot()
+        self.status.show_live(snapshot)
+        self.panel.show_live(snapshot)
 
     @Slot(object)
     def _on_reply_grew(self, growth: ReplyGrowth) -> None:
         if self._conversation_id == growth.conversation_id:
             self.transcript.append_segments(growth.segments)
+            self._context_used = growth.context_tokens
+            self._update_context()
         # Batches arrive at most about 30 times a second: one repaint each.
         self.live.add(growth.rounds, growth.baseline_tps)
         auto_k = next((r.k for r in reversed(growth.rounds) if r.auto and r.k), None)
         if auto_k is not None:
             self.panel.show_auto_k(auto_k)
-        self.panel.show_live(self.live.snapshot())
+        snapshot = self.live.snapshot()
+        self.status.show_live(snapshot)
+        self.panel.show_live(snapshot)
 
     @Slot(object)
     def _on_reply_saved(self, saved: ReplySaved) -> None:
@@ -399,8 +413,13 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
     def _on_reply_ended(self, ended: ReplyEnded) -> None:
         self.composer.set_busy(False)
         if ended.stats is not None:
+            # The final figures replace the live ones, in the panel as in the status bar.
+            self.live.finish_message(ended.stats)
+            self.panel.show_live(self.live.snapshot())
             self.status.show_reply_stats(ended.stats)
-            self._update_context(ended.stats.prompt_tokens + ended.stats.tokens)
+        used = ended.context_tokens
+        self._context_used = self._context_idle if used is None else used
+        self._update_context()
 
     @Slot(object)
     def _on_reply_failed(self, failure: ReplyFailure) -> None:

@@ -1,4 +1,4 @@
-"""A bar of the memory a pair needs against the memory this Mac can give it."""
+"""A bar of the memory a pair needs against the memory this machine can give it."""
 
 from __future__ import annotations
 
@@ -45,11 +45,14 @@ class MemoryBar(QWidget):
         if f is None:
             return ""
         verdict = "fits" if f.fits else "does not fit"
-        return (
+        text = (
             f"Needs {human_size(f.needed_bytes)} of {human_size(f.available_bytes)} usable "
             f"({verdict}): weights {human_size(f.weights_bytes)}, "
             f"KV caches {human_size(f.kv_bytes)}"
         )
+        if f.reused_bytes:  # in memory now and kept, so not needed again
+            text += f"; {human_size(f.reused_bytes)} of it loaded already"
+        return text
 
     def segments(self) -> list[tuple[float, QColor]]:
         """Fractions of the bar's width for weights, KV caches and margin."""

@@ -126,9 +126,12 @@ class ModelManagerDialog(HubDownloadsMixin, QDialog):
         draft: str = "",
         parent: QWidget | None = None,
         hub: HubService | None = None,
+        loaded: tuple[str, ...] = (),
     ) -> None:
         super().__init__(parent)
         self.hub = hub
+        # The pair in memory stays there while a new one loads: the memory bar counts it.
+        self._loaded = tuple(Path(p) for p in loaded if p)
         # Downloads and imports, one at a time; a draft's download becomes the draft.
         self._downloads = HubTaskGroup(hub, models_dir, self) if hub is not None else None
         self._as_draft = False
@@ -382,7 +385,9 @@ class ModelManagerDialog(HubDownloadsMixin, QDialog):
         from app.hub.fit import memory_fit
 
         try:
-            fit = memory_fit(Path(self.target), Path(self.draft) if self.draft else None)
+            fit = memory_fit(
+                Path(self.target), Path(self.draft) if self.draft else None, loaded=self._loaded
+            )
             verdict = check_pair(Path(self.target), Path(self.draft)) if self.draft else None
         except (ModelError, OSError) as exc:
             self.verdict_label.setText(f"✗ {exc}")

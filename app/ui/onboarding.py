@@ -1,6 +1,8 @@
-"""The first-run view: an empty library gets the pair sized for this Mac."""
+"""The first-run view: an empty library gets the pair sized for this machine."""
 
 from __future__ import annotations
+
+import sys
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
@@ -17,6 +19,8 @@ from app.hub import human_size
 from app.hub.catalog import CatalogPair
 
 _GB = 1000**3
+# What the view calls the machine it runs on.
+THIS_MACHINE = "this Mac" if sys.platform == "darwin" else "this computer"
 
 
 class OnboardingView(QWidget):
@@ -60,14 +64,14 @@ class OnboardingView(QWidget):
 
         mem = human_size(usable_bytes)
         if pair is None:
-            self.pair_title.setText("No recommended pair fits this Mac")
+            self.pair_title.setText(f"No recommended pair fits {THIS_MACHINE}")
             self.pair_detail.setText(
-                f"Models can use about {mem} here, less than the smallest recommended pair "
-                "needs. Import a smaller model, or choose one in Models…"
+                f"Models can use about {mem} here, too little for the smallest recommended "
+                "pair with room to spare. Import a smaller model, or choose one in Models…"
             )
             self.download_button.hide()
         else:
-            self.pair_title.setText(f"Recommended for this Mac: {pair.name}")
+            self.pair_title.setText(f"Recommended for {THIS_MACHINE}: {pair.name}")
             licenses = (
                 pair.licenses[0]
                 if pair.licenses[0] == pair.licenses[1]
@@ -140,3 +144,14 @@ class OnboardingView(QWidget):
     def show_message(self, text: str) -> None:
         self.set_running(False)
         self.progress_label.setText(text)
+
+    def show_loading(self, step: int, steps: int, text: str) -> None:
+        """The pair loads: step ``step`` of ``steps`` done, ``text`` says what runs now.
+
+        Replaces whatever the card said before (an earlier failure, a finished
+        download); a load cannot be cancelled, so Cancel hides.
+        """
+        self.set_running(True)
+        self.cancel_button.hide()
+        self.progress.setValue(int(1000 * min(max(step, 0), max(steps, 1)) / max(steps, 1)))
+        self.progress_label.setText(f"{text}…")

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QFileDialog, QStackedWidget, QWidget
 
 from app.errors import ModelError
 from app.hub.catalog import CatalogPair
-from app.services import HubService
+from app.services import EngineService, HubService, LoadProgress
 from app.services.hub_tasks import GroupProgress, HubTaskGroup
 from app.ui.onboarding import OnboardingView
 
@@ -34,6 +34,7 @@ class OnboardingFlow(QObject):
         pages: QStackedWidget,
         hub: Callable[[], HubService],
         models_dir: Callable[[], Path],
+        service: EngineService,
         parent: QWidget,
     ) -> None:
         super().__init__(parent)
@@ -43,9 +44,11 @@ class OnboardingFlow(QObject):
         self._dialogs = parent
         self._tasks: HubTaskGroup | None = None
         self.view: OnboardingView | None = None
+        # Whoever starts a load (this view, Models…, the Load button), the view follows it.
+        service.load_progressed.connect(self._on_load_progressed)
 
     def show(self) -> OnboardingView:
-        """Shows the first-run view, with the pair recommended for this Mac."""
+        """Shows the first-run view, with the pair recommended for this machine."""
         from app.hub.catalog import load_catalog, recommend
         from app.hub.fit import usable_memory_bytes
 
@@ -122,6 +125,11 @@ class OnboardingFlow(QObject):
     def _on_tasks_progressed(self, p: GroupProgress) -> None:
         if self.view is not None:
             self.view.show_progress(p.step, p.steps, p.fraction, p.text)
+
+    @Slot(object)
+    def _on_load_progressed(self, p: LoadProgress) -> None:
+        if self.view is not None:
+            self.view.show_loading(p.step, p.steps, p.text)
 
     @Slot(object)
     def _on_tasks_finished(self, paths: tuple[str, ...]) -> None:

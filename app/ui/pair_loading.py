@@ -79,7 +79,7 @@ class PairLoadingMixin(_Window):
             return False
 
     def show_onboarding(self) -> OnboardingView:
-        """Shows the first-run view in place of the chat, with the pair for this Mac."""
+        """Shows the first-run view in place of the chat, with the pair for this machine."""
         return self.onboarding_flow.show()
 
     @Slot()
@@ -91,10 +91,18 @@ class PairLoadingMixin(_Window):
             draft=self.model_bar.draft(),
             parent=self,
             hub=self.hub,
+            loaded=self._loaded_folders(),
         )
         dialog.pair_chosen.connect(self._on_pair_chosen)
         dialog.open()
         return dialog
+
+    def _loaded_folders(self) -> tuple[str, ...]:
+        """The local pair's folders, which stay in memory while another pair loads."""
+        info = self._pair
+        if info is None or info.target.startswith(("http://", "https://")):
+            return ()
+        return (info.target, info.draft) if info.draft else (info.target,)
 
     @Slot(str, str)
     def _on_pair_chosen(self, target: str, draft: str) -> None:

@@ -42,6 +42,10 @@ PICK_COLOR = QColor("#d62728")
 COST_COLOR = QColor("#8c564b")
 
 
+IDLE_SUMMARY = "Run a sweep to see the speed of each draft length."
+RUNNING_SUMMARY = "Sweeping: the speed of each draft length shows here when the sweep ends."
+
+
 def plan_text(plan: Plan | None) -> str:
     """Why Auto picks its k, in words: "Auto picks k = 8: 9 tokens verify for 1.7 steps"."""
     if plan is None:
@@ -139,7 +143,7 @@ class TuneDialog(QDialog):
         self.plan_label.setWordWrap(True)
         self.plan_label.setAccessibleName("What Auto picks")
         self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.summary = QLabel("Run a sweep to see the speed of each draft length.")
+        self.summary = QLabel(IDLE_SUMMARY)
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
@@ -301,9 +305,17 @@ class TuneDialog(QDialog):
         has = self.calibration is not None and not running
         for button in (self.use_button, self.json_button, self.png_button):
             button.setEnabled(has)
+        self.summary.setText(self._footer())
         if running:
             self.progress.setRange(0, 0)  # busy until the first progress event
             self.status.setText("Starting…")
+
+    @Slot()
+    def show_cancelled(self) -> None:
+        """Ends a run that stopped without a result; any earlier result stays."""
+        self.set_running(False)
+        kept = " The last result is still shown." if self.calibration is not None else ""
+        self.status.setText(f"Sweep cancelled: nothing was measured.{kept}")
 
     @Slot(object)
     def show_progress(self, p: CalibrationProgress) -> None:
@@ -356,7 +368,6 @@ class TuneDialog(QDialog):
         k_top = max(k_top, widths - 1)
         self._set_axes(k_top, max([p.tps for p in r.points] + [p.rate for p in predicted]))
         self.chart.setTitle(f"{r.pair or 'Draft length'}: best k = {r.best_k}")
-        self.summary.setText(self._summary(r))
         self.status.setText(
             f"Done: {len(r.points)} settings × {r.prompts} prompts, {r.max_tokens} tokens each."
         )
@@ -395,6 +406,13 @@ class TuneDialog(QDialog):
         )
         self._set_cost_axes(widths, max((p.y() for p in points), default=0.0))
         return widths if points else 0
+
+    def _footer(self) -> str:
+        """The summary line: the result on show, and whether a sweep runs meanwhile."""
+        if self.calibration is None:
+            return RUNNING_SUMMARY if self.running else IDLE_SUMMARY
+        text = self._summary(self.calibration)
+        return f"Last sweep, shown until this one ends: {text}" if self.running else text
 
     def _summary(self, r: CalibrationResult) -> str:
         best = r.best

@@ -92,8 +92,8 @@ class TuneFlow(QObject):
         self._calibration = None
         self.busy_changed.emit(False)
         if self.dialog is not None:
-            if result is None:
-                self.dialog.set_running(False)
+            if result is None:  # cancelled, from the dialog or by Stop
+                self.dialog.show_cancelled()
             else:
                 self.dialog.show_result(result)
         if result is not None and self._pair is not None:

@@ -118,6 +118,28 @@ def test_stop_ends_within_one_round(tiny_pair) -> None:
     assert finished.token_ids == first.token_ids
 
 
+def test_stop_inside_a_round_ends_the_reply_as_cancelled(tiny_pair, monkeypatch) -> None:
+    from app.engine import speculative
+
+    cancel = threading.Event()
+    events = stream_reply(
+        tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, num_draft=4), cancel
+    )
+    chunks = [next(events) for _ in range(4)]  # past the plain first steps
+    real = speculative._logits
+
+    def logits(model, tokens, cache):  # type: ignore[no-untyped-def]
+        assert model is tiny_pair.draft.model, "the target ran after the stop"
+        cancel.set()  # during the next round's first draft step
+        return real(model, tokens, cache)
+
+    monkeypatch.setattr(speculative, "_logits", logits)
+    *rest, finished = list(events)
+    assert isinstance(finished, Finished) and finished.finish_reason == "cancelled"
+    assert not any(isinstance(e, Chunk) and e.token_ids for e in rest)
+    assert finished.token_ids == tuple(t for c in chunks for t in c.token_ids)
+
+
 def test_without_draft_every_token_is_the_targets(tiny: TinyModels, plain) -> None:
     _, f = _run(plain, PROMPTS[0], max_tokens=10, num_draft=4)
     assert set(f.origins) == {Origin.TARGET}
@@ -171,3 +193,16 @@ def test_a_conversation_longer_than_the_window_is_refused_with_numbers(
     with pytest.raises(ModelError, match=r"tokens, more than short's window of 24\. Start a new"):
         list(stream_reply(pair, [Message("user", "word " * 40)]))
     _run(pair, [Message("user", "Hi")], max_tokens=2)  # a short one still works
+
+
+def test_chunks_say_the_prompt_length_and_the_speed_is_over_the_rounds_time(tiny_pair) -> None:
+    chunks, f = _run(tiny_pair, PROMPTS[0], max_tokens=20, num_draft=4)
+    s = f.stats
+    timed = [c.round for c in chunks if c.round is not None]
+    assert timed and all(c.prompt_tokens == s.prompt_tokens for c in chunks if c.round)
+    # Decoding is the rounds' time (a round cut at the end of text reaches no chunk),
+    # never the prompt or the time around the rounds.
+    assert s.decode_seconds == pytest.approx(s.draft_seconds + s.verify_seconds)
+    assert sum(r.seconds for r in timed) <= s.decode_seconds + 1e-9
+    assert s.decode_seconds <= s.generation_seconds
+    assert s.generation_tps == pytest.approx(s.tokens / s.decode_seconds)

@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from app.engine.live import LiveSnapshot, LiveStats
-from app.engine.types import RoundStat
+from app.engine.types import RoundStat, Stats
 
 
 def _round(k: int, accepted: int, **kw: object) -> RoundStat:
@@ -30,8 +30,8 @@ def test_rolling_window_keeps_the_last_drafting_rounds() -> None:
     assert live.snapshot().rolling_acceptance == 2 / 8
 
 
-def test_speed_covers_the_last_rounds_of_any_kind() -> None:
-    live = LiveStats(window=2)
+def test_speed_covers_every_round_of_the_message_of_any_kind() -> None:
+    live = LiveStats(window=2)  # the acceptance window does not bound the speed
     live.add(
         [
             RoundStat(tokens=10, k=4, accepted=4, seconds=10.0),
@@ -40,9 +40,56 @@ def test_speed_covers_the_last_rounds_of_any_kind() -> None:
         ]
     )
     snap = live.snapshot()
-    assert snap.tps == 4 / 2.0
+    assert snap.tps == 14 / 12.0
     assert snap.tokens == 14
     assert snap.rounds == 3
+    assert snap.drafted == 8 and snap.accepted == 6
+
+
+def test_speed_is_the_messages_own_not_the_last_replys() -> None:
+    live = LiveStats()
+    live.add([RoundStat(tokens=8, k=8, accepted=7, seconds=1.0)], baseline_tps=4.0)
+    live.begin_message()
+    snap = live.snapshot()
+    assert (snap.tps, snap.speedup) == (None, None)  # nothing of this reply is timed yet
+    live.add([RoundStat(tokens=2, k=8, accepted=1, seconds=1.0)])
+    snap = live.snapshot()
+    assert snap.tps == 2.0 and snap.speedup == 0.5
+
+
+def test_finish_message_puts_the_final_figures_in_place_of_the_live_ones() -> None:
+    live = LiveStats()
+    live.set_lifetime(accepted=10, drafted=20)
+    live.add([RoundStat(tokens=4, k=4, accepted=3, seconds=0.5)] * 3, baseline_tps=4.0)
+    assert live.snapshot().tps == 8.0
+    # The engine's count: a last round cut at the end of text, and time that is not decoding.
+    final = Stats(
+        tokens=12,
+        drafted=16,
+        accepted=10,
+        draft_seconds=0.3,
+        verify_seconds=1.5,
+        generation_seconds=6.0,
+        baseline_tps=4.0,
+    )
+    live.finish_message(final)
+    snap = live.snapshot()
+    assert snap.tps == final.generation_tps == 12 / 1.8
+    assert snap.speedup == final.speedup
+    assert snap.message_acceptance == final.acceptance == 10 / 16
+    assert snap.lifetime_acceptance == 20 / 36  # the message counted once, as finished
+    assert snap.rounds == 3  # the rounds seen are still the rounds seen
+
+
+def test_server_wide_counters_leave_the_messages_acceptance_alone() -> None:
+    live = LiveStats()
+    live.add([RoundStat(tokens=3, k=4, accepted=2, seconds=1.0)])
+    live.finish_message(
+        Stats(tokens=3, drafted=400, accepted=100, generation_seconds=1.5, stats_scope="server")
+    )
+    snap = live.snapshot()
+    assert snap.message_acceptance == 0.5 and snap.lifetime_acceptance == 0.5
+    assert snap.tps == 2.0  # a remote reply's speed is its generation time's
 
 
 def test_no_time_means_no_speed() -> None:
@@ -80,7 +127,7 @@ def test_message_resets_but_window_and_lifetime_carry_on() -> None:
     assert snap.position_acceptance == (None,) * 12
     assert snap.rolling_acceptance == 1.0
     assert snap.lifetime_acceptance == 65 / 105
-    assert snap.tps == 6.0
+    assert snap.tps is None  # speed is the new message's
     assert snap.k == 5
     live.add([_round(5, 0)])
     snap = live.snapshot()

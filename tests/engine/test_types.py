@@ -1,4 +1,4 @@
-"""GenerationParams: the one sampling model and its one validation."""
+"""GenerationParams: the one sampling model and its one validation; Stats' one speed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from app.engine.types import (
     GenerationParams,
     InvalidParamError,
     InvalidTextError,
+    Stats,
     check_text,
+    decode_rate,
+    speedup_over,
 )
 from app.store import Settings
 from app.store.presets import Preset
@@ -82,3 +85,22 @@ def test_text_that_is_not_utf8_is_refused_with_where() -> None:
     check_text("plain and ünïcode 🙂")
     with pytest.raises(InvalidTextError, match=r"the prompt is not valid UTF-8 text \(character 2"):
         check_text("a\ud800", "the prompt")
+
+
+def test_speed_is_tokens_over_decoding_time_against_the_plain_rate() -> None:
+    # 6 s from start to end, of which the rounds decoded for 2 s (drafting plus verifying).
+    stats = Stats(
+        tokens=10,
+        generation_seconds=6.0,
+        draft_seconds=0.5,
+        verify_seconds=1.5,
+        baseline_tps=4.0,
+    )
+    assert stats.decode_seconds == 2.0
+    assert stats.generation_tps == 5.0 == decode_rate(10, 2.0)
+    assert stats.speedup == 1.25 == speedup_over(5.0, 4.0)
+    assert stats.as_dict()["generation_tps"] == 5.0 and stats.as_dict()["decode_seconds"] == 2.0
+    # A remote engine times no rounds: its generation time is all there is.
+    assert Stats(tokens=10, generation_seconds=2.0).generation_tps == 5.0
+    assert Stats(tokens=0, generation_seconds=1.0, baseline_tps=4.0).speedup is None
+    assert decode_rate(3, 0.0) is None and speedup_over(5.0, None) is None

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from app.errors import ModelError
-from app.hub.catalog import CatalogPair, load_catalog, recommend, suggest_drafts
+from app.hub.catalog import (
+    RECOMMEND_SHARE,
+    CatalogPair,
+    load_catalog,
+    recommend,
+    suggest_drafts,
+)
 from app.hub.library import inspect_model
 from tests.conftest import TinyModels
 
@@ -60,11 +66,20 @@ def test_a_broken_catalog_raises_one_line(tmp_path: Path) -> None:
 
 def test_recommend_picks_the_largest_that_fits() -> None:
     catalog = [_pair("small", 6.0), _pair("large", 48.0), _pair("medium", 23.0)]
-    assert recommend(catalog, 24 * 10**9).name == "medium"  # type: ignore[union-attr]
-    assert recommend(catalog, 100 * 10**9).name == "large"  # type: ignore[union-attr]
-    assert recommend(catalog, 6 * 10**9).name == "small"  # type: ignore[union-attr]
-    assert recommend(catalog, 5 * 10**9) is None
+    room = 1 / RECOMMEND_SHARE  # memory per GB a pair needs, with the margin
+    assert recommend(catalog, int(24 * 10**9 * room)).name == "medium"  # type: ignore[union-attr]
+    assert recommend(catalog, int(100 * 10**9 * room)).name == "large"  # type: ignore[union-attr]
+    assert recommend(catalog, int(6 * 10**9 * room)).name == "small"  # type: ignore[union-attr]
+    assert recommend(catalog, int(5 * 10**9 * room)) is None
     assert recommend([], 10**12) is None
+
+
+def test_recommend_keeps_a_margin_of_the_memory_available() -> None:
+    # The report: a 32B needing about 23 GB was offered with 23.1 GB usable.
+    catalog = [_pair("small", 6.0), _pair("32b", 23.0)]
+    assert 0.5 <= RECOMMEND_SHARE <= 0.85
+    assert recommend(catalog, int(23.1 * 10**9)).name == "small"  # type: ignore[union-attr]
+    assert recommend(catalog, int(23 * 10**9 / RECOMMEND_SHARE) + 1).name == "32b"  # type: ignore[union-attr]
 
 
 def test_suggest_drafts(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> None:

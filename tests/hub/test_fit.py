@@ -111,3 +111,60 @@ def test_total_and_usable_memory() -> None:
     assert 0 < usable < total
     assert usable_memory_bytes(total) < total
     assert usable_memory_bytes(1) == 0  # never negative
+
+
+_GIB = 1024**3
+
+
+def test_usable_memory_is_what_the_system_can_give_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.hub import fit
+
+    assert usable_memory_bytes(total_memory_bytes()) > _GIB  # any machine the tests run on
+    monkeypatch.setattr(fit, "available_memory_bytes", lambda: _GIB)  # other apps took the rest
+    assert usable_memory_bytes() == _GIB
+
+
+def test_available_memory_is_measured_on_linux() -> None:
+    import sys
+
+    from app.hub.fit import available_memory_bytes
+
+    available = available_memory_bytes()
+    if sys.platform.startswith("linux"):
+        assert available is not None and 0 < available <= total_memory_bytes()
+
+
+def test_what_stays_loaded_comes_off_the_ceiling_not_off_the_free_memory() -> None:
+    total = 64 * _GIB
+    ceiling = usable_memory_bytes(total)
+    assert usable_memory_bytes(total, free=10**15, held=5 * _GIB) == ceiling - 5 * _GIB
+    # The system's free memory already lacks what this process holds.
+    assert usable_memory_bytes(total, free=_GIB, held=5 * _GIB) == _GIB
+    assert usable_memory_bytes(total, free=10**15, held=total) == 0
+
+
+def test_memory_fit_counts_a_model_kept_loaded_once(tiny: TinyModels) -> None:
+    alone = memory_fit(tiny.target, tiny.draft, available=10**12)
+    target = _weights(tiny.target)
+    budget = alone.needed_bytes - target  # too little to read both again
+    assert not memory_fit(tiny.target, tiny.draft, available=budget).fits
+    kept = memory_fit(tiny.target, tiny.draft, available=budget, loaded=[tiny.target, tiny.copy])
+    assert kept.fits
+    assert kept.needed_bytes == alone.needed_bytes  # what the pair needs, all told
+    assert kept.reused_bytes == target
+    assert kept.held_bytes == target + _weights(tiny.copy)
+    assert f"{human_size(target)} of it loaded already" in kept.detail
+
+
+def test_memory_fit_counts_the_loaded_pair_while_the_new_one_loads(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.hub import fit
+
+    monkeypatch.setattr(fit, "available_memory_bytes", lambda: 10**15)  # the ceiling decides
+    alone = memory_fit(tiny.noisy, tiny.draft)
+    beside = memory_fit(tiny.noisy, tiny.draft, loaded=[tiny.target, tiny.copy])
+    held = _weights(tiny.target) + _weights(tiny.copy)
+    assert beside.held_bytes == held and beside.reused_bytes == 0
+    assert alone.available_bytes - beside.available_bytes == held
+    assert f"while the loaded {human_size(held)} stays in memory" in beside.detail

@@ -144,7 +144,7 @@ def test_loading_a_real_pair_reports_each_step(
 def test_work_runs_on_the_engine_thread(qtbot: QtBot, make_service) -> None:
     seen: list[str] = []
 
-    def load(_t: str, _d: str | None, progress=None) -> ModelPair:
+    def load(_t: str, _d: str | None, progress=None, loaded=None) -> ModelPair:
         seen.append(threading.current_thread().name)
         return _fake_load(_t, _d)
 
@@ -168,11 +168,11 @@ def test_a_pair_that_does_not_fit_is_refused_before_loading(
 
     loads: list[str] = []
 
-    def load(target: str, draft: str | None, progress=None) -> ModelPair:
+    def load(target: str, draft: str | None, progress=None, loaded=None) -> ModelPair:
         loads.append(target)
         return _fake_load(target, draft)
 
-    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None: 1_000)
+    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None, **_: 1_000)
     service = make_service(EngineWorker(load=load))
     with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
         service.load_pair(str(tiny.target), str(tiny.draft))
@@ -335,7 +335,7 @@ def test_running_out_of_memory_while_loading_unloads_the_old_pair(
     engine = _Engine(RuntimeError("unused"))
     calls = 0
 
-    def load(target: str, draft: str | None, progress=None) -> ModelPair:
+    def load(target: str, draft: str | None, progress=None, loaded=None) -> ModelPair:
         nonlocal calls
         calls += 1
         if calls == 2:
@@ -492,3 +492,82 @@ def test_failures_name_the_reply_they_belong_to(qtbot: QtBot, make_service) -> N
         ("generate", first.request_id),
         ("generate", second.request_id),
     ]
+
+
+def _weight_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folders whose weights mlx-lm reads from now on, on any thread."""
+    import mlx_lm.utils
+
+    reads: list[str] = []
+    real = mlx_lm.utils.load
+
+    def spy(path, *args, **kw):  # type: ignore[no-untyped-def]
+        reads.append(str(path))
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(mlx_lm.utils, "load", spy)
+    return reads
+
+
+def _answers(qtbot: QtBot, service: EngineService) -> GenerationResult:
+    with qtbot.waitSignal(service.generation_finished, timeout=60_000) as blocker:
+        service.generate(HELLO, GenerationParams(max_tokens=6, num_draft=3))
+    return blocker.args[0]
+
+
+def test_a_bad_draft_is_refused_before_any_weight_is_read_and_the_pair_still_answers(
+    qtbot: QtBot, make_service, tiny: TinyModels, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
+    reads = _weight_reads(monkeypatch)
+    steps: list[str] = []
+    service.load_progressed.connect(lambda p: steps.append(p.text))
+    not_a_model = tmp_path / "downloads"
+    not_a_model.mkdir()
+    with qtbot.waitSignal(service.failed, timeout=20_000) as blocker:
+        # A target not loaded yet: without the check up front it would be read first.
+        service.load_pair(str(tiny.noisy), str(not_a_model))
+    failure: EngineFailure = blocker.args[0]
+    assert failure.stage == "load" and not failure.unloaded
+    assert failure.message == "downloads: no config.json, so this is not a model folder"
+    assert reads == []  # refused before any weight was read
+    assert not any(text.startswith("Loading") for text in steps)
+    result = _answers(qtbot, service)  # the loaded pair still answers
+    assert result.pair.target == str(tiny.target) and result.pair.draft == str(tiny.copy)
+    assert result.finished.stats.tokens > 0
+
+
+def test_changing_only_the_draft_keeps_the_loaded_target(
+    qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
+    reads = _weight_reads(monkeypatch)
+    steps: list[str] = []
+    service.load_progressed.connect(lambda p: steps.append(p.text))
+    info = _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
+    assert info.label == "tiny-llama + tiny-noisy"
+    assert reads == [str(tiny.noisy.resolve())]  # the target's weights were not read again
+    assert "Keeping tiny-llama, loaded already" in steps
+    assert _answers(qtbot, service).pair.draft == str(tiny.noisy)
+
+
+def test_a_pair_that_fits_only_without_the_loaded_one_is_refused_and_that_one_stays(
+    qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.hub import fit
+
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
+    # A machine with room for the new pair alone: the loaded one stays until it is in.
+    room = fit.memory_fit(tiny.noisy, tiny.draft, available=10**12).needed_bytes
+    monkeypatch.setattr(fit, "usable_memory_bytes", lambda *, held=0, **_: room - held)
+    reads = _weight_reads(monkeypatch)
+    with qtbot.waitSignal(service.failed, timeout=20_000) as blocker:
+        service.load_pair(str(tiny.noisy), str(tiny.draft))
+    message = blocker.args[0].message
+    assert message.startswith("This pair does not fit: needs ")
+    assert "while the loaded" in message and "stays in memory" in message
+    assert "\n" not in message and reads == []
+    assert _answers(qtbot, service).pair.draft == str(tiny.copy)

@@ -1,3 +1,4 @@
+import math
 from array import array
 
 import pytest
@@ -6,7 +7,15 @@ from pytestqt.qtbot import QtBot
 
 from app.engine.live import LiveSnapshot, LiveStats
 from app.engine.types import RoundStat
-from app.ui.gauge import LIFETIME_TICK, MESSAGE_TICK, GaugeWidget
+from app.ui.gauge import (
+    LIFETIME_TICK,
+    MAX_RADIUS,
+    OVERHANG,
+    PAD,
+    RECENT_TICK,
+    STROKE,
+    GaugeWidget,
+)
 
 
 def _scripted(baseline_tps: float | None = 4.0) -> LiveSnapshot:
@@ -54,7 +63,7 @@ def test_summary_reads_the_figures_sent(qtbot: QtBot) -> None:
     qtbot.addWidget(gauge)
     gauge.set_snapshot(_scripted())
     text = (
-        "Acceptance 50% (message 50%, lifetime 55%), 5.0 tok/s, 1.25× plain, "
+        "Acceptance 50% this reply (recent 50%, lifetime 55%), 5.0 tok/s, 1.25× plain, "
         "k 4 (auto), 25% from prompt lookup"
     )
     assert gauge.summary() == text
@@ -69,7 +78,7 @@ def test_summary_without_a_baseline_is_still_measuring(qtbot: QtBot) -> None:
     live.add([RoundStat(tokens=3, k=4, accepted=2, seconds=1.0)])
     gauge.set_snapshot(live.snapshot())
     assert gauge.summary() == (
-        "Acceptance 50% (message 50%, lifetime 50%), 3.0 tok/s, speedup: measuring…, k 4"
+        "Acceptance 50% this reply (recent 50%, lifetime 50%), 3.0 tok/s, speedup: measuring…, k 4"
     )
 
 
@@ -100,7 +109,7 @@ def test_paints_from_the_palette(qtbot: QtBot, dark: bool) -> None:
     assert len(colors) > 2
     for role in (QPalette.ColorRole.Highlight, QPalette.ColorRole.WindowText):
         assert _rgb(palette.color(role)) in colors, role
-    assert _rgb(MESSAGE_TICK) in colors
+    assert _rgb(RECENT_TICK) in colors
     assert _rgb(LIFETIME_TICK) in colors
 
 
@@ -113,7 +122,7 @@ def test_empty_gauge_paints_an_unfilled_arc(qtbot: QtBot, dark: bool) -> None:
     colors = _colors(gauge)
     assert len(colors) > 2  # the track and the text are there
     assert _rgb(palette.color(QPalette.ColorRole.Highlight)) not in colors
-    assert _rgb(MESSAGE_TICK) not in colors
+    assert _rgb(RECENT_TICK) not in colors
     # A snapshot with nothing measured draws the same unfilled arc.
     gauge.set_snapshot(LiveStats().snapshot())
     assert _rgb(palette.color(QPalette.ColorRole.Highlight)) not in _colors(gauge)
@@ -152,3 +161,30 @@ def test_set_snapshot_schedules_a_paint(qtbot: QtBot) -> None:
     gauge.set_snapshot(_scripted())
     assert gauge.paints == before  # not painted synchronously
     qtbot.waitUntil(lambda: gauge.paints > before)
+
+
+def test_the_big_figure_is_this_replys_acceptance_not_the_recent_windows(qtbot: QtBot) -> None:
+    # Earlier replies kept almost every drafted token; this one kept 1 of 8.
+    live = LiveStats()
+    live.add([RoundStat(tokens=9, k=8, accepted=8, seconds=0.1)] * 31, baseline_tps=40.0)
+    live.begin_message()
+    live.add([RoundStat(tokens=2, k=8, accepted=1, seconds=0.1)])
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    palette = _palette(dark=False)
+    gauge.setPalette(palette)
+    gauge.set_snapshot(live.snapshot())
+    assert gauge.summary().startswith("Acceptance 12% this reply (recent 97%, lifetime 97%)")
+    gauge.resize(gauge.sizeHint())
+    image = gauge.grab().toImage().convertToFormat(QImage.Format.Format_RGB32)
+    highlight = _rgb(palette.color(QPalette.ColorRole.Highlight))
+    # The arc's stroke (at its size hint, the widest radius): filled near its left
+    # end (12%), unfilled at its top (50%), where 97% would have filled it.
+    top = PAD + OVERHANG + STROKE / 2
+    cx = gauge.width() / 2
+    assert image.pixel(round(cx), round(top)) & 0xFFFFFF != highlight
+    r = min(gauge.width() / 2 - PAD - OVERHANG - STROKE / 2, MAX_RADIUS)
+    cy = top + r
+    angle = math.pi * (1 - 0.05)
+    x, y = cx + r * math.cos(angle), cy - r * math.sin(angle)
+    assert image.pixel(round(x), round(y)) & 0xFFFFFF == highlight

@@ -226,6 +226,12 @@ def test_model_manager_loads_the_chosen_pair(
         qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
     assert window.model_bar.target_edit.text() == str(models / "tiny-llama")
     assert window.status.pair.text() == "tiny-llama"
+    # Chosen again, the loaded target is in memory already: its memory bar counts it once.
+    again = window.open_model_manager()
+    again.table.selectRow(0)
+    qtbot.mouseClick(again.target_button, Qt.MouseButton.LeftButton)
+    fit = again.memory_bar.fit
+    assert fit is not None and fit.reused_bytes == fit.held_bytes > 0
 
 
 def test_loading_a_pair_stops_the_reply_first(qtbot: QtBot, make_window) -> None:
@@ -280,7 +286,7 @@ def test_gauge_shows_the_rounds_the_engine_sent(qtbot: QtBot, make_window) -> No
     assert snap.tokens == 10 and abs(snap.tps - 250.0) < 1e-6
     assert snap.position_acceptance[:4] == (2 / 3, 2 / 3, 1 / 3, 1 / 3)
     summary = window.panel.gauge.summary()
-    assert summary.startswith("Acceptance 50% (message 50%, lifetime 50%)")
+    assert summary.startswith("Acceptance 50% this reply (recent 50%, lifetime 50%)")
     assert "250.0 tok/s" in summary and "5.00× plain" in summary
 
 
@@ -780,3 +786,138 @@ def test_stop_in_the_window_leaves_another_callers_reply(qtbot: QtBot, make_wind
         window.composer.stop_requested.emit()  # Esc
     assert blocker.args[0].finished.finish_reason == "length"
     assert len(blocker.args[0].finished.token_ids) == 200
+
+
+# A reply of three rounds of 4 tokens (3 of 4 drafted kept), 0.5 s each: 8.0 tok/s live.
+# The engine's final count adds a last round cut at the end of text (0.3 s more of
+# decoding) and counts 6 s from start to end, most of it not decoding.
+FINAL = Stats(
+    prompt_tokens=57,
+    tokens=12,
+    drafted=12,
+    accepted=9,
+    target_calls=4,
+    draft_rounds=3,
+    num_draft=4,
+    k_min=4,
+    k_max=4,
+    draft_seconds=0.3,
+    verify_seconds=1.5,
+    generation_seconds=6.0,
+    baseline_tps=4.0,
+)
+
+
+class _TimedReply:
+    """Plays :data:`FINAL`'s rounds; ``gates`` hold the next reply before each round and its end."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.gates: list[threading.Event] = []
+
+    def load(self, target: str, _draft, progress=None, loaded=None):  # type: ignore[no-untyped-def]
+        from app.engine import LoadedModel, ModelPair
+
+        config = {"max_position_embeddings": 32_768}
+        return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config=config))  # type: ignore[arg-type]  # no weights
+
+    def stream(self, _pair, _messages, _params, cancel, control=None):  # type: ignore[no-untyped-def]
+        from app.engine.types import Chunk, Finished, RoundStat
+
+        gates, self.gates = self.gates, []
+        origins = (Origin.DRAFT,) * 3 + (Origin.CORRECTION,)
+        reason = "stop"
+        for i in range(3):
+            if gates:
+                gates.pop(0).wait(10)
+            if cancel.is_set():
+                reason = "cancelled"
+                break
+            rnd = RoundStat(tokens=4, k=4, accepted=3, seconds=0.5)
+            yield Chunk(f"r{i} ", (1, 2, 3, 4), origins, ("r", f"{i}", " ", ""), rnd, 4.0, 57)
+        for gate in gates:
+            gate.wait(10)
+        yield Finished(FINAL, reason, (), ())
+
+
+@pytest.mark.parametrize("stop", [False, True], ids=["finished", "stopped"])
+def test_one_speed_for_a_reply_everywhere_and_final_replaces_live(
+    qtbot: QtBot, make_window, stop: bool
+) -> None:
+    import threading
+
+    from PySide6.QtCore import QUrl
+
+    engine = _TimedReply()
+    window = make_window(EngineWorker(load=engine.load, stream=engine.stream, flush_interval=0.0))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    if stop:  # Stop after the first round: the engine still counts its own figures
+        gate = threading.Event()
+        engine.gates = [threading.Event(), gate]
+        engine.gates[0].set()
+        window.composer.editor.setPlainText("Hello")
+        try:
+            with qtbot.waitSignal(window.service.generation_finished, timeout=10_000):
+                qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+                qtbot.waitUntil(lambda: "8.0 tok/s" in window.panel.gauge.summary())
+                qtbot.mouseClick(window.composer.stop_button, Qt.MouseButton.LeftButton)
+                gate.set()
+        finally:  # a failed check leaves no engine thread waiting
+            gate.set()
+    else:
+        _send(qtbot, window, "Hello")
+    # 12 tokens over 1.8 s of decoding, against 4.0 tok/s plain: in the panel, the
+    # status bar and Stats… alike, not the live 8.0 tok/s nor the 2.0 tok/s of 6 s.
+    assert "6.7 tok/s, 1.67× plain" in window.panel.gauge.summary()
+    assert window.panel.gauge.summary().startswith("Acceptance 75% this reply")
+    assert window.status.speed.text() == "6.7 tok/s (1.67× plain)"
+    assert window.status.acceptance.text() == "75% accepted (9/12), k 4"
+    [conversation] = window.store.conversations()
+    reply = window.store.messages(conversation.id)[1]
+    assert reply.finish_reason == ("cancelled" if stop else "stop")
+    opened: list[object] = []
+    window.transcript.stats_requested.connect(
+        lambda mid: opened.append(window._on_stats_requested(mid))
+    )
+    window.transcript.anchorClicked.emit(QUrl(f"stats:{reply.id}"))
+    [popover] = opened
+    rows = dict(popover.rows)  # type: ignore[attr-defined]
+    assert (rows["Speed"], rows["Speed-up"]) == ("6.7 tok/s", "1.67× plain")
+    popover.close()  # type: ignore[attr-defined]
+
+
+def test_the_status_bar_shows_the_reply_in_flight_not_the_last_one(
+    qtbot: QtBot, make_window
+) -> None:
+    import threading
+
+    engine = _TimedReply()
+    window = make_window(EngineWorker(load=engine.load, stream=engine.stream, flush_interval=0.0))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    _send(qtbot, window, "alpha")
+    assert window.status.speed.text() == "6.7 tok/s (1.67× plain)"
+    assert window.status.context.text() == "Context 69 / 32,768"
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert window.status.context.text() == "Context 0 / 32,768"  # an empty chat
+    gates = [threading.Event() for _ in range(4)]
+    engine.gates = list(gates)
+    window.composer.editor.setPlainText("beta")
+    try:
+        with qtbot.waitSignal(window.service.generation_finished, timeout=10_000):
+            qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+            # Before the first round: nothing of the last reply, the prompt not counted yet.
+            assert window.status.speed.text() == "… tok/s"
+            assert window.status.acceptance.text() != "75% accepted (9/12), k 4"
+            assert window.status.context.text() == "Context … / 32,768"
+            gates[0].set()
+            qtbot.waitUntil(lambda: window.status.context.text() == "Context 61 / 32,768")
+            assert window.status.speed.text() == "8.0 tok/s (2.00× plain)"  # this reply's, live
+            assert window.status.acceptance.text() == "75% accepted (3/4), k 4"
+            for gate in gates[1:]:
+                gate.set()
+    finally:  # a failed check leaves no engine thread waiting
+        for gate in gates:
+            gate.set()
+    assert window.status.speed.text() == "6.7 tok/s (1.67× plain)"
+    assert window.status.context.text() == "Context 69 / 32,768"

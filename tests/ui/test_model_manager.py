@@ -157,7 +157,7 @@ def test_verdict_says_when_a_pair_does_not_fit(
 ) -> None:
     from app.hub import fit
 
-    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None: 1_000)
+    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None, **_: 1_000)
     dialog = _dialog(qtbot, library, tmp_path)
     _select(dialog, "tiny-llama")
     qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
@@ -346,3 +346,23 @@ def test_remote_key_field_says_why_without_a_keychain(
     qtbot.addWidget(dialog)
     assert not dialog.key_edit.isEnabled()
     assert dialog.key_note.text() == "key storage is unavailable: no system keychain"
+
+
+def test_the_memory_bar_counts_the_loaded_pair_and_a_model_kept_once(
+    qtbot: QtBot, library: Path, tmp_path: Path
+) -> None:
+    def size(name: str) -> int:
+        return sum(f.stat().st_size for f in (library / name).glob("*.safetensors"))
+
+    loaded = (str(library / "tiny-llama"), str(library / "tiny-small"))
+    dialog = ModelManagerDialog(library, hf_cache_dir=tmp_path / "hf", loaded=loaded)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    _select(dialog, "tiny-llama")
+    qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
+    fit = dialog.memory_bar.fit
+    assert fit is not None
+    # The loaded pair stays in memory while this one loads; the target it keeps counts once.
+    assert fit.held_bytes == size("tiny-llama") + size("tiny-small")
+    assert fit.reused_bytes == size("tiny-llama")
+    assert "loaded already" in dialog.memory_bar.summary()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
@@ -165,3 +166,93 @@ def test_tune_dialog_screenshot_with_a_cuda_like_curve(qtbot: QtBot) -> None:
     assert path.stat().st_size > 10_000
     assert _colours(image) > 8  # a real dialog, not a blank frame
     assert dialog.cost_series.count() == 17 and dialog.pick_series.isVisible()
+
+
+def _grab(widget, name: str) -> QImage:  # type: ignore[no-untyped-def]
+    """Shows ``widget``, lets it lay out, saves it as ``name``.png and returns the image."""
+    widget.show()
+    QApplication.processEvents()
+    image = widget.grab().toImage()
+    path = OUT / f"{name}.png"
+    assert image.save(str(path))
+    assert path.stat().st_size > 2_000
+    assert _colours(image) > 4, name  # a real view, not a blank frame
+    return image
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_reply_figures_screenshots(qtbot: QtBot, mode: str) -> None:
+    """The gauge of a reply that kept 1 of 8 drafted tokens, and the status bar mid-reply."""
+    from app.engine.live import LiveStats
+    from app.engine.types import RoundStat, Stats
+    from app.store import Settings
+    from app.ui.speculation_panel import SpeculationPanel
+    from app.ui.statusbar import StatusBar
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        live = LiveStats()
+        live.set_lifetime(accepted=610, drafted=800)
+        live.add([RoundStat(tokens=8, k=8, accepted=7, seconds=0.2)] * 31, baseline_tps=20.0)
+        live.begin_message()
+        live.add([RoundStat(tokens=2, k=8, accepted=1, seconds=0.15)])
+        status = StatusBar()
+        qtbot.addWidget(status)
+        status.resize(760, 30)
+        status.context.show_usage(None, 32_768)
+        status.show_live(live.snapshot())
+        _grab(status, f"statusbar-live-{mode}")
+        assert status.speed.text() == "13.3 tok/s (0.67× plain)"
+        live.finish_message(
+            Stats(tokens=2, drafted=8, accepted=1, draft_seconds=0.05, verify_seconds=0.1)
+        )
+        panel = SpeculationPanel(Settings())
+        qtbot.addWidget(panel)
+        panel.resize(280, 640)
+        panel.show_snapshot(live.snapshot())
+        _grab(panel, f"gauge-{mode}")
+        assert panel.gauge.summary().startswith("Acceptance 12% this reply (recent")
+    finally:
+        app.setPalette(light)
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_tune_and_welcome_screenshots(qtbot: QtBot, mode: str) -> None:
+    """Tune… mid-run and after a cancel; the welcome card while the real pair loads."""
+    from app.hub.catalog import load_catalog, recommend
+    from app.ui.onboarding import OnboardingView
+    from app.ui.tune_dialog import TuneDialog
+    from tests.fakes import BUILTIN
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        dialog = TuneDialog("Qwen2.5-7B + Qwen2.5-0.5B", [], BUILTIN)
+        qtbot.addWidget(dialog)
+        dialog.resize(900, 560)
+        dialog.run_button.click()
+        _grab(dialog, f"tune-running-{mode}")
+        assert dialog.summary.text().startswith("Sweeping")
+        dialog.cancel_button.click()
+        dialog.show_cancelled()
+        _grab(dialog, f"tune-cancelled-{mode}")
+        assert dialog.run_button.isEnabled() and "Cancelling" not in dialog.status.text()
+        gb = 1000**3
+        view = OnboardingView(recommend(load_catalog(), 24 * gb), 24 * gb)
+        qtbot.addWidget(view)
+        view.resize(900, 460)
+        view.show_message("Cannot load /models/missing: no such folder.")
+        view.show_loading(1, 3, "Loading the target")
+        _grab(view, f"welcome-loading-{mode}")
+        assert view.progress_label.text() == "Loading the target…"
+    finally:
+        app.setPalette(light)

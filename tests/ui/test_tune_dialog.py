@@ -228,3 +228,17 @@ def test_error_ends_the_run(dialog: TuneDialog) -> None:
     dialog.show_error("out of memory")
     assert not dialog.running and dialog.run_button.isEnabled()
     assert dialog.status.text() == "Calibration failed: out of memory"
+
+
+def test_the_footer_says_a_sweep_runs_while_it_runs(qtbot: QtBot, dialog: TuneDialog) -> None:
+    assert dialog.summary.text() == "Run a sweep to see the speed of each draft length."
+    with qtbot.waitSignal(dialog.run_requested):
+        qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    assert dialog.summary.text().startswith("Sweeping: the speed of each draft length shows")
+    dialog.show_result(RESULT)
+    assert dialog.summary.text().startswith("<b>best k = 4</b>")
+    # Another run: the result on show is said to be the last sweep's until this one ends.
+    qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    assert dialog.summary.text().startswith("Last sweep, shown until this one ends: <b>best k")
+    dialog.show_cancelled()
+    assert dialog.summary.text().startswith("<b>best k = 4</b>")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QStatusBar, QWidget
 
+from app.engine.live import LiveSnapshot
 from app.engine.types import Stats
 from app.ui.statusbar.acceptance import AcceptanceSegment, format_acceptance
 from app.ui.statusbar.context import CONTEXT_WARNING, ContextSegment
@@ -35,9 +36,14 @@ class StatusBar(QStatusBar):
         self.addPermanentWidget(self.server)
 
     def show_reply_stats(self, stats: Stats) -> None:
-        """Shows the last reply's speed and acceptance."""
+        """Shows the ended reply's final speed and acceptance."""
         self.speed.show_stats(stats)
         self.acceptance.show_stats(stats)
+
+    def show_live(self, snapshot: LiveSnapshot) -> None:
+        """Shows the speed and acceptance of the reply in flight, never the last one's."""
+        self.speed.show_live(snapshot)
+        self.acceptance.show_live(snapshot)
 
 
 __all__ = [

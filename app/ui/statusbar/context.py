@@ -14,10 +14,21 @@ class ContextSegment(QLabel):
         super().__init__("", parent)
         self.setAccessibleName("Context used")
 
-    def show_usage(self, used: int, window: int | None) -> None:
-        """Shows ``used`` tokens of a ``window``-token context; ``None`` hides the figures."""
+    def show_usage(self, used: int | None, window: int | None) -> None:
+        """Shows ``used`` tokens of a ``window``-token context.
+
+        Args:
+            used: Tokens the conversation fills; ``None`` while a reply's prompt
+                is not counted yet ("Context … / 32,768").
+            window: The target's window; ``None`` hides the figures.
+        """
         if window is None:
             self.setText("")
+            return
+        if used is None:
+            self.setText(f"Context … / {window:,}")
+            self.setStyleSheet("")
+            self.setToolTip("Counting the tokens of the reply's prompt…")
             return
         share = used / window
         self.setText(f"Context {used:,} / {window:,}")
