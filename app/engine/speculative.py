@@ -90,6 +90,7 @@ class _Proposal:
     drafted: int
     fed: list[int]  # tokens fed to the draft's cache ahead of its first step
     filler: int  # the token padding rows repeat (any token: no logit of theirs is read)
+    first_at: float | None = None  # when the first draft step was done, where timed
 
     @property
     def size(self) -> int:
@@ -611,15 +612,21 @@ class Decoder:
         feed: list[int],
         n_draft: int,
         stop_below: float,
-    ) -> int:
+        timed: bool = False,
+    ) -> tuple[int, float | None]:
         """Drafts up to ``n_draft`` tokens onto ``parts`` (and their rows onto ``q_rows``).
 
         With ``stop_below`` above 0 the draft ends once the product of its own
         probabilities of its tokens falls below it; each probability is read one
         step late, so the device keeps drafting while Python looks.
 
+        Args:
+            timed: Wait for the first step, so the steps after it time what
+                one more draft token costs: the first also feeds the tokens
+                the last round committed and starts from a synced device.
+
         Returns:
-            Tokens drafted.
+            Tokens drafted, and when the first step was done (``timed`` only).
         """
         assert self.draft is not None and self._d_cache is not None
         history = self._history(seq, params)
@@ -627,9 +634,10 @@ class Decoder:
         x = mx.array(feed, dtype=mx.int32)
         sure: list[mx.array] = []
         chain = 1.0
+        first_at = None
         for i in range(n_draft):
             if self._stopped():
-                return i
+                return i, first_at
             logits = _logits(self.draft, x, self._d_cache)[-1:]
             if self.vocab_size is not None:
                 logits = fit_vocab(logits, self.vocab_size)
@@ -641,6 +649,9 @@ class Decoder:
                 q_rows.append(probs[0])
             x = token
             parts.append(token)
+            if timed and i == 0:
+                mx.eval(token)
+                first_at = time.perf_counter()
             if stop_below > 0:
                 p = probs if probs is not None else mx.softmax(logits, axis=-1)
                 sure.append(mx.take(p[0], token))
@@ -648,10 +659,10 @@ class Decoder:
                 if i:
                     chain *= cast(float, sure[i - 1].item())
                     if chain < stop_below:
-                        return i + 1
+                        return i + 1, first_at
             else:
                 mx.async_eval(x)  # the device drafts while Python builds the next step
-        return n_draft
+        return n_draft, first_at
 
     def _speculate(
         self,
@@ -666,7 +677,13 @@ class Decoder:
         assert self._t_cache is not None
         start = time.perf_counter()
         missing = plan.width in self.costs.missing()
-        proposal = self._propose(seq, params, looked_up, plan, k_draft)
+        drafts = k_draft > len(looked_up)
+        timed = (
+            missing
+            or plan.explore
+            or (drafts and (n_round % TIME_DRAFT_EVERY == 1 or not self.costs.draft_step))
+        )
+        proposal = self._propose(seq, params, looked_up, plan, k_draft, timed)
         if self._stopped():
             self._drop_draft(proposal)
             return None
@@ -674,14 +691,6 @@ class Decoder:
         if proposal.size < plan.k and not missing:  # a short draft may verify in fewer rows
             padded = self.costs.profile().padded_round(proposal.size + 1)
             width = padded[1] if padded is not None else width
-        timed = (
-            missing
-            or plan.explore
-            or (
-                proposal.drafted > 0
-                and (n_round % TIME_DRAFT_EVERY == 1 or not self.costs.draft_step)
-            )
-        )
         verify_start, draft_seconds = self._time_draft(proposal, timed, start)
         verdict = self._verify(seq, params, proposal, width)
         if timed:
@@ -708,19 +717,23 @@ class Decoder:
         looked_up: list[int],
         plan: Plan,
         k_draft: int,
+        timed: bool = False,
     ) -> _Proposal:
         """Lookup's tokens, then up to ``k_draft`` in all from the draft (queued, not evaluated)."""
         parts: list[mx.array] = [mx.array(looked_up, dtype=mx.int32)] if looked_up else []
         q_rows: list[mx.array | int] = list(looked_up)  # an int stands for a one-hot row
         drafted = max(k_draft - len(looked_up), 0)
         fed: list[int] = []
+        first_at = None
         if drafted:
             assert self.draft is not None and self._d_cache is not None
             fed = seq[len(self._d_tokens) :] + looked_up
             # Each more draft token must be worth its step at the round's rate.
             step, rate = self.costs.draft_step, plan.rate
             stop_below = min(step * rate, 0.9) if self.draft_cutoff and step and rate else 0.0
-            drafted = self._draft_tokens(seq, params, parts, q_rows, fed, drafted, stop_below)
+            drafted, first_at = self._draft_tokens(
+                seq, params, parts, q_rows, fed, drafted, stop_below, timed
+            )
         filler = looked_up[-1] if looked_up else seq[-1]
         return _Proposal(
             tokens=mx.concatenate(parts) if parts else mx.array([], dtype=mx.int32),
@@ -729,18 +742,25 @@ class Decoder:
             drafted=drafted,
             fed=fed,
             filler=filler,
+            first_at=first_at,
         )
 
     def _time_draft(self, proposal: _Proposal, timed: bool, start: float) -> tuple[float, float]:
         """When verification starts, and the seconds of drafting (measured or estimated).
 
         A timed round waits for the draft before verifying, which splits the two
-        costs; others keep the draft queued ahead of the verification.
+        costs; others keep the draft queued ahead of the verification. A draft
+        step is priced by the steps after the first: what one more token costs.
+        The first step's extra (the tokens it feeds, the start from a synced
+        device) is then part of what the round costs at its width.
         """
         if timed:
             mx.eval(proposal.tokens)
             verify_start = time.perf_counter()
-            if proposal.drafted:
+            if proposal.drafted > 1 and proposal.first_at is not None:
+                later = (verify_start - proposal.first_at) / (proposal.drafted - 1)
+                self.costs.observe_draft_step(later)
+            elif proposal.drafted:
                 self.costs.observe_draft_step((verify_start - start) / proposal.drafted)
             return verify_start, verify_start - start
         return start, (self.costs.draft_step or 0.0) * proposal.drafted

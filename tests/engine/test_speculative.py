@@ -555,3 +555,26 @@ def test_a_cancel_while_reading_the_prompt_stops_at_the_next_chunk(models, monke
     gen.close()
     # The chunk read before the stop is kept, and only it.
     assert isinstance(first, Prefill) and first.reused_tokens == 16
+
+
+def test_a_draft_step_is_priced_by_the_steps_after_a_rounds_first(models, monkeypatch) -> None:
+    import time
+
+    pair = models["noisy"]
+    target, draft = pair.target.model, pair.draft.model
+    last = {"model": None}
+    real = spec._logits
+
+    def logits(model, tokens, cache):  # type: ignore[no-untyped-def]
+        if model is draft and last["model"] is not draft:
+            time.sleep(0.08)  # a round's first draft step: it starts after a sync
+        last["model"] = model
+        return real(model, tokens, cache)
+
+    monkeypatch.setattr(spec, "_logits", logits)
+    decoder = Decoder(target, draft)
+    _, rounds = _tokens(decoder, PROMPT_IDS, 60, num_draft=4)
+    assert sum(r.k for r in rounds) >= 12
+    step = decoder.costs.draft_step
+    # The first step's 80 ms belongs to the round, not to each of its 4 tokens.
+    assert step is not None and step < 0.01
