@@ -143,20 +143,28 @@ class DraftLength:
 
         Shorter drafts teach nothing new: a round of k observes every position up
         to its first rejection. Tries spread over (best k, k_max] and are spaced
-        so that they cost at most :data:`EXPLORE_BUDGET` of the time.
+        so that they cost at most :data:`EXPLORE_BUDGET` of the time. While Auto
+        decodes plainly, the try is the best drafting plan, as soon as the
+        budget allows: a plain burst is many rounds long, and without tries the
+        acceptance and the round costs that ruled drafting out would never
+        change again.
         """
         self._since_explore += 1
-        if self._since_explore < self.explore_every:
+        plain = best.k == 0
+        if not plain and self._since_explore < self.explore_every:
             return None
-        longer = [k for k in _spread(self.k_max) if k > best.k]  # from plain, any k
+        longer = [k for k in _spread(self.k_max) if k > best.k]
         if not longer or best.rate <= 0:
             return None
-        k = longer[self._explored % len(longer)]
-        trial = plan_round(profile, rates, self.k_max, k)
+        if plain:
+            trial = plan_round(profile, rates, self.k_max, plain=False)
+        else:
+            trial = plan_round(profile, rates, self.k_max, longer[self._explored % len(longer)])
         if trial is None:
             return None
         loss = max(0.0, 1.0 - trial.rate / best.rate) * trial.seconds
-        if self._since_explore * EXPLORE_BUDGET * best.seconds < loss:
+        # The try takes this plan's place: only the plans before it ran.
+        if (self._since_explore - 1) * EXPLORE_BUDGET * best.seconds < loss:
             return None
         self._since_explore = 0
         self._explored += 1

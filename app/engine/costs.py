@@ -32,6 +32,9 @@ FILE_VERSION = 1
 WARMUP_SAMPLES = 1  # the first forward of a new width builds kernels; it is not counted
 SAMPLES = 1  # counted forwards per width before it counts as measured (rounds refine it)
 WINDOW = 7  # recent samples a running cost is the median of
+# Rounds a width must have run before its own cost replaces its forward plus the
+# fixed cost: the median of three ignores one stalled round, of one or two not.
+ROUND_SAMPLES = 3
 
 
 def expected_tokens(accept: Sequence[float], k: int) -> float:
@@ -276,6 +279,12 @@ class _Samples:
     seen: int = 0
     value: float | None = None
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    stored: bool = False  # the value came from a stored profile
+
+    @property
+    def settled(self) -> bool:
+        """Whether enough samples back the value to outweigh an estimate."""
+        return self.stored or len(self.recent) >= ROUND_SAMPLES
 
     def __post_init__(self) -> None:
         if self.value is not None and not self.recent:
@@ -333,7 +342,7 @@ class CostModel:
             self._overhead = _Samples(WARMUP_SAMPLES + SAMPLES, profile.overhead)
         for i, r in enumerate(profile.rounds[: self.widths]):
             if r is not None:
-                self._rounds[i] = _Samples(WARMUP_SAMPLES + SAMPLES, r)
+                self._rounds[i] = _Samples(WARMUP_SAMPLES + SAMPLES, r, stored=True)
         self._context = profile.context
 
     @property
@@ -404,7 +413,7 @@ class CostModel:
                 mlx=self._mlx,
                 measured_at=time.time(),
                 overhead=self._overhead.value or 0.0,
-                rounds=tuple(r.value for r in self._rounds),
+                rounds=tuple(r.value if r.settled else None for r in self._rounds),
             )
         return self._cached
 

@@ -152,6 +152,36 @@ def test_auto_leaves_a_width_whose_rounds_cost_more_than_its_forward() -> None:
     assert plan.width != 16 and plan.k == plan.width - 1
 
 
+def test_a_widths_own_round_cost_counts_from_its_third_round() -> None:
+    model = CostModel(profile=_profile(CUDA_70B, 2.0))
+    model.observe_round(15, 16, 0.030 + 0.090)  # the first at a width builds kernels
+    model.observe_round(15, 16, 0.030 + 0.900)  # a stall
+    model.observe_round(15, 16, 0.030 + 0.090)
+    # Two rounds: the forward plus the fixed cost still price the width.
+    assert model.profile().rounds[15] is None
+    assert model.profile().round_seconds(16) == pytest.approx(0.082 + model.profile().overhead)
+    model.observe_round(15, 16, 0.030 + 0.091)
+    assert model.profile().round_seconds(16) == pytest.approx(0.091)
+
+
+def test_while_plain_auto_tries_its_best_draft_as_the_budget_allows() -> None:
+    # Drafting just short of paying: Auto decodes plainly, and keeps checking.
+    auto = DraftLength(16, costs=CostModel(profile=_profile(CUDA_70B, 6.0)))
+    for i in range(40):  # half the first drafts survive, no second one
+        auto.observe(16, i % 2)
+    profile, rates = auto.costs.profile(), auto.acceptance.rates()
+    plain, drafting = plan_round(profile, rates, 16), plan_round(profile, rates, 16, plain=False)
+    assert plain is not None and plain.k == 0
+    assert drafting is not None and 0 < drafting.k < 16
+    plans = [auto.choose() for _ in range(60)]  # mostly plain bursts of 32 tokens
+    tries = [p for p in plans if p.k]
+    # Tries come every few bursts, not every 16 plans, and try what would pay best.
+    assert len(tries) >= 6 and {(p.k, p.explore) for p in tries} == {(drafting.k, True)}
+    spent = sum(p.seconds for p in plans)
+    loss = sum(p.seconds * (1 - p.rate / plain.rate) for p in tries)
+    assert loss <= 0.03 * spent
+
+
 def test_tries_of_longer_drafts_are_marked_to_be_timed() -> None:
     auto = _controller(_profile(METAL_M5, 4.0), 0.7)
     plans = [auto.choose() for _ in range(400)]
