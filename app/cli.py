@@ -241,7 +241,7 @@ def _params(args: argparse.Namespace, **fields: object) -> GenerationParams | No
 
 def _generate(args: argparse.Namespace) -> int:
     from app.engine.generate import PromptTooLongError, stream_reply
-    from app.engine.types import Chunk, InvalidTextError, Message, check_text
+    from app.engine.types import Chunk, Finished, InvalidTextError, Message, check_text
     from app.errors import IncompatiblePairError, ModelError
 
     params = _params(
@@ -291,11 +291,11 @@ def _generate(args: argparse.Namespace) -> int:
                 if not args.json:
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
-            else:
+            elif isinstance(event, Finished):  # a Reading of the prompt is not shown
                 finished = event
     except KeyboardInterrupt:
         cancel.set()
-        finished = next(e for e in events if not isinstance(e, Chunk))
+        finished = next(e for e in events if isinstance(e, Finished))
     except PromptTooLongError as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 2

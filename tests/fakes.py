@@ -281,6 +281,46 @@ def _scripted(chunks: int, delay: float = 0.0, fail_at: int | None = None):
     return stream
 
 
+def _slow_to_stop(lag: float = 0.3):
+    """A reply that streams until cancelled, then takes ``lag`` seconds to end, as a round would."""
+
+    def stream(
+        _pair: ModelPair,
+        _messages: Sequence[Message],
+        _params: GenerationParams,
+        cancel: threading.Event,
+        control=None,
+    ) -> Iterator[Chunk | Finished]:
+        ids: list[int] = []
+        while not cancel.is_set() and len(ids) < 10_000:
+            ids.append(len(ids))
+            yield Chunk(f"t{ids[-1]} ", (ids[-1],), (Origin.DRAFT,))
+            time.sleep(0.005)
+        time.sleep(lag)  # the round in flight finishes before the cancel is seen
+        yield Finished(Stats(tokens=len(ids)), "cancelled", tuple(ids), (Origin.DRAFT,) * len(ids))
+
+    return stream
+
+
+def _reads_then_replies(readings: int = 1, gate: threading.Event | None = None, reused: int = 0):
+    """A reply that reads a 1,204-token prompt, a 512-token chunk per Reading, then says "Hi".
+
+    The cache held ``reused`` tokens of it already. With ``gate``, the reply
+    waits for the gate after its Readings, as a long prompt's next chunk would.
+    """
+    from app.engine.types import Reading
+
+    def stream(_pair, _messages, _params, cancel, control=None):  # type: ignore[no-untyped-def]
+        for i in range(readings):
+            yield Reading(reused + 512 * i, 1_204, reused)
+        if gate is not None:
+            gate.wait(10)
+        yield Chunk("Hi", (1,), (Origin.TARGET,))
+        yield Finished(Stats(tokens=1, prompt_tokens=1_204), "stop", (1,), (Origin.TARGET,))
+
+    return stream
+
+
 def _loaded(qtbot: QtBot, service: EngineService, target: str = "t", draft: str | None = None):
     with qtbot.waitSignal(service.pair_loaded, timeout=20_000) as blocker:
         service.load_pair(target, draft)

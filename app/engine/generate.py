@@ -20,6 +20,7 @@ from app.engine.types import (
     InvalidTextError,
     Message,
     Origin,
+    Reading,
     RoundStat,
     Stats,
     check_text,
@@ -138,11 +139,13 @@ def stream_reply(
     params: GenerationParams = DEFAULT_PARAMS,
     cancel: threading.Event | None = None,
     control: DraftControl | None = None,
-) -> Iterator[Chunk | Finished]:
+) -> Iterator[Reading | Chunk | Finished]:
     """Streams the target's reply to ``messages``.
 
-    Yields one :class:`Chunk` per round (its text may be empty while a
-    multi-byte character is incomplete) and ends with one :class:`Finished`.
+    Yields a :class:`Reading` before each chunk of the prompt the target reads
+    (none when its cache holds the prompt already), one :class:`Chunk` per
+    round (its text may be empty while a multi-byte character is incomplete)
+    and ends with one :class:`Finished`.
     ``cancel`` is checked before every round, between prompt chunks and
     between draft steps; ``control`` changes the draft length from the next
     round on.
@@ -166,7 +169,7 @@ def stream_reply(
     detok = tokenizer.detokenizer
     detok.reset()
     decoder = decoder_for(pair)
-    rounds = decoder.generate(prompt, params, control, cancel)
+    rounds = decoder.generate(prompt, params, control, cancel, reading=True)
     token_ids: list[int] = []
     origins: list[Origin] = []
     drafted = accepted = lookup_accepted = calls = draft_rounds = 0
@@ -186,6 +189,9 @@ def stream_reply(
             if rnd is None:  # the decoder saw the cancel inside a round
                 reason = "cancelled"
                 break
+            if isinstance(rnd, Reading):
+                yield rnd
+                continue
             if isinstance(rnd, Prefill):
                 prompt_seconds, reused = rnd.seconds, rnd.reused_tokens
                 continue

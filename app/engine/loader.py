@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 # Re-exported: callers long imported the user-facing errors from here.
 from app.errors import IncompatiblePairError as IncompatiblePairError
@@ -41,6 +43,43 @@ _CEILINGS = {
 _MAX_INDEX_BYTES = 100 * 1024 * 1024
 # A larger safetensors header is not one but garbage read as a length.
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
+# Weights are read in groups of about a hundredth of the model, but none smaller
+# than this: each group is one evaluation, and one progress report.
+_MIN_GROUP_BYTES = 32 * 1024 * 1024
+_GROUPS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class LoadProgress:
+    """A pair is loading: ``step`` of ``steps`` done, ``text`` says what runs now.
+
+    Attributes:
+        step: Steps done (the target, the draft, the check of the pair).
+        steps: Steps in all.
+        text: What runs now, such as "Loading qwen2.5-7b".
+        done: Bytes of the model's weights in memory so far, while they are read.
+        total: Bytes of its weights in all; 0 when no weights are read now.
+        seconds_left: The rest's estimate at the rate so far; ``None`` until known.
+    """
+
+    step: int
+    steps: int
+    text: str
+    done: int = 0
+    total: int = 0
+    seconds_left: float | None = None
+
+    @property
+    def fraction(self) -> float:
+        """The share of the whole load done: the steps, and this step's bytes."""
+        if self.steps <= 0:
+            return 1.0
+        part = min(self.done / self.total, 1.0) if self.total > 0 else 0.0
+        return (self.step + part) / self.steps
+
+
+# progress(done, total): bytes of a model's weights in memory so far, of all of them
+BytesRead = Callable[[int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,13 +413,17 @@ def check_folder(path: Path | str) -> Path:
     return path
 
 
-def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
+def load_model(
+    path: Path | str, *, fuse: bool = True, progress: BytesRead | None = None
+) -> LoadedModel:
     """Loads a model folder with mlx-lm; never reaches for the network.
 
     Args:
         path: The model folder.
         fuse: Fuse each layer's projections (:mod:`app.engine.fuse`), which
             makes a step cheaper and leaves its arithmetic as it was.
+        progress: Called with the bytes of weights read so far and in all,
+            before the first group of weights is read and after each.
 
     Raises:
         ModelError: With a one-line reason.
@@ -390,8 +433,10 @@ def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
     path = check_folder(path)
     stamp = _stamp(path)
     try:
-        loaded = cast(tuple[Any, Any, dict[str, Any]], load(str(path), return_config=True))
-        model, tokenizer, config = loaded
+        # Lazily: the weights are read below a group at a time, so progress can move.
+        loaded = load(str(path), lazy=True, return_config=True)
+        model, tokenizer, config = cast(tuple[Any, Any, dict[str, Any]], loaded)
+        _read_weights(model, progress or (lambda _done, _total: None))
     except Exception as exc:  # mlx-lm raises many kinds for broken folders
         raise ModelError(f"{path.name}: cannot load ({one_line(exc)})") from exc
     if fuse:
@@ -399,6 +444,25 @@ def load_model(path: Path | str, *, fuse: bool = True) -> LoadedModel:
 
         fuse_projections(model)
     return LoadedModel(path, model, tokenizer, config, fused=fuse, stamp=stamp)
+
+
+def _read_weights(model: nn.Module, progress: BytesRead) -> None:
+    """Evaluates a lazily loaded model's weights in groups, reporting the bytes read."""
+    leaves = cast(list[tuple[str, mx.array]], tree_flatten(model.parameters()))
+    arrays = [a for _, a in leaves]
+    total = sum(a.nbytes for a in arrays)
+    group = max(total // _GROUPS, _MIN_GROUP_BYTES)
+    done = pending = 0
+    batch: list[mx.array] = []
+    progress(0, total)
+    for i, a in enumerate(arrays):
+        batch.append(a)
+        pending += a.nbytes
+        if pending >= group or i == len(arrays) - 1:
+            mx.eval(batch)
+            done += pending
+            progress(done, total)
+            batch, pending = [], 0
 
 
 def _stamp(path: Path) -> tuple[tuple[str, int, int], ...]:
@@ -437,7 +501,7 @@ def load_pair(
     draft: Path | str | None = None,
     *,
     fuse: bool = True,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[LoadProgress], None] | None = None,
     check: PairCheck | None = None,
     loaded: ModelPair | None = None,
 ) -> ModelPair:
@@ -447,7 +511,8 @@ def load_pair(
         target: The target's folder.
         draft: The draft's folder, if any.
         fuse: Fuse projections (see :func:`load_model`).
-        progress: Called with (step, steps, what) before each step.
+        progress: Called with a :class:`LoadProgress` before each step, and
+            as each model's weights are read.
         check: Judges the pair once both models loaded, given the folders as passed
             here; ``app.hub.require_compatible`` is the rule every user-facing
             caller passes. ``None`` pairs any two models, as tests and tools may.
@@ -460,30 +525,44 @@ def load_pair(
         IncompatiblePairError: The check refused the pair.
     """
     steps = 1 if draft is None else 3
-    report = progress or (lambda _step, _steps, _what: None)
+    report = progress or (lambda _p: None)
     # Both folders are checked before any weights are read: a draft folder that
     # is not a model must not cost a load of the target first.
     target_path = check_folder(target)
     draft_path = check_folder(draft) if draft is not None else None
-    t = _load_or_keep(target_path, fuse, loaded, lambda text: report(0, steps, text))
+    t = _load_or_keep(target_path, fuse, loaded, 0, steps, report)
     if draft is None or draft_path is None:
         return ModelPair(t)
-    d = _load_or_keep(draft_path, fuse, loaded, lambda text: report(1, steps, text))
-    report(2, steps, "Checking the pair")
+    d = _load_or_keep(draft_path, fuse, loaded, 1, steps, report)
+    report(LoadProgress(2, steps, "Checking the pair"))
     if check is not None:
         check(Path(target), Path(draft))
     return ModelPair(t, d)
 
 
 def _load_or_keep(
-    path: Path, fuse: bool, loaded: ModelPair | None, report: Callable[[str], None]
+    path: Path,
+    fuse: bool,
+    loaded: ModelPair | None,
+    step: int,
+    steps: int,
+    report: Callable[[LoadProgress], None],
 ) -> LoadedModel:
     kept = _kept(path, fuse, loaded)
     if kept is not None:
-        report(f"Keeping {path.name}, loaded already")
+        report(LoadProgress(step, steps, f"Keeping {path.name}, loaded already"))
         return kept
-    report(f"Loading {path.name}")
-    return load_model(path, fuse=fuse)
+    text = f"Loading {path.name}"
+    report(LoadProgress(step, steps, text))
+    start = time.monotonic()
+
+    def read(done: int, total: int) -> None:
+        elapsed = time.monotonic() - start
+        # The rate so far predicts the rest once a little has been read.
+        left = (total - done) * elapsed / done if 0 < done < total and elapsed > 0 else None
+        report(LoadProgress(step, steps, text, done, total, left))
+
+    return load_model(path, fuse=fuse, progress=read)
 
 
 def free_memory() -> None:

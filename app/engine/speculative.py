@@ -27,7 +27,7 @@ from app.engine.adaptive import Acceptance, DraftLength, Ema
 from app.engine.costs import K_MAX, PLAIN_BURST, CostModel, Plan
 from app.engine.lookup import PromptLookup
 from app.engine.sampling import contexts_for, log_probs, penalize
-from app.engine.types import AcceptRule, GenerationParams, Origin
+from app.engine.types import AcceptRule, GenerationParams, Origin, Reading
 
 PREFILL_STEP = 512
 CATCH_UP_STEP = 128  # draft prompt tokens fed between two of the first plain steps
@@ -136,6 +136,30 @@ class DraftControl:
             self._num_draft = num_draft
 
 
+def prefill_steps(
+    model: nn.Module,
+    cache: list[Any],
+    tokens: Sequence[int],
+    step: int = PREFILL_STEP,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[int]:
+    """Runs ``tokens`` through ``model`` into ``cache`` in chunks of ``step``.
+
+    Args:
+        stop: Asked before each chunk; once true, prefilling ends there.
+
+    Yields:
+        Tokens fed so far, after each chunk: the cache holds them whenever the
+        caller looks.
+    """
+    for i in range(0, len(tokens), step):
+        if stop is not None and stop():
+            return
+        model(mx.array(list(tokens[i : i + step]))[None], cache=cache)
+        mx.eval([c.state for c in cache])
+        yield min(i + step, len(tokens))
+
+
 def prefill(
     model: nn.Module,
     cache: list[Any],
@@ -151,12 +175,7 @@ def prefill(
     Returns:
         Tokens fed (fewer than ``tokens`` only when stopped).
     """
-    for i in range(0, len(tokens), step):
-        if stop is not None and stop():
-            return i
-        model(mx.array(list(tokens[i : i + step]))[None], cache=cache)
-        mx.eval([c.state for c in cache])
-    return len(tokens)
+    return max(prefill_steps(model, cache, tokens, step, stop), default=0)  # counts only grow
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -309,6 +328,16 @@ class Decoder:
         self._t_cache, self._t_tokens = None, []
         self._d_cache, self._d_tokens = None, []
 
+    @staticmethod
+    def _reuse(
+        model: nn.Module, cache: list[Any] | None, cached: list[int], tokens: list[int]
+    ) -> tuple[list[Any], list[int]]:
+        """``cache`` cut back to the prefix it shares with ``tokens``; a new one if it cannot be."""
+        cache, cached = _cut_back(cache, cached, tokens)
+        if cache is None:
+            return make_prompt_cache(model), []
+        return cache, cached
+
     def _prepare(
         self,
         model: nn.Module,
@@ -318,10 +347,8 @@ class Decoder:
         limit: int | None = None,
     ) -> tuple[list[Any], list[int], int]:
         """Makes ``cache`` hold ``tokens`` (at most ``limit`` more), reusing the common prefix."""
-        cache, cached = _cut_back(cache, cached, tokens)
+        cache, cached = self._reuse(model, cache, cached, tokens)
         n = len(cached)
-        if cache is None:
-            cache, n = make_prompt_cache(model), 0
         end = len(tokens) if limit is None else min(len(tokens), n + limit)
         step = min(PREFILL_STEP, limit or PREFILL_STEP)
         fed = prefill(model, cache, tokens[n:end], step, stop=self._stopped)
@@ -333,7 +360,8 @@ class Decoder:
         params: GenerationParams,
         control: DraftControl | None = None,
         cancel: threading.Event | None = None,
-    ) -> Generator[Prefill | Round, None, None]:
+        reading: bool = False,
+    ) -> Generator[Reading | Prefill | Round, None, None]:
         """Yields a :class:`Prefill`, then rounds until ``cancel`` is set.
 
         The caller stops pulling on end of sequence or length. ``cancel`` is
@@ -341,6 +369,8 @@ class Decoder:
         verification, so a stop does not wait for a round: the generator then
         ends, and the caches hold only what was committed. With ``control``,
         its draft length replaces ``params.num_draft`` from the next round on.
+        With ``reading``, a :class:`Reading` comes before each chunk of the
+        prompt the target reads (none when its cache holds all of it already).
         """
         can_draft = self.draft is not None
         can_lookup = params.prompt_lookup
@@ -354,7 +384,7 @@ class Decoder:
             can_draft = can_lookup = False
         self._cancel = cancel
         try:
-            yield from self._generate(list(prompt), params, can_draft, can_lookup, control)
+            yield from self._generate(list(prompt), params, can_draft, can_lookup, control, reading)
         except GeneratorExit:
             raise
         except BaseException:
@@ -370,11 +400,25 @@ class Decoder:
         can_draft: bool,
         can_lookup: bool,
         control: DraftControl | None,
-    ) -> Generator[Prefill | Round, None, None]:
+        reading: bool,
+    ) -> Generator[Reading | Prefill | Round, None, None]:
         start = time.perf_counter()
-        self._t_cache, self._t_tokens, reused = self._prepare(
-            self.target, self._t_cache, self._t_tokens, seq[:-1]
+        goal = seq[:-1]
+        self._t_cache, self._t_tokens = self._reuse(
+            self.target, self._t_cache, self._t_tokens, goal
         )
+        reused = len(self._t_tokens)
+        if reading and reused < len(goal):
+            yield Reading(reused, len(seq), reused)
+        # The cache's tokens are brought up to date after each chunk, so a reply
+        # closed at a Reading leaves the caches as consistent as a stopped one.
+        chunks = prefill_steps(
+            self.target, self._t_cache, goal[reused:], PREFILL_STEP, self._stopped
+        )
+        for fed in chunks:
+            self._t_tokens.extend(goal[len(self._t_tokens) : reused + fed])
+            if reading and reused + fed < len(goal):
+                yield Reading(reused + fed, len(seq), reused)
         if self._stopped():
             return
 

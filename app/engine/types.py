@@ -308,6 +308,29 @@ class Chunk:
 
 
 @dataclass(frozen=True, slots=True)
+class Reading:
+    """The target is reading the prompt: ``done`` of its ``total`` tokens are in its cache.
+
+    A reply yields one before each chunk of prompt processing, so a long prompt
+    shows progress before its first token.
+
+    Attributes:
+        done: Prompt tokens in the cache so far, the reused ones included.
+        total: Tokens of the whole prompt.
+        reused: Tokens the cache held already from an earlier turn.
+    """
+
+    done: int
+    total: int
+    reused: int = 0
+
+    @property
+    def fraction(self) -> float:
+        """The share of the prompt read, from 0 to 1."""
+        return self.done / self.total if self.total > 0 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class Stats:
     """Per-message statistics.
 

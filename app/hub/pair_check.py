@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import ModelPair, load_pair, user_path
+from app.engine.loader import LoadProgress, ModelPair, load_pair, user_path
 from app.errors import IncompatiblePairError, ModelError, first_line
 from app.hub.library import ModelInfo, _hub_repo_id, inspect_model
 
@@ -162,7 +162,7 @@ def load_checked_pair(
     draft: Path | str | None = None,
     *,
     fuse: bool = True,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[LoadProgress], None] | None = None,
     loaded: ModelPair | None = None,
 ) -> ModelPair:
     """:func:`~app.engine.loader.load_pair` that refuses what ``check-pair`` refuses.

@@ -6,6 +6,9 @@ from app.remote.client import (
     check_remote,
     is_remote_target,
     stream_remote,
+    target_name,
+    target_text,
+    target_tooltip,
 )
 from app.remote.stats import SERVER_KINDS, ServerKind, SpecReport, StatsScope
 
@@ -19,4 +22,7 @@ __all__ = [
     "check_remote",
     "is_remote_target",
     "stream_remote",
+    "target_name",
+    "target_text",
+    "target_tooltip",
 ]

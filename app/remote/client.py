@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -47,6 +48,33 @@ LMSTUDIO_CHAT = "/api/v0/chat/completions"
 def is_remote_target(target: str) -> bool:
     """Whether a load target names a remote server rather than a model folder."""
     return target.strip().lower().startswith(_SCHEMES)
+
+
+def target_text(target: str) -> str:
+    """A load target as a field shows it: a folder as it is, a remote engine as its URL.
+
+    The kind and models that :meth:`RemoteEngine.to_target` keeps in the
+    fragment are Tandem's own encoding, never shown.
+    """
+    target = target.strip()
+    return target.split("#", 1)[0] if is_remote_target(target) else target
+
+
+def target_name(target: str) -> str:
+    """A short name of a load target: a folder's name, a remote engine's ``host:port``."""
+    if not is_remote_target(target):
+        return Path(target.strip()).name or target.strip()
+    return urlsplit(target_text(target)).netloc or target_text(target)
+
+
+def target_tooltip(target: str) -> str:
+    """What a field showing ``target`` says on hover: the folder, or the engine in words."""
+    if not is_remote_target(target):
+        return target.strip()
+    try:
+        return RemoteEngine.from_target(target).label
+    except ValueError:  # a URL typed by hand that is not one yet
+        return target_text(target)
 
 
 def normalize_url(url: str) -> str:

@@ -1,11 +1,13 @@
 """The thin Qt layer that owns the engine thread."""
 
+from app.engine.loader import LoadProgress
 from app.services.chat_controller import (
     ChatController,
     Reply,
     ReplyEnded,
     ReplyFailure,
     ReplyGrowth,
+    ReplyReading,
     ReplySaved,
 )
 from app.services.engine_service import (
@@ -16,9 +18,9 @@ from app.services.engine_service import (
     EngineWorker,
     GenerateRequest,
     GenerationResult,
-    LoadProgress,
     LoadRequest,
     PairInfo,
+    PromptProgress,
     ReplyHandle,
     TokenBatch,
 )
@@ -48,11 +50,13 @@ __all__ = [
     "LoadProgress",
     "LoadRequest",
     "PairInfo",
+    "PromptProgress",
     "Reply",
     "ReplyEnded",
     "ReplyFailure",
     "ReplyGrowth",
     "ReplyHandle",
+    "ReplyReading",
     "ReplySaved",
     "StoreEvents",
     "TokenBatch",

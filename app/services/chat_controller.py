@@ -22,6 +22,7 @@ from app.engine.types import (
     GenerationParams,
     Message,
     Origin,
+    Reading,
     RoundStat,
     Segment,
     Stats,
@@ -32,6 +33,7 @@ from app.services.engine_service import (
     EngineService,
     GenerationResult,
     PairInfo,
+    PromptProgress,
     ReplyHandle,
     TokenBatch,
 )
@@ -56,6 +58,8 @@ class Reply:
         upto: The message a regenerated reply follows; what came after it is not shown.
         prompt_tokens: Tokens of its prompt, once the engine said; else ``None``.
         tokens: Tokens generated so far.
+        stopping: Stop was asked for; the reply ends at the engine's next check.
+        reading: How far the engine read the prompt, until the first tokens come.
     """
 
     conversation_id: int
@@ -66,6 +70,8 @@ class Reply:
     upto: int | None = None
     prompt_tokens: int | None = None
     tokens: int = 0
+    stopping: bool = False
+    reading: Reading | None = None
 
     @property
     def text(self) -> str:
@@ -87,6 +93,14 @@ class ReplyGrowth:
     rounds: tuple[RoundStat, ...]
     baseline_tps: float | None
     context_tokens: int | None = None  # None until the engine counted the prompt
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyReading:
+    """The engine reads the reply's prompt; no token has come yet."""
+
+    conversation_id: int
+    reading: Reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +151,8 @@ class ChatController(QObject):
 
     Signals:
         started: A :class:`Reply`, just queued (nothing streamed yet).
+        stopping: The :class:`Reply` Stop was asked for, once, before it ends.
+        reading: A :class:`ReplyReading` as the prompt is read, before any token.
         grew: A :class:`ReplyGrowth` per batch the engine sends.
         saved: A :class:`ReplySaved` once the ended reply is in the store.
         ended: A :class:`ReplyEnded` when the reply is over, saved or not.
@@ -144,6 +160,8 @@ class ChatController(QObject):
     """
 
     started = Signal(object)
+    stopping = Signal(object)
+    reading = Signal(object)
     grew = Signal(object)
     saved = Signal(object)
     ended = Signal(object)
@@ -157,6 +175,7 @@ class ChatController(QObject):
         self._reply: Reply | None = None
         self._pair: PairInfo | None = None
         self._saved_at = 0.0
+        service.prompt_progressed.connect(self._on_prompt_progressed)
         service.tokens_generated.connect(self._on_tokens_generated)
         service.generation_finished.connect(self._on_generation_finished)
         service.failed.connect(self._on_failed)
@@ -220,14 +239,30 @@ class ChatController(QObject):
         return self._reply
 
     def cancel(self) -> None:
-        """Stops the reply; it ends as usual with what was written so far."""
+        """Stops the reply; it ends as usual with what was written so far.
+
+        ``stopping`` says so at once, since the engine acts on it only at its
+        next check and the reply's end may come a moment later.
+        """
         if self._handle is not None:
             self._handle.cancel()
+        reply = self._reply
+        if reply is not None and not reply.stopping:
+            self._reply = reply = replace(reply, stopping=True)
+            self.stopping.emit(reply)
 
     def set_draft_length(self, num_draft: int | None) -> None:
         """The reply in flight drafts ``num_draft`` tokens (``None``: auto) from its next round."""
         if self._handle is not None:
             self._handle.set_draft_length(num_draft)
+
+    @Slot(object)
+    def _on_prompt_progressed(self, progress: PromptProgress) -> None:
+        reply = self._reply
+        if reply is None or progress.request_id != reply.request_id or reply.tokens:
+            return
+        self._reply = replace(reply, reading=progress.reading)
+        self.reading.emit(ReplyReading(reply.conversation_id, progress.reading))
 
     @Slot(object)
     def _on_tokens_generated(self, batch: TokenBatch) -> None:
@@ -240,6 +275,7 @@ class ChatController(QObject):
             segments=_joined(reply.segments, batch.segments),
             prompt_tokens=prompt,
             tokens=reply.tokens + len(batch.token_ids),
+            reading=None,  # the prompt is read
         )
         self.grew.emit(
             ReplyGrowth(

@@ -29,7 +29,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine.costs import ProfileStore
 from app.engine.generate import PromptTooLongError, decoder_for, stream_reply
-from app.engine.loader import ModelPair, free_memory
+from app.engine.loader import LoadProgress, ModelPair, free_memory
 from app.engine.speculative import DraftControl
 from app.engine.types import (
     Chunk,
@@ -37,6 +37,7 @@ from app.engine.types import (
     GenerationParams,
     Message,
     Origin,
+    Reading,
     RoundStat,
     Segment,
     Stats,
@@ -54,9 +55,9 @@ FLUSH_INTERVAL = 1 / 30  # seconds between UI updates while streaming
 _OUT_OF_MEMORY = ("out of memory", "insufficient memory", "[metal::malloc]")
 UNLOADED = "the models were unloaded to free memory"
 
-# stream(pair, messages, params, cancel, control=...) -> chunks, then Finished
-StreamFn = Callable[..., Iterator[Chunk | Finished]]
-# load(target, draft, progress=callback(step, steps, what), loaded=pair in memory) -> pair;
+# stream(pair, messages, params, cancel, control=...) -> readings, chunks, then Finished
+StreamFn = Callable[..., Iterator[Reading | Chunk | Finished]]
+# load(target, draft, progress=callback(LoadProgress), loaded=pair in memory) -> pair;
 # a model of ``loaded`` that the new pair names again is kept, not read twice.
 LoadFn = Callable[..., ModelPair]
 # check(engine) raises ModelError when the server cannot serve
@@ -87,15 +88,6 @@ class LoadRequest:
         if self.remote is not None:
             return self.remote
         return RemoteEngine.from_target(self.target) if is_remote_target(self.target) else None
-
-
-@dataclass(frozen=True, slots=True)
-class LoadProgress:
-    """A pair is loading: ``step`` of ``steps`` done, ``text`` says what runs now."""
-
-    step: int
-    steps: int
-    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +127,14 @@ class TokenBatch:
     rounds: tuple[RoundStat, ...] = ()
     baseline_tps: float | None = None
     prompt_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptProgress:
+    """How far the target has read a reply's prompt, before its first token."""
+
+    request_id: int
+    reading: Reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +295,7 @@ class EngineWorker(QObject):
     calibration_progressed = Signal(object)  # CalibrationProgress
     calibration_finished = Signal(object)  # CalibrationResult, or None when cancelled
     generation_started = Signal(int)
+    prompt_progressed = Signal(object)  # PromptProgress
     tokens_generated = Signal(object)  # TokenBatch
     generation_finished = Signal(object)  # GenerationResult
     failed = Signal(object)  # EngineFailure
@@ -357,11 +358,13 @@ class EngineWorker(QObject):
             self.failed.emit(EngineFailure(None, "load", f"This pair does not fit: {fit.detail}"))
             return
 
-        def report(step: int, steps: int, text: str) -> None:
-            self.load_progressed.emit(LoadProgress(step, steps, text))
-
         try:
-            pair = self._load(request.target, request.draft, progress=report, loaded=self._pair)
+            pair = self._load(
+                request.target,
+                request.draft,
+                progress=self.load_progressed.emit,
+                loaded=self._pair,
+            )
         except ModelError as exc:
             self.failed.emit(EngineFailure(None, "load", str(exc)))
             return
@@ -451,6 +454,7 @@ class EngineWorker(QObject):
                 )
                 pending.clear()
 
+        events: Iterator[Reading | Chunk | Finished]
         try:
             if self._remote is not None:
                 events = self._stream_remote(
@@ -464,8 +468,14 @@ class EngineWorker(QObject):
                     request.cancel,
                     control=request.control,
                 )
+            read_at: float | None = None  # when a Reading was last passed on
             for event in events:
-                if isinstance(event, Chunk):
+                if isinstance(event, Reading):
+                    now = time.monotonic()
+                    if read_at is None or now - read_at >= self._flush_interval:
+                        self.prompt_progressed.emit(PromptProgress(rid, event))
+                        read_at = now
+                elif isinstance(event, Chunk):
                     text.append(event.text)
                     pending.append(event)
                     now = time.monotonic()
@@ -548,6 +558,7 @@ class EngineService(QObject):
     calibration_progressed = Signal(object)
     calibration_finished = Signal(object)
     generation_started = Signal(int)
+    prompt_progressed = Signal(object)
     tokens_generated = Signal(object)
     generation_finished = Signal(object)
     failed = Signal(object)
@@ -571,6 +582,7 @@ class EngineService(QObject):
         self._worker.calibration_progressed.connect(self.calibration_progressed)
         self._worker.calibration_finished.connect(self._on_calibration_finished)
         self._worker.generation_started.connect(self.generation_started)
+        self._worker.prompt_progressed.connect(self.prompt_progressed)
         self._worker.tokens_generated.connect(self.tokens_generated)
         self._worker.generation_finished.connect(self._on_generation_finished)
         self._worker.failed.connect(self._on_failed)

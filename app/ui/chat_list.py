@@ -21,11 +21,14 @@ class ChatList(QWidget):
 
     Signals:
         conversation_selected: The id of the chat the user picked.
+        search_hit_selected: The chat and message of the search hit the user
+            picked; sent in place of ``conversation_selected`` while searching.
         new_requested: New Chat was pressed.
         delete_requested: Delete was pressed.
     """
 
     conversation_selected = Signal(int)
+    search_hit_selected = Signal(int, int)
     new_requested = Signal()
     delete_requested = Signal()
 
@@ -51,6 +54,7 @@ class ChatList(QWidget):
         self._search_timer = QTimer(self)
         self._search_timer.setSingleShot(True)
         self._search_timer.setInterval(SEARCH_PAUSE_MS)
+        self._refreshing = False  # reselecting after a store write: no hit is opened again
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 0, 6)
@@ -109,12 +113,21 @@ class ChatList(QWidget):
         current = self.current_id()
         self.conversations.refresh()
         if current is not None and self.conversations.row_of(current) >= 0:
-            self.select(current)  # the same chat, wherever it moved
+            self._refreshing = True
+            try:
+                self.select(current)  # the same chat, wherever it moved
+            finally:
+                self._refreshing = False
 
     @Slot(QModelIndex, QModelIndex)
     def _on_current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         cid = current.data(ConversationIdRole) if current.isValid() else None
-        if isinstance(cid, int):
+        if not isinstance(cid, int):
+            return
+        hit = None if self._refreshing else self.conversations.hit_at(current.row())
+        if hit is not None:
+            self.search_hit_selected.emit(cid, hit)
+        else:
             self.conversation_selected.emit(cid)
 
     @Slot(str)

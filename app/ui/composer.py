@@ -6,6 +6,9 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+STOP_TEXT = "Stop"
+STOPPING_TEXT = "Stopping…"
+
 
 class Composer(QWidget):
     """Where the user writes; Cmd/Ctrl+Return sends, Esc stops."""
@@ -23,7 +26,10 @@ class Composer(QWidget):
         self.send_button = QPushButton("Send")
         self.send_button.setAccessibleName("Send message")
         self.send_button.setDefault(True)
-        self.stop_button = QPushButton("Stop")
+        self.stop_button = QPushButton(STOPPING_TEXT)
+        # Wide enough for "Stopping…", so the buttons keep their size when it shows.
+        self.stop_button.setMinimumWidth(self.stop_button.sizeHint().width())
+        self.stop_button.setText(STOP_TEXT)
         self.stop_button.setAccessibleName("Stop reply")
         self.stop_button.setEnabled(False)
         self.send_button.clicked.connect(self._on_send_clicked)
@@ -53,8 +59,15 @@ class Composer(QWidget):
             self.send_requested.emit(text)
 
     def set_busy(self, busy: bool) -> None:
+        """Send while idle, Stop while a reply runs; either way Stop reads "Stop" again."""
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)
+        self.stop_button.setText(STOP_TEXT)
+
+    def show_stopping(self) -> None:
+        """Says Stop was heard: the button reads "Stopping…" until :meth:`set_busy` ends it."""
+        self.stop_button.setEnabled(False)
+        self.stop_button.setText(STOPPING_TEXT)
 
     def focus(self) -> None:
         """Puts the cursor in the message field."""

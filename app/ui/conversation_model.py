@@ -19,19 +19,21 @@ class ConversationListModel(QAbstractListModel):
         self._store = store
         self._query = ""
         self._snippets: dict[int, str] = {}
+        self._hits: dict[int, int] = {}  # conversation id: its best hit's message id
         self._items: list[Conversation] = store.conversations()
 
     def refresh(self) -> None:
         self.beginResetModel()
         if self._query:
             # Full-text search: the chats with a match, each with its best snippet.
-            self._snippets = {}
+            self._snippets, self._hits = {}, {}
             for hit in self._store.search(self._query):
                 self._snippets.setdefault(hit.conversation_id, hit.snippet)
+                self._hits.setdefault(hit.conversation_id, hit.message_id)
             by_id = {c.id: c for c in self._store.conversations()}
             self._items = [by_id[i] for i in self._snippets if i in by_id]
         else:
-            self._snippets = {}
+            self._snippets, self._hits = {}, {}
             self._items = self._store.conversations()
         self.endResetModel()
 
@@ -59,6 +61,11 @@ class ConversationListModel(QAbstractListModel):
     def row_of(self, conversation_id: int) -> int:
         """Row of a conversation, or -1."""
         return next((i for i, c in enumerate(self._items) if c.id == conversation_id), -1)
+
+    def hit_at(self, row: int) -> int | None:
+        """The message whose snippet the row shows while searching, else ``None``."""
+        item = self.conversation_at(row)
+        return self._hits.get(item.id) if item is not None else None
 
     def conversation_at(self, row: int) -> Conversation | None:
         return self._items[row] if 0 <= row < len(self._items) else None

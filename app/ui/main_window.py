@@ -8,6 +8,7 @@ in their own module; the window paints and routes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from app.services import (
     ReplyEnded,
     ReplyFailure,
     ReplyGrowth,
+    ReplyReading,
     ReplySaved,
     StoreEvents,
 )
@@ -44,7 +46,7 @@ from app.store import Settings, SettingsFile, Store, pair_key
 from app.store.presets import Preset, PresetsFile
 from app.ui.chat_actions import ChatActionsMixin
 from app.ui.chat_list import ChatList
-from app.ui.composer import Composer
+from app.ui.composer import STOPPING_TEXT, Composer
 from app.ui.editing_keys import EditingKeysFirst
 from app.ui.local_server import LocalServer
 from app.ui.menus import build_menus
@@ -58,6 +60,7 @@ from app.ui.settings_dialog import SettingsDialog
 from app.ui.speculation_panel import SpeculationPanel
 from app.ui.statusbar import StatusBar
 from app.ui.transcript import TranscriptView
+from app.ui.transcript_style import reading_note
 from app.ui.tune_flow import TUNE_KS, TuneFlow
 
 log = logging.getLogger(__name__)
@@ -171,7 +174,10 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self.chats.new_requested.connect(self._on_new_conversation_requested)
         self.chats.delete_requested.connect(self._on_delete_conversation_requested)
         self.chats.conversation_selected.connect(self._on_conversation_selected)
+        self.chats.search_hit_selected.connect(self._on_search_hit_selected)
         self.chat.started.connect(self._on_reply_started)
+        self.chat.stopping.connect(self._on_reply_stopping)
+        self.chat.reading.connect(self._on_reply_reading)
         self.chat.grew.connect(self._on_reply_grew)
         self.chat.saved.connect(self._on_reply_saved)
         self.chat.ended.connect(self._on_reply_ended)
@@ -280,6 +286,19 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         if cid != self._conversation_id:
             self._show_conversation(cid)
 
+    @Slot(int, int)
+    def _on_search_hit_selected(self, cid: int, message_id: int) -> None:
+        reply = self.chat.reply
+        streaming_here = reply is not None and reply.conversation_id == cid
+        shown = {m.id for m in self.store.messages(cid)}
+        # The hit may be on another branch: that branch comes on screen, unless a
+        # reply streams into the branch shown.
+        if message_id not in shown and not streaming_here:
+            with contextlib.suppress(ValueError):  # deleted since the search ran
+                self.store.switch_branch(message_id)
+        self._show_conversation(cid)
+        self.transcript.highlight_message(message_id)
+
     def _show_conversation(self, conversation_id: int, upto: int | None = None) -> None:
         self._conversation_id = conversation_id
         reply = self.chat.reply
@@ -303,6 +322,8 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self._update_context()
         if streaming is not None:
             self.transcript.begin_reply()
+            if streaming.reading is not None:
+                self.transcript.show_reading(reading_note(streaming.reading))
             self.transcript.append_segments(streaming.segments)
 
     def _update_context(self, used: int | None = None) -> None:
@@ -379,6 +400,17 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self.panel.show_live(snapshot)
 
     @Slot(object)
+    def _on_reply_stopping(self, _reply: Reply) -> None:
+        # The engine stops at its next check; until the end arrives, say Stop was heard.
+        self.composer.show_stopping()
+        self.status.showMessage(STOPPING_TEXT)
+
+    @Slot(object)
+    def _on_reply_reading(self, reading: ReplyReading) -> None:
+        if self._conversation_id == reading.conversation_id:
+            self.transcript.show_reading(reading_note(reading.reading))
+
+    @Slot(object)
     def _on_reply_grew(self, growth: ReplyGrowth) -> None:
         if self._conversation_id == growth.conversation_id:
             self.transcript.append_segments(growth.segments)
@@ -412,6 +444,8 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
     @Slot(object)
     def _on_reply_ended(self, ended: ReplyEnded) -> None:
         self.composer.set_busy(False)
+        if self.status.currentMessage() == STOPPING_TEXT:
+            self.status.clearMessage()
         if ended.stats is not None:
             # The final figures replace the live ones, in the panel as in the status bar.
             self.live.finish_message(ended.stats)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal, Slot
+from PySide6.QtCore import QSize, Signal, Slot
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QLineEdit,
     QPushButton,
     QToolButton,
@@ -17,10 +20,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.store import Settings
+from app.ui.target_edit import TargetEdit
 
 
 class ModelBar(QWidget):
-    """Picks the model pair and the decoding settings."""
+    """Picks the model pair and the decoding settings.
+
+    It is one row when the window is wide enough for every field's whole
+    placeholder, else two: the pair above, lookup, preset and temperature below.
+    """
 
     load_requested = Signal(str, str)  # target, draft ("" for none)
     models_requested = Signal()
@@ -54,31 +62,66 @@ class ModelBar(QWidget):
         self.temp_spin.setAccessibleName("Temperature")
         self.temp_spin.setToolTip("0 gives the target's exact greedy reply")
 
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 8, 4)
+        pair = QHBoxLayout()
         for label, edit in (("Target", self.target_edit), ("Draft", self.draft_edit)):
-            layout.addWidget(QLabel(label))
-            layout.addWidget(edit, 1)
+            pair.addWidget(QLabel(label))
+            pair.addWidget(edit, 1)
             browse = QToolButton()
             browse.setText("…")
             browse.setAccessibleName(f"Choose {label.lower()} folder")
             browse.clicked.connect(lambda _=False, e=edit, t=label: self._browse(e, t))
-            layout.addWidget(browse)
-        layout.addWidget(self.load_button)
-        layout.addWidget(self.models_button)
-        layout.addWidget(self.lookup_check)
-        layout.addWidget(QLabel("Preset"))
-        layout.addWidget(self.preset_combo)
-        layout.addWidget(QLabel("Temp"))
-        layout.addWidget(self.temp_spin)
+            pair.addWidget(browse)
+        pair.addWidget(self.load_button)
+        pair.addWidget(self.models_button)
+        options = QHBoxLayout()
+        options.addWidget(self.lookup_check)
+        options.addWidget(QLabel("Preset"))
+        options.addWidget(self.preset_combo)
+        options.addWidget(QLabel("Temp"))
+        options.addWidget(self.temp_spin)
+        options.addStretch(1)  # on a row of their own, the options keep to the left
+        self._pair_row, self._options_row = pair, options
+        self._rows = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
+        self._rows.setContentsMargins(8, 4, 8, 4)
+        # The bar may be narrower than one row: it wraps then (see resizeEvent).
+        self._rows.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
+        self._rows.addLayout(pair, 1)
+        self._rows.addLayout(options)
 
-    def _path_edit(self, placeholder: str, value: str | None) -> QLineEdit:
-        edit = QLineEdit(value or "")
-        edit.setPlaceholderText(placeholder)
-        edit.setAccessibleName(placeholder)
-        edit.setClearButtonEnabled(True)
+    def _path_edit(self, placeholder: str, value: str | None) -> TargetEdit:
+        edit = TargetEdit(placeholder)
+        edit.set_target(value)
         edit.returnPressed.connect(self._on_load_clicked)
         return edit
+
+    def one_row_width(self) -> int:
+        """The narrowest width that fits the bar on one row, every field's text whole."""
+        margins = self._rows.contentsMargins()
+        return (
+            _min_width(self._pair_row)
+            + self._rows.spacing()
+            + _min_width(self._options_row)
+            + margins.left()
+            + margins.right()
+        )
+
+    def minimumSizeHint(self) -> QSize:
+        # Its least width is that of its wider row, on two rows.
+        margins = self._rows.contentsMargins()
+        rows = max(_min_width(self._pair_row), _min_width(self._options_row))
+        return QSize(rows + margins.left() + margins.right(), super().minimumSizeHint().height())
+
+    def is_one_row(self) -> bool:
+        """Whether the options sit beside the pair rather than below it."""
+        return self._rows.direction() == QBoxLayout.Direction.LeftToRight
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        # Below its one-row width the bar wraps, so no field is cut down to "Target m…".
+        wide = event.size().width() >= self.one_row_width()
+        direction = QBoxLayout.Direction.LeftToRight if wide else QBoxLayout.Direction.TopToBottom
+        if self._rows.direction() != direction:
+            self._rows.setDirection(direction)
+        super().resizeEvent(event)
 
     def _browse(self, edit: QLineEdit, title: str) -> None:
         folder = QFileDialog.getExistingDirectory(self, f"Choose the {title.lower()} model folder")
@@ -87,9 +130,9 @@ class ModelBar(QWidget):
 
     @Slot()
     def _on_load_clicked(self) -> None:
-        target = self.target_edit.text().strip()
+        target = self.target()
         if target:
-            self.load_requested.emit(target, self.draft_edit.text().strip())
+            self.load_requested.emit(target, self.draft())
 
     def request_load(self) -> None:
         """Asks to load the pair shown, as the Load button does."""
@@ -97,17 +140,20 @@ class ModelBar(QWidget):
             self._on_load_clicked()
 
     def target(self) -> str:
-        """The target folder (or server address) typed or chosen, trimmed."""
-        return self.target_edit.text().strip()
+        """The target folder (or remote engine) typed or chosen, trimmed."""
+        return self.target_edit.target()
 
     def draft(self) -> str:
         """The draft folder, trimmed; ``""`` for none."""
-        return self.draft_edit.text().strip()
+        return self.draft_edit.target()
 
     def set_pair(self, target: str, draft: str) -> None:
-        """Shows a pair's folders, as when one is chosen in the library."""
-        self.target_edit.setText(target)
-        self.draft_edit.setText(draft)
+        """Shows a pair's folders, as when one is chosen in the library.
+
+        A remote engine shows as its URL; :meth:`target` still gives it whole.
+        """
+        self.target_edit.set_target(target)
+        self.draft_edit.set_target(draft)
 
     def uses_lookup(self) -> bool:
         """Whether prompt lookup proposes tokens too."""
@@ -138,3 +184,14 @@ class ModelBar(QWidget):
     def set_loading(self, loading: bool) -> None:
         self.load_button.setEnabled(not loading)
         self.load_button.setText("Loading…" if loading else "Load")
+
+
+def _min_width(row: QLayout) -> int:
+    """A row's width with each widget at its minimum, as a box layout adds them up."""
+    widths = []
+    for i in range(row.count()):
+        item = row.itemAt(i)
+        w = item.widget() if item is not None else None
+        if w is not None and not w.isHidden():
+            widths.append(max(w.minimumSizeHint().width(), w.minimumWidth()))
+    return sum(widths) + row.spacing() * max(len(widths) - 1, 0)

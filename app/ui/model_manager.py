@@ -41,6 +41,7 @@ from app.hub import (
     scan_library,
 )
 from app.hub.catalog import catalog_drafts, installed, load_catalog, suggest_drafts
+from app.remote import target_name
 from app.services.hub_service import (
     HubService,
 )
@@ -374,7 +375,7 @@ class ModelManagerDialog(HubDownloadsMixin, QDialog):
         self._update_pair()
 
     def _update_pair(self) -> None:
-        t = Path(self.target).name if self.target else "none"
+        t = target_name(self.target) if self.target else "none"  # a remote engine: its host
         d = Path(self.draft).name if self.draft else "none"
         self.pair_label.setText(f"Target: {t}    Draft: {d}")
         self.load_button.setEnabled(bool(self.target))

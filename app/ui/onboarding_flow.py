@@ -14,6 +14,7 @@ from app.hub.catalog import CatalogPair
 from app.services import EngineService, HubService, LoadProgress
 from app.services.hub_tasks import GroupProgress, HubTaskGroup
 from app.ui.onboarding import OnboardingView
+from app.ui.statusbar.load_progress import load_text
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class OnboardingFlow(QObject):
     @Slot(object)
     def _on_load_progressed(self, p: LoadProgress) -> None:
         if self.view is not None:
-            self.view.show_loading(p.step, p.steps, p.text)
+            self.view.show_loading(p.step, p.steps, load_text(p))
 
     @Slot(object)
     def _on_tasks_finished(self, paths: tuple[str, ...]) -> None:

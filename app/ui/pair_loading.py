@@ -7,10 +7,12 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Slot
 
+from app.remote import target_name
 from app.services import EngineFailure, HubService, LoadProgress, PairInfo
 from app.store import pair_key
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.onboarding import OnboardingView
+from app.ui.statusbar.load_progress import load_text
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QMainWindow
@@ -115,14 +117,14 @@ class PairLoadingMixin(_Window):
         self._stop_own_work()
         self.hide_error()
         self.model_bar.set_loading(True)
-        self.status.pair.show_loading(f"Loading {Path(target).name}")
+        self.status.pair.show_loading(f"Loading {target_name(target)}")
         self.status.load_progress.start()
         self.service.load_pair(target, draft or None)
 
     @Slot(object)
     def _on_load_progressed(self, p: LoadProgress) -> None:
-        self.status.load_progress.show_step(p.step, p.steps)
-        self.status.pair.show_loading(p.text)
+        self.status.load_progress.show_progress(p)
+        self.status.pair.show_loading(load_text(p))
 
     @Slot(object)
     def _on_pair_loaded(self, info: PairInfo) -> None:

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.remote import SERVER_KINDS, RemoteEngine
+from app.ui.fit import fit_placeholder
 
 
 class RemoteEngineDialog(QDialog):
@@ -38,6 +39,8 @@ class RemoteEngineDialog(QDialog):
         self.key_edit = QLineEdit()
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_edit.setPlaceholderText("optional bearer key, saved in the keychain")
+        for edit in (self.url_edit, self.model_edit, self.draft_edit, self.key_edit):
+            fit_placeholder(edit)  # each hint whole, however the dialog opens
         self.key_note = QLabel()
         self.key_note.setWordWrap(True)
         self.error_label = QLabel()

@@ -37,6 +37,7 @@ MAX_ROWS = 20
 NO_KEY_TEXT = "none (loopback only)"
 NOT_RUNNING_TEXT = "not running"
 COLUMNS = ("Time", "Method", "Path", "Status", "Tokens", "Duration")
+PATH_COLUMN = COLUMNS.index("Path")
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -96,9 +97,12 @@ class RequestListModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or role != Qt.ItemDataRole.DisplayRole:
+        if not index.isValid():
             return None
-        return self.rows[index.row()].cells()[index.column()]
+        # A cell too narrow for its text is elided: the tooltip has it whole.
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+            return self.rows[index.row()].cells()[index.column()]
+        return None
 
     def headerData(
         self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
@@ -150,7 +154,12 @@ class ServerPanel(QDialog):
         self.table.setAccessibleName("Recent requests")
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        # One line a request; a path too long for its column loses its middle, not its end.
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(PATH_COLUMN, QHeaderView.ResizeMode.Stretch)
 
         layout = QVBoxLayout(self)
         layout.addLayout(form)

@@ -30,6 +30,8 @@ from app.server.api_key import ApiKeyStoreError, get_api_key, key_storage_status
 from app.server.security import ServerConfig, ServerConfigError, check_config
 from app.store import Settings
 from app.store.settings import origins
+from app.ui.fit import fit_placeholder
+from app.ui.target_edit import TargetEdit
 
 
 def _spin(name: str, step: float, decimals: int, value: float) -> QDoubleSpinBox:
@@ -138,6 +140,7 @@ class SettingsDialog(QDialog):
         self.server_origins = QLineEdit(settings.server_cors_origins)
         self.server_origins.setAccessibleName("Allowed web origins")
         self.server_origins.setPlaceholderText("loopback only, e.g. https://app.example")
+        fit_placeholder(self.server_origins)
         self.server_origins.setToolTip(
             "Web pages at these origins may call the server, besides pages on this Mac; "
             "comma-separated, never *"
@@ -173,9 +176,13 @@ class SettingsDialog(QDialog):
         form.addRow("Port:", self.server_port)
         form.addRow("API key:", self.server_key)
         form.addRow("Web origins:", self.server_origins)
-        form.addRow(self.key_note)
+        # Under the form, not in it: a form row gives a wrapped label the height of
+        # its unwrapped text, and cuts its last line's descenders.
+        column = QVBoxLayout()
+        column.addLayout(form)
+        column.addWidget(self.key_note)
         box = QGroupBox("Local server")
-        box.setLayout(form)
+        box.setLayout(column)
         return box
 
     def _check_server(self) -> None:
@@ -211,11 +218,9 @@ class SettingsDialog(QDialog):
             raise ValueError(f"The API key was not saved: {exc}") from None
         self._stored_key = key
 
-    def _path_edit(self, value: str | None, placeholder: str) -> QLineEdit:
-        edit = QLineEdit(value or "")
-        edit.setPlaceholderText(placeholder)
-        edit.setAccessibleName(placeholder)
-        edit.setClearButtonEnabled(True)
+    def _path_edit(self, value: str | None, placeholder: str) -> TargetEdit:
+        edit = TargetEdit(placeholder)
+        edit.set_target(value)  # a remote engine shows as its URL
         return edit
 
     def _with_browse(self, edit: QLineEdit, role: str) -> QWidget:
@@ -249,8 +254,8 @@ class SettingsDialog(QDialog):
             rule = PARAM_RANGES["seed"].rule
             raise ValueError(f"The seed must be {rule}, or empty for random.") from None
         return self._settings.updated(
-            target=self.target_edit.text().strip() or None,
-            draft=self.draft_edit.text().strip() or None,
+            target=self.target_edit.target() or None,
+            draft=self.draft_edit.target() or None,
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),
             top_k=self.top_k.value(),

@@ -31,8 +31,9 @@ from PySide6.QtGui import (
     QTextCursor,
     QTextDocument,
     QTextDocumentFragment,
+    QTextFormat,
 )
-from PySide6.QtWidgets import QTextBrowser, QWidget
+from PySide6.QtWidgets import QTextBrowser, QTextEdit, QWidget
 
 from app.engine.types import Origin, Segment
 from app.store import StoredMessage
@@ -88,6 +89,7 @@ class _Reply:
     tail_src: int = 0  # source offset of the text not yet rendered
     tail: list[Segment] = field(default_factory=list)
     splitter: BlockSplitter = field(default_factory=BlockSplitter)
+    reading: bool = False  # a note of how far the prompt is read stands in for its text
 
 
 class TranscriptView(QTextBrowser):
@@ -119,12 +121,53 @@ class TranscriptView(QTextBrowser):
         self.colour = True
         self._code_blocks: list[str] = []
         self._reply: _Reply | None = None
+        self._spans: dict[int, tuple[int, int]] = {}  # message id: its document positions
+        self._highlighted: int | None = None
         self.anchorClicked.connect(self._on_anchor_clicked)
 
     @property
     def code_blocks(self) -> tuple[str, ...]:
         """Raw text of the shown code blocks; ``copy:<i>`` copies the i-th."""
         return tuple(self._code_blocks)
+
+    @property
+    def highlighted_message(self) -> int | None:
+        """The message :meth:`highlight_message` marked, until the view changes."""
+        return self._highlighted
+
+    def highlight_message(self, message_id: int) -> bool:
+        """Scrolls a shown message to the top of the view and marks it, as a search hit.
+
+        The mark stays until the view shows other messages or a reply begins.
+
+        Returns:
+            Whether the message is shown (else nothing changes).
+        """
+        span = self._spans.get(message_id)
+        if span is None:
+            return False
+        start, end = span
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        colour = self.palette().color(QPalette.ColorRole.Highlight)
+        colour.setAlpha(60)  # a tint: the text keeps its own colours
+        tint = QTextCharFormat()
+        tint.setBackground(colour)
+        tint.setProperty(QTextFormat.Property.FullWidthSelection, True)
+        mark = QTextEdit.ExtraSelection()
+        mark.cursor = cursor
+        mark.format = tint
+        self.setExtraSelections([mark])
+        self._highlighted = message_id
+        block = self.document().findBlock(start)
+        top = self.document().documentLayout().blockBoundingRect(block).top()
+        self.verticalScrollBar().setValue(int(top))
+        return True
+
+    def _clear_highlight(self) -> None:
+        self._highlighted = None
+        self.setExtraSelections([])
 
     @property
     def reply_start(self) -> int | None:
@@ -143,19 +186,22 @@ class TranscriptView(QTextBrowser):
             branches: Message id to (1-based index, count) for messages that have
                 siblings; they show a switcher.
         """
+        self._clear_highlight()
         self.clear()
         self._reply = None
         self._code_blocks.clear()
+        self._spans.clear()
         branches = branches or {}
         theme = self._theme()
         cursor = QTextCursor(self.document())
         cursor.beginEditBlock()  # one layout pass for the whole conversation
         for m in messages:
-            self._open_message(cursor)
+            start = self._open_message(cursor)
             stats_id = m.id if m.role == "assistant" and m.stats is not None else None
             footer = _Footer(m.role, m.id, note_of(m), stats_id, branches.get(m.id))
             segments = m.segments if m.role == "assistant" else ()
             self._insert_message(cursor, m.role, m.content, segments, footer, theme)
+            self._spans[m.id] = (start, cursor.position())
         cursor.endEditBlock()
         self.setTextCursor(cursor)
         self.ensureCursorVisible()
@@ -178,6 +224,7 @@ class TranscriptView(QTextBrowser):
 
     def begin_reply(self) -> None:
         """Adds an empty assistant message that :meth:`append_segments` fills."""
+        self._clear_highlight()
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         start = self._open_message(cursor)
@@ -187,14 +234,39 @@ class TranscriptView(QTextBrowser):
         self.setTextCursor(cursor)
         self.ensureCursorVisible()
 
+    def show_reading(self, note: str) -> None:
+        """Shows ``note`` in the empty reply (how far the prompt is read) until text comes."""
+        reply = self._reply
+        if reply is None or reply.segments:
+            return
+        muted = QTextCharFormat()
+        muted.setForeground(self.palette().placeholderText())
+        muted.setFontItalic(True)
+        self._drop_reading(reply)
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(note, muted)
+        reply.reading = True
+
+    def _drop_reading(self, reply: _Reply) -> None:
+        if reply.reading:
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(reply.tail_pos)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+            reply.reading = False
+
     def append_segments(self, segments: Sequence[Segment]) -> None:
         """Appends streamed reply text, each run in its origin's colour.
 
         When the text completes a Markdown block, the reply's text since the
-        previous completed block is rendered.
+        previous completed block is rendered. The first text replaces any
+        note of :meth:`show_reading`.
         """
         if not segments:
             return
+        if self._reply is not None:
+            self._drop_reading(self._reply)
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = QTextCursor(self.document())

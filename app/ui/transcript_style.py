@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from PySide6.QtGui import QColor, QFont, QTextBlock, QTextBlockFormat, QTextCharFormat
 
-from app.engine.types import Origin, Segment
+from app.engine.types import Origin, Reading, Segment
 from app.store import StoredMessage
 from app.ui.markdown import COPY_SCHEME
 
@@ -105,3 +105,9 @@ def note_of(m: StoredMessage) -> str:
     return {"cancelled": "Stopped.", "error": "Interrupted by an error."}.get(
         m.finish_reason or "", ""
     )
+
+
+def reading_note(reading: Reading) -> str:
+    """What an empty reply says while the prompt is read: "Reading 1,204 tokens… 40 %"."""
+    text = f"Reading {reading.total:,} tokens… {int(reading.fraction * 100)} %"
+    return f"{text} · {reading.reused:,} reused" if reading.reused else text

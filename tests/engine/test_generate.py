@@ -6,6 +6,7 @@ import pytest
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
 from app.engine.generate import encode_chat, stream_reply
+from app.engine.types import Reading
 from tests.conftest import TinyModels
 
 PROMPTS = [
@@ -16,7 +17,9 @@ PROMPTS = [
 
 def _run(pair, messages, **params) -> tuple[list[Chunk], Finished]:
     events = list(stream_reply(pair, messages, GenerationParams(**params)))
-    *chunks, finished = events
+    readings = [e for e in events if isinstance(e, Reading)]
+    assert events[: len(readings)] == readings  # the prompt is read before any token
+    *chunks, finished = events[len(readings) :]
     assert isinstance(finished, Finished)
     assert all(isinstance(c, Chunk) for c in chunks)
     return [c for c in chunks if isinstance(c, Chunk)], finished
@@ -105,7 +108,7 @@ def test_stop_ends_within_one_round(tiny_pair) -> None:
     events = stream_reply(
         tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, num_draft=2), cancel
     )
-    first = next(events)
+    first = next(e for e in events if not isinstance(e, Reading))
     assert isinstance(first, Chunk)
     cancel.set()
     rest = list(events)
@@ -125,7 +128,8 @@ def test_stop_inside_a_round_ends_the_reply_as_cancelled(tiny_pair, monkeypatch)
     events = stream_reply(
         tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, num_draft=4), cancel
     )
-    chunks = [next(events) for _ in range(4)]  # past the plain first steps
+    replies = (e for e in events if isinstance(e, Chunk))
+    chunks = [next(replies) for _ in range(4)]  # past the plain first steps
     real = speculative._logits
 
     def logits(model, tokens, cache):  # type: ignore[no-untyped-def]
@@ -206,3 +210,24 @@ def test_chunks_say_the_prompt_length_and_the_speed_is_over_the_rounds_time(tiny
     assert sum(r.seconds for r in timed) <= s.decode_seconds + 1e-9
     assert s.decode_seconds <= s.generation_seconds
     assert s.generation_tps == pytest.approx(s.tokens / s.decode_seconds)
+
+
+def test_reading_the_prompt_streams_before_the_first_chunk(tiny: TinyModels, monkeypatch) -> None:
+    from app.engine import speculative
+
+    monkeypatch.setattr(speculative, "PREFILL_STEP", 8)
+    pair = load_pair(tiny.target)
+    events = list(stream_reply(pair, PROMPTS[1], GenerationParams(max_tokens=4)))
+    n = len(encode_chat(pair.target.tokenizer, PROMPTS[1]))
+    readings = [e for e in events if isinstance(e, Reading)]
+    assert readings == [Reading(d, n, 0) for d in range(0, n - 1, 8)]
+    assert events[: len(readings)] == readings
+    # The next turn reads only what the cache lacks, and says what it reused.
+    reply = "".join(e.text for e in events if isinstance(e, Chunk))
+    turn = [*PROMPTS[1], Message("assistant", reply), Message("user", "More.")]
+    events = list(stream_reply(pair, turn, GenerationParams(max_tokens=4)))
+    first = events[0]
+    finished = events[-1]
+    assert isinstance(first, Reading) and isinstance(finished, Finished)
+    assert first.reused == first.done == finished.stats.reused_tokens > 0
+    assert first.total == finished.stats.prompt_tokens

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_the_pair_check_given_judges_the_pair_after_both_load(tiny: TinyModels) 
         raise IncompatiblePairError("tiny-foreign cannot draft for tiny-llama: no")
 
     with pytest.raises(IncompatiblePairError, match=r"^tiny-foreign cannot draft for tiny-llama"):
-        load_pair(tiny.target, tiny.foreign, check=refuse, progress=lambda *a: steps.append(a[2]))
+        load_pair(tiny.target, tiny.foreign, check=refuse, progress=lambda p: steps.append(p.text))
     assert seen == [(tiny.target, tiny.foreign)]  # the folders as given, for the same names
     assert steps[-1] == "Checking the pair"
 
@@ -59,14 +60,14 @@ def test_a_draft_folder_that_is_no_model_is_refused_before_the_target_loads(
     loaded: list[Path] = []
     real = loader.load_model
 
-    def spy(path: Path | str, **kw: bool) -> loader.LoadedModel:
+    def spy(path: Path | str, **kw: Any) -> loader.LoadedModel:
         loaded.append(Path(path))
         return real(path, **kw)
 
     monkeypatch.setattr(loader, "load_model", spy)
     steps: list[str] = []
     with pytest.raises(ModelError, match=r"config\.json"):
-        load_pair(tiny.target, tmp_path, progress=lambda *a: steps.append(a[2]))
+        load_pair(tiny.target, tmp_path, progress=lambda p: steps.append(p.text))
     assert loaded == [] and steps == []  # no weights read, no "Loading …" shown
 
 
@@ -92,7 +93,7 @@ def test_a_model_already_loaded_is_kept_when_only_the_other_changes(
     reads = _weight_reads(monkeypatch)
     steps: list[str] = []
     second = load_pair(
-        tiny.target, tiny.noisy, loaded=first, progress=lambda *a: steps.append(a[2])
+        tiny.target, tiny.noisy, loaded=first, progress=lambda p: steps.append(p.text)
     )
     assert second.target is first.target  # the same arrays: only the new draft was read
     assert second.draft is not first.draft
@@ -120,3 +121,30 @@ def test_a_model_is_read_again_when_it_loads_otherwise_or_its_folder_changed(
     os.utime(weights, ns=(1, 1))  # a download or import that replaced the file
     assert load_pair(folder, loaded=first).target is not first.target
     assert len(reads) == 2
+
+
+def test_loading_reports_the_bytes_of_weights_read_per_model(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.engine import loader
+
+    monkeypatch.setattr(loader, "_MIN_GROUP_BYTES", 1)  # a hundredth of a tiny model a group
+    seen: list[loader.LoadProgress] = []
+    pair = load_pair(tiny.target, tiny.draft, progress=seen.append)
+    assert pair.draft is not None
+    for step, folder in ((0, tiny.target), (1, tiny.draft)):
+        reads = [p for p in seen if p.step == step]
+        assert reads[0] == loader.LoadProgress(step, 3, f"Loading {folder.name}")
+        total = reads[1].total
+        weights = sum(f.stat().st_size for f in loader.weight_files(folder))
+        assert 0.9 * weights < total <= weights  # the weights' size, less the headers
+        done = [p.done for p in reads[1:]]
+        assert done[0] == 0 and done[-1] == total and done == sorted(done) and len(done) > 5
+        assert all(p.total == total and p.text == f"Loading {folder.name}" for p in reads[1:])
+        # Once some is read, the rest is estimated; once all is, nothing is left to estimate.
+        assert all(p.seconds_left is not None and p.seconds_left >= 0 for p in reads[2:-1])
+        assert reads[-1].seconds_left is None
+    fractions = [p.fraction for p in seen]
+    assert fractions == sorted(fractions) and seen[-1] == loader.LoadProgress(
+        2, 3, "Checking the pair"
+    )

@@ -188,3 +188,48 @@ def test_another_callers_reply_is_not_the_controllers(
     with qtbot.waitSignal(service.generation_finished, timeout=5_000):
         service.generate([Message("user", "Hi")], GenerationParams(max_tokens=3))
     assert events == [] and store.conversations() == []
+
+
+def test_stop_says_stopping_at_once_and_only_once(qtbot: QtBot, make_service, store: Store) -> None:
+    from tests.fakes import _slow_to_stop
+
+    controller = _controller(qtbot, make_service, store, _slow_to_stop())
+    cid = store.create_conversation("Hi").id
+    store.add_message(cid, "user", "Hello")
+    stopping: list[Reply] = []
+    controller.stopping.connect(stopping.append)
+    with qtbot.waitSignal(controller.grew, timeout=5_000):
+        controller.start(cid, GenerationParams(max_tokens=10_000))
+    controller.cancel()
+    controller.cancel()  # a second press says nothing new
+    # Told before the engine's end arrives: the reply is still in flight.
+    assert controller.busy and [r.stopping for r in stopping] == [True]
+    assert controller.reply is not None and controller.reply.stopping
+    with qtbot.waitSignal(controller.ended, timeout=5_000):
+        pass
+    assert len(stopping) == 1 and not controller.busy
+    controller.cancel()  # nothing in flight: nothing to say
+    assert len(stopping) == 1
+
+
+def test_reading_the_prompt_is_the_replys_until_its_first_tokens(
+    qtbot: QtBot, make_service, store: Store
+) -> None:
+    from app.engine.types import Reading
+    from app.services import ReplyReading
+    from tests.fakes import _reads_then_replies
+
+    controller = _controller(qtbot, make_service, store, _reads_then_replies(1))
+    cid = store.create_conversation("Hi").id
+    store.add_message(cid, "user", "Hello")
+    seen: list[tuple[ReplyReading, Reading | None]] = []
+    controller.reading.connect(
+        lambda r: seen.append((r, controller.reply.reading if controller.reply else None))
+    )
+    after: list[Reading | None] = []
+    controller.grew.connect(lambda _g: after.append(controller.reply.reading))  # type: ignore[union-attr]
+    with qtbot.waitSignal(controller.ended, timeout=5_000):
+        controller.start(cid, GenerationParams())
+    reading = Reading(0, 1_204, 0)
+    assert seen == [(ReplyReading(cid, reading), reading)]
+    assert after == [None]  # the first tokens end the reading

@@ -24,7 +24,7 @@ from app.services import (
     TokenBatch,
 )
 from tests.conftest import TinyModels
-from tests.fakes import _Engine, _fake_load, _loaded, _scripted
+from tests.fakes import _Engine, _fake_load, _loaded, _reads_then_replies, _scripted
 
 HELLO = [Message("user", "Hello")]
 
@@ -133,7 +133,7 @@ def test_loading_a_real_pair_reports_each_step(
     steps: list[tuple[int, int, str]] = []
     service.load_progressed.connect(lambda p: steps.append((p.step, p.steps, p.text)))
     _loaded(qtbot, service, str(tiny.target), str(tiny.draft))
-    assert steps == [
+    assert list(dict.fromkeys(steps)) == [  # a model's step repeats as its bytes are read
         (0, 1, "Checking memory"),
         (0, 3, "Loading tiny-llama"),
         (1, 3, "Loading tiny-qwen2"),
@@ -571,3 +571,24 @@ def test_a_pair_that_fits_only_without_the_loaded_one_is_refused_and_that_one_st
     assert "while the loaded" in message and "stays in memory" in message
     assert "\n" not in message and reads == []
     assert _answers(qtbot, service).pair.draft == str(tiny.copy)
+
+
+@pytest.mark.parametrize(("interval", "passed_on"), [(0.0, 3), (60.0, 1)])
+def test_reading_the_prompt_is_passed_on_throttled_before_the_tokens(
+    qtbot: QtBot, make_service, interval: float, passed_on: int
+) -> None:
+    from app.engine.types import Reading
+    from app.services import PromptProgress
+
+    worker = EngineWorker(load=_fake_load, stream=_reads_then_replies(3), flush_interval=interval)
+    service = make_service(worker)
+    _loaded(qtbot, service)
+    order: list[object] = []
+    service.prompt_progressed.connect(order.append)
+    service.tokens_generated.connect(lambda _b: order.append("tokens"))
+    with qtbot.waitSignal(service.generation_finished, timeout=5_000):
+        rid = service.generate(HELLO, GenerationParams()).request_id
+    readings = order[:-1]
+    assert order[-1] == "tokens" and len(readings) == passed_on
+    # The first comes at once: it says how long the prompt is.
+    assert readings[0] == PromptProgress(rid, Reading(0, 1_204, 0))

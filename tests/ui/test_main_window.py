@@ -261,13 +261,22 @@ def test_loading_shows_its_steps_in_the_status_bar(
     with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
         qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
         assert window.status.load_progress.isVisible()
-    qtbot.waitUntil(lambda: len(texts) == 4)
-    assert texts == [
+    qtbot.waitUntil(lambda: "Checking the pair…" in texts)
+    # Each model's weights are counted as they are read (the tiny ones in one go).
+    import re
+
+    patterns = [
         "Checking memory…",
         "Loading tiny-llama…",
+        r"Loading tiny-llama: 0 B of (\d+\.\d) KB…",
+        r"Loading tiny-llama: (\d+\.\d) of \1 KB…",
         "Loading tiny-copy…",
+        r"Loading tiny-copy: 0 B of (\d+\.\d) KB…",
+        r"Loading tiny-copy: (\d+\.\d) of \1 KB…",
         "Checking the pair…",
     ]
+    assert len(texts) == len(patterns)
+    assert all(re.fullmatch(p, t) for p, t in zip(patterns, texts, strict=True)), texts
     assert not window.status.load_progress.isVisible()
     assert window.status.pair.text() == "tiny-llama + tiny-copy"
 
@@ -921,3 +930,48 @@ def test_the_status_bar_shows_the_reply_in_flight_not_the_last_one(
             gate.set()
     assert window.status.speed.text() == "6.7 tok/s (1.67× plain)"
     assert window.status.context.text() == "Context 69 / 32,768"
+
+
+def test_stop_shows_stopping_at_once_until_the_reply_ends(qtbot: QtBot, make_window) -> None:
+    from tests.fakes import _slow_to_stop
+
+    window = make_window(EngineWorker(load=_fake_load, stream=_slow_to_stop()))
+    _load(qtbot, window, "/models/fake")
+    window.composer.editor.setPlainText("Tell me everything")
+    with qtbot.waitSignal(window.service.tokens_generated, timeout=5_000):
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    qtbot.keyClick(window.composer.editor, Qt.Key.Key_Escape)
+    # The engine ends the reply a round later; the window says Stop was heard now.
+    assert window.chat.busy
+    assert window.composer.stop_button.text() == "Stopping…"
+    assert not window.composer.stop_button.isEnabled()
+    assert window.status.currentMessage() == "Stopping…"
+    with qtbot.waitSignal(window.chat.ended, timeout=5_000):
+        pass
+    assert window.composer.stop_button.text() == "Stop"
+    assert not window.composer.stop_button.isEnabled() and window.composer.send_button.isEnabled()
+    assert window.status.currentMessage() == ""
+    assert "Stopped." in window.transcript.toPlainText()
+
+
+def test_the_empty_reply_says_how_far_the_prompt_is_read(qtbot: QtBot, make_window) -> None:
+    import threading
+
+    from tests.fakes import _reads_then_replies
+
+    gate = threading.Event()
+    window = make_window(EngineWorker(load=_fake_load, stream=_reads_then_replies(1, gate)))
+    _load(qtbot, window, "/models/target")
+    window.composer.editor.setPlainText("Summarise this long text.")
+    qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    note = "Tandem\nReading 1,204 tokens… 0 %"
+    qtbot.waitUntil(lambda: window.transcript.toPlainText().endswith(note), timeout=5_000)
+    # Shown again when the chat is opened again while the prompt is still read.
+    cid = window.store.conversations()[0].id
+    window._on_new_conversation_requested()
+    window._show_conversation(cid)
+    assert window.transcript.toPlainText().endswith(note)
+    with qtbot.waitSignal(window.service.generation_finished, timeout=5_000):
+        gate.set()
+    assert "Tandem\nHi\nCopy" in window.transcript.toPlainText()  # the reply in its place
+    assert "Reading" not in window.transcript.toPlainText()

@@ -366,3 +366,16 @@ def test_the_memory_bar_counts_the_loaded_pair_and_a_model_kept_once(
     assert fit.held_bytes == size("tiny-llama") + size("tiny-small")
     assert fit.reused_bytes == size("tiny-llama")
     assert "loaded already" in dialog.memory_bar.summary()
+
+
+def test_the_remote_engine_dialog_shows_its_placeholders_whole(qtbot: QtBot) -> None:
+    from app.ui.fit import text_room
+    from app.ui.remote_dialog import RemoteEngineDialog
+
+    dialog = RemoteEngineDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    for edit in (dialog.url_edit, dialog.model_edit, dialog.draft_edit, dialog.key_edit):
+        advance = edit.fontMetrics().horizontalAdvance(edit.placeholderText())
+        assert advance <= text_room(edit), edit.placeholderText()

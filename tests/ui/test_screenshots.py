@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.services import EngineService, EngineWorker
-from app.store import SettingsFile, Store
+from app.store import Settings, SettingsFile, Store
 from app.ui.main_window import MainWindow
 from tests.conftest import TinyModels
 from tests.fakes import _fake_load, _load, _send
@@ -256,3 +256,112 @@ def test_tune_and_welcome_screenshots(qtbot: QtBot, mode: str) -> None:
         assert view.progress_label.text() == "Loading the target…"
     finally:
         app.setPalette(light)
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_issue_16_views_screenshots(
+    qtbot: QtBot, tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping…, the bar at 800 px, Settings without a key store, the server panel,
+    the Remote Engine dialog and a search hit opened on its branch."""
+    import app.ui.settings_dialog as settings_dialog
+    from app.server.http import RequestLog
+    from app.ui.composer import Composer
+    from app.ui.remote_dialog import RemoteEngineDialog
+    from app.ui.server_panel import ServerPanel
+    from app.ui.settings_dialog import SettingsDialog
+    from tests.ui.test_chat_list import _branched
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    monkeypatch.setattr(settings_dialog, "key_storage_status", lambda: "no system keychain")
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        composer = Composer()
+        qtbot.addWidget(composer)
+        composer.resize(640, 90)
+        composer.set_busy(True)
+        composer.show_stopping()
+        _grab(composer, f"composer-stopping-{mode}")
+        dialog = SettingsDialog(
+            Settings(target="http://127.0.0.1:9#kind=openai-compatible"), tmp_path
+        )
+        qtbot.addWidget(dialog)
+        _grab(dialog, f"settings-no-keychain-{mode}")
+        panel = ServerPanel()
+        qtbot.addWidget(panel)
+        panel.set_server("http://127.0.0.1:8642/v1", None)
+        panel.add_request(RequestLog("GET", "/v1/models", 200, 0.004))
+        panel.add_request(RequestLog("POST", "/v1/chat/completions", 200, 1.25, 42))
+        _grab(panel, f"server-panel-{mode}")
+        remote = RemoteEngineDialog()
+        qtbot.addWidget(remote)
+        _grab(remote, f"remote-engine-{mode}")
+        store = Store(tmp_path / "chats.sqlite3")
+        window = MainWindow(
+            store, EngineService(), SettingsFile(tmp_path / "s.json"), models_dir=tmp_path
+        )
+        qtbot.addWidget(window)
+        window.resize(800, 600)
+        window.show()
+        window.onboarding_flow.close()  # the chat, not the first-run view of an empty library
+        window.model_bar.set_pair("http://127.0.0.1:9#kind=openai-compatible", "")
+        cid, hit = _branched(store)
+        window.chats.select(cid)
+        window.chats.search_edit.setText("zebra")
+        qtbot.waitUntil(lambda: window.chats.conversations.hit_at(0) == hit, timeout=2_000)
+        window.chats.conversation_list.setCurrentIndex(window.chats.conversations.index(0, 0))
+        assert window.transcript.highlighted_message == hit
+        _grab(window, f"search-hit-800px-{mode}")
+        window.close()
+        window.service.shutdown()
+        store.close()
+    finally:
+        app.setPalette(light)
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_reading_the_prompt_screenshots(qtbot: QtBot, tmp_path: Path, mode: str) -> None:
+    """The reply before its first token: how far the prompt is read, and what was reused."""
+    import threading
+
+    from tests.fakes import _reads_then_replies
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    gate = threading.Event()
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        store = Store(tmp_path / "tandem.sqlite3")
+        stream = _reads_then_replies(1, gate, reused=512)
+        service = EngineService(EngineWorker(load=_fake_load, stream=stream))
+        window = MainWindow(store, service, SettingsFile(tmp_path / "s.json"), models_dir=tmp_path)
+        qtbot.addWidget(window)
+        window.resize(1280, 760)
+        window.show()
+        _load(
+            qtbot, window, "/models/Qwen2.5-7B-Instruct-4bit", "/models/Qwen2.5-0.5B-Instruct-4bit"
+        )
+        window.composer.editor.setPlainText("Summarise the report I pasted above.")
+        window.composer.send_button.click()
+        note = "Reading 1,204 tokens… 42 % · 512 reused"
+        qtbot.waitUntil(lambda: window.transcript.toPlainText().endswith(note), timeout=5_000)
+        qtbot.wait(50)  # let the transcript lay out the note
+        image = window.grab().toImage()
+        assert image.save(str(OUT / f"reading-{mode}.png"))
+        assert _colours(image) > 8  # a real window, not a blank frame
+        with qtbot.waitSignal(service.generation_finished, timeout=5_000):
+            gate.set()
+        window.close()
+        assert service.shutdown()
+        store.close()
+    finally:
+        gate.set()
+        app.setPalette(light)
+    assert (OUT / f"reading-{mode}.png").stat().st_size > 10_000

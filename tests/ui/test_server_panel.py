@@ -14,6 +14,7 @@ from app.ui.main_window import MainWindow
 from app.ui.server_panel import MAX_ROWS, NO_KEY_TEXT, ServerPanel, mask_key
 
 KEY = "tandem-secret-key-1234"
+PATH = 2  # the Path column
 
 
 def _panel(qtbot: QtBot) -> ServerPanel:
@@ -114,3 +115,24 @@ def test_clicking_the_status_label_opens_the_panel(
     qtbot.mouseClick(window.status.server, Qt.MouseButton.LeftButton)
     assert window.server_panel.isVisible()
     assert window.server_panel.key_label.text() == NO_KEY_TEXT
+
+
+def test_the_path_column_shows_a_chat_path_whole_and_its_tooltip_any_path(
+    qtbot: QtBot,
+) -> None:
+    panel = _panel(qtbot)
+    path = "/v1/chat/completions"
+    panel.add_request(RequestLog("POST", path, 200, 1.2, 120))
+    long = "/v1/" + "x" * 300
+    panel.add_request(RequestLog("GET", long, 404, 0.01, 0))
+    qtbot.waitExposed(panel)
+    model = panel.table.model()
+    metrics = panel.table.fontMetrics()
+    # An item delegate pads its text by the focus frame's margin plus one, each side.
+    style = panel.table.style()
+    pad = style.pixelMetric(style.PixelMetric.PM_FocusFrameHMargin) + 1
+    room = panel.table.columnWidth(PATH) - 2 * pad
+    assert metrics.horizontalAdvance(path) <= room
+    assert not panel.table.wordWrap()  # one line a request
+    assert model.index(0, PATH).data(Qt.ItemDataRole.ToolTipRole) == long
+    assert model.index(1, PATH).data(Qt.ItemDataRole.ToolTipRole) == path

@@ -84,3 +84,32 @@ def test_reveal_opens_the_data_folder(
     dialog = _dialog(qtbot, tmp_path)
     qtbot.mouseClick(dialog.reveal_button, Qt.MouseButton.LeftButton)
     assert opened == [str(tmp_path)]
+
+
+def test_the_missing_key_store_note_is_tall_enough_for_every_line(
+    qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.ui.settings_dialog as settings_dialog
+
+    reason = "API key storage is unavailable: no system keychain was found"
+    monkeypatch.setattr(settings_dialog, "key_storage_status", lambda: reason)
+    # A short data folder: the dialog opens as narrow as its other rows let it.
+    dialog = _dialog(qtbot, Path("/tmp/tandem"))
+    qtbot.waitExposed(dialog)
+    note = dialog.key_note
+    assert reason in note.text()
+    # Wrapped to its width, the note gets the height of all its lines, descenders included.
+    needed = note.heightForWidth(note.contentsRect().width())
+    assert needed // note.fontMetrics().lineSpacing() >= 3
+    assert note.contentsRect().height() >= needed
+
+
+def test_a_remote_default_target_shows_as_its_url_and_is_kept_whole(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    target = "http://127.0.0.1:9#kind=openai-compatible"
+    dialog = _dialog(qtbot, tmp_path, Settings(target=target))
+    assert dialog.target_edit.text() == "http://127.0.0.1:9"
+    assert dialog.edited().target == target
+    dialog.target_edit.setText("/models/other")
+    assert dialog.edited().target == "/models/other"

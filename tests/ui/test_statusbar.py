@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from pytestqt.qtbot import QtBot
 
 from app.engine.types import Stats
-from app.services import PairInfo
+from app.services import LoadProgress, PairInfo
 from app.ui.statusbar import NO_PAIR, StatusBar
 
 
@@ -20,8 +21,9 @@ def test_each_segment_shows_what_it_is_told(qtbot: QtBot) -> None:
     assert bar.pair.text() == "t + d"
     bar.load_progress.start()
     assert bar.load_progress.isVisible() and bar.load_progress.maximum() == 0
-    bar.load_progress.show_step(2, 3)
-    assert (bar.load_progress.value(), bar.load_progress.maximum()) == (2, 3)
+    # The draft (step 2 of 3) has a quarter of its bytes read: 1.25 steps of 3.
+    bar.load_progress.show_progress(LoadProgress(1, 3, "Loading d", 250, 1000))
+    assert bar.load_progress.value() / bar.load_progress.maximum() == pytest.approx(1.25 / 3, 0.01)
     bar.load_progress.finish()
     assert not bar.load_progress.isVisible()
     bar.context.show_usage(900, 1000)
@@ -34,3 +36,24 @@ def test_each_segment_shows_what_it_is_told(qtbot: QtBot) -> None:
     assert bar.server.isVisible() and bar.server.text().endswith("· 1 request")
     bar.server.show_server("", 0)
     assert not bar.server.isVisible()
+
+
+@pytest.mark.parametrize(
+    ("progress", "text"),
+    [
+        (LoadProgress(0, 3, "Loading qwen-7b"), "Loading qwen-7b"),
+        (LoadProgress(0, 3, "Loading qwen-7b", 0, 6_200_000_000), "Loading qwen-7b: 0 B of 6.2 GB"),
+        (
+            LoadProgress(0, 3, "Loading qwen-7b", 2_100_000_000, 6_200_000_000, 19.6),
+            "Loading qwen-7b: 2.1 of 6.2 GB, about 20 s left",
+        ),
+        (
+            LoadProgress(0, 1, "Loading llama-70b", 4_000_000_000, 40_000_000_000, 300.0),
+            "Loading llama-70b: 4.0 of 40.0 GB, about 5 min left",
+        ),
+    ],
+)
+def test_loading_says_the_bytes_read_and_the_time_left(progress: LoadProgress, text: str) -> None:
+    from app.ui.statusbar.load_progress import load_text
+
+    assert load_text(progress) == text

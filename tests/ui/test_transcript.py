@@ -462,3 +462,40 @@ def test_code_style_follows_light_and_dark(qtbot: QtBot) -> None:
     assert keyword != light and keyword.lightnessF() > 0.5  # readable on a dark background
     block = view.document().findBlock(_position(view, "def"))
     assert block.blockFormat().background().color() == QColor("#262626")
+
+
+def test_highlight_message_scrolls_to_it_and_marks_it_until_the_view_changes(
+    qtbot: QtBot,
+) -> None:
+    view = _view(qtbot)
+    view.show()
+    long = "Words and more words. " * 60
+    messages = [_message(i, "user" if i % 2 else "assistant", f"{i}: {long}") for i in range(1, 9)]
+    view.show_messages(messages)
+    assert view.highlight_message(3)
+    [mark] = view.extraSelections()
+    assert "3: Words" in mark.cursor.selectedText() and "4: Words" not in mark.cursor.selectedText()
+    top = QTextCursor(view.document())
+    top.setPosition(mark.cursor.selectionStart())
+    assert view.viewport().rect().contains(view.cursorRect(top).topLeft())  # its start in view
+    assert not view.highlight_message(99)  # not shown: nothing changes
+    assert view.highlighted_message == 3
+    view.show_messages(messages[:2])
+    assert view.highlighted_message is None and view.extraSelections() == []
+
+
+def test_how_far_the_prompt_is_read_shows_until_the_first_text(qtbot: QtBot) -> None:
+    from app.engine.types import Reading
+    from app.ui.transcript_style import reading_note
+
+    view = _view(qtbot)
+    view.append_message("user", "Hello", message_id=1)
+    view.begin_reply()
+    view.show_reading(reading_note(Reading(0, 1_204, 0)))
+    view.show_reading(reading_note(Reading(1_536, 3_840, 1_024)))  # replaces the last
+    assert view.toPlainText().endswith("Tandem\nReading 3,840 tokens… 40 % · 1,024 reused")
+    view.append_segments([(D, "Hi "), (C, "there")])
+    assert view.toPlainText().endswith("Tandem\nHi there")
+    view.show_reading("Reading 9 tokens… 0 %")  # once text came, too late to say
+    view.end_reply(message_id=2)
+    assert "Reading" not in view.toPlainText()

@@ -1,0 +1,55 @@
+"""The model bar: a remote engine shows as its URL; at 800 px no field is cut short."""
+
+from __future__ import annotations
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.services import EngineWorker
+from app.store import Settings
+from app.ui.fit import text_room
+from app.ui.model_bar import ModelBar
+from tests.fakes import _fake_load
+
+UNREACHABLE = "http://127.0.0.1:9#kind=openai-compatible"  # port 9 refuses at once
+
+
+def test_a_remote_engine_shows_as_its_url_and_loads_whole(qtbot: QtBot) -> None:
+    bar = ModelBar(Settings(target=UNREACHABLE))
+    qtbot.addWidget(bar)
+    assert bar.target_edit.text() == "http://127.0.0.1:9"
+    assert "#" not in bar.target_edit.toolTip()
+    with qtbot.waitSignal(bar.load_requested) as blocker:
+        bar.request_load()
+    assert blocker.args == [UNREACHABLE, ""]  # the kind stays behind the field
+    bar.target_edit.setText("http://other:8080")  # typed over: what was typed is the target
+    assert bar.target() == "http://other:8080"
+
+
+def test_an_unreachable_remote_engine_leaves_no_encoding_in_any_field(
+    qtbot: QtBot, make_window
+) -> None:
+    window = make_window(EngineWorker(load=_fake_load))
+    with qtbot.waitSignal(window.service.failed, timeout=10_000):
+        window._on_pair_chosen(UNREACHABLE, "")
+    assert window.model_bar.target_edit.text() == "http://127.0.0.1:9"
+    assert "#" not in window.status.pair.text()
+    assert "kind=" not in window.error_banner.text()
+    assert window.model_bar.target() == UNREACHABLE  # Load tries the same engine again
+
+
+@pytest.mark.parametrize("width", [800, 1100])
+def test_the_pair_fields_show_their_whole_placeholders(
+    qtbot: QtBot, make_window, width: int
+) -> None:
+    window = make_window()
+    window.model_bar.set_presets(["Balanced", "Precise", "Creative", "Code"])
+    window.resize(width, 720)
+    qtbot.waitUntil(lambda: window.width() == width)
+    bar = window.model_bar
+    qtbot.waitUntil(lambda: bar.width() <= width)
+    for edit in (bar.target_edit, bar.draft_edit):
+        advance = edit.fontMetrics().horizontalAdvance(edit.placeholderText())
+        assert advance <= text_room(edit), (width, edit.placeholderText())
+    assert bar.is_one_row() == (width >= bar.one_row_width())
+    assert bar.temp_spin.geometry().right() <= bar.width()
