@@ -4,7 +4,9 @@
 # PART a: 70b:1b at miss 0, 0.1 and 0.28 (one target build); PART b: 32b:0.5b at miss 0
 # and 0.1, 8b:1b at miss 0 and 0.28; PART mlx: mlx-lm's loop at k = 3 beside Auto on
 # 70b:1b at miss 0; PART c: the pairs Auto fell short on in part b, after its costs became
-# medians of recent rounds. Every configuration is warmed up over a full-length reply first, so
+# medians of recent rounds; PART probe: one draft step timed several ways
+# (tools/draft_step_probe.py); PARTs a1, a2 and b1: part a in two processes and 32b:0.5b at
+# miss 0.1, each within one device call (run 6). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -31,6 +33,18 @@ b)
 c)
   run 32b-0.5b-c --synthetic 32b:0.5b --miss 0,0.1 --ks 0,14,15,auto --impls plain,tandem
   run 8b-1b-c --synthetic 8b:1b --miss 0.28 --ks 0,4,auto --impls plain,tandem
+  ;;
+probe)
+  python3 tools/draft_step_probe.py 1b 2>&1 | tail -8
+  ;;
+a1)
+  run 70b-1b-miss0 --synthetic 70b:1b --miss 0 --ks 0,8,15,auto --impls plain,tandem
+  ;;
+a2)
+  run 70b-1b-miss0.1-0.28 --synthetic 70b:1b --miss 0.1,0.28 --ks 0,8,14,15,auto --impls plain,tandem
+  ;;
+b1)
+  run 32b-0.5b-miss0.1 --synthetic 32b:0.5b --miss 0.1 --ks 0,12,14,15,auto --impls plain,tandem
   ;;
 mlx)
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,4,15,auto --mlx-lm-ks 3 --ttft
