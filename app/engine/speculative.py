@@ -445,13 +445,23 @@ class Decoder:
                 yield from self._plain(seq, params, until=lambda: wanted() != 0)
             # No token waits for the draft's prefill: while it catches up, a
             # chunk at a time, the target decodes plainly.
-            while can_draft and wanted() != 0 and not self._draft_ready(seq):
-                self._feed_draft(seq)
+            if can_draft and wanted() != 0:
+                yield from self._catch_up(seq, params)
                 if self._stopped():
                     return
-                if not self._draft_ready(seq):
-                    yield self._single_step(seq, params)
             yield from self._speculate_rounds(seq, params, can_draft, can_lookup, wanted, rounds)
+
+    def _catch_up(self, seq: list[int], params: GenerationParams) -> Generator[Round, None, None]:
+        """Feeds the draft what it lacks, a chunk at a time, the target decoding plainly between.
+
+        Ends once the draft can draft, or when the reply is cancelled.
+        """
+        while not self._draft_ready(seq):
+            self._feed_draft(seq)
+            if self._stopped():
+                return
+            if not self._draft_ready(seq):
+                yield self._single_step(seq, params)
 
     def _draft_ready(self, seq: list[int]) -> bool:
         """Whether a round can draft now: the draft holds ``seq[:-1]`` but for a short tail.
@@ -486,8 +496,6 @@ class Decoder:
             lookup.reset(seq)
         last: tuple[Round, float] | None = None  # the previous drafting round and its start
         while (num_draft := wanted()) != 0 and not self._stopped():
-            if can_draft and not self._draft_ready(seq):
-                return  # back from plain decoding: catch the draft up first
             started = time.perf_counter()
             if last is not None:
                 # Start to start: what the round cost, reading it included.
@@ -503,6 +511,16 @@ class Decoder:
                         lookup.extend(list(rnd.tokens))
                     yield replace(rnd, auto=True)
                 continue
+            if can_draft and not self._draft_ready(seq):
+                # Plain bursts leave the draft behind; it catches up only when a
+                # round drafts (a try, say), not after every burst.
+                for rnd in self._catch_up(seq, params):
+                    if lookup is not None:
+                        lookup.extend(list(rnd.tokens))
+                    yield replace(rnd, auto=num_draft is None)
+                if self._stopped():
+                    return
+                started = time.perf_counter()
             proposed = lookup.propose(plan.k) if lookup is not None else []
             # Measure plain decoding once per pair, then refresh it now and then.
             # A seeded reply always starts with a probe: its schedule then does

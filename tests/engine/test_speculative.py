@@ -630,3 +630,38 @@ def test_a_draft_step_is_priced_by_the_steps_after_a_rounds_first(models, monkey
     step = decoder.costs.draft_step
     # The first step's 80 ms belongs to the round, not to each of its 4 tokens.
     assert step is not None and step < 0.01
+
+
+def test_plain_bursts_leave_the_draft_behind_until_a_round_drafts(models, monkeypatch) -> None:
+    pair = models["noisy"]
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 300, num_draft=0)
+    # Drafting does not pay: Auto decodes in plain bursts, with a try now and then.
+    decoder = Decoder(
+        pair.target.model, pair.draft.model, _costs([10.0 * m for m in range(1, 18)], 10.0)
+    )
+    decoder.probe_every = 10_000
+    log: list[int | str] = []  # "feed", or a round's k
+    real = spec.prefill
+
+    def prefill(model, cache, tokens, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if model is pair.draft.model:
+            log.append("feed")
+        return real(model, cache, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(spec, "prefill", prefill)
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=None))
+    assert isinstance(next(gen), Prefill)
+    got: list[int] = []
+    while len(got) < 300:
+        rnd = next(gen)
+        assert isinstance(rnd, Round)
+        log.append(rnd.k)
+        got += rnd.tokens
+    gen.close()
+    assert got[:300] == want
+    feeds = [i for i, e in enumerate(log) if e == "feed"][1:]  # after the prompt's
+    assert feeds and log.count(0) >= 6 * spec.PLAIN_BURST
+    # Each later feed comes right before a drafting round, never ahead of a burst.
+    for i in feeds:
+        plain_after = next(j for j, e in enumerate(log[i:]) if isinstance(e, int) and e > 0)
+        assert plain_after < spec.PLAIN_BURST
