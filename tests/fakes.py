@@ -264,6 +264,7 @@ def _scripted(chunks: int, delay: float = 0.0, fail_at: int | None = None):
         _params: GenerationParams,
         cancel: threading.Event,
         control=None,
+        decoder=None,
     ) -> Iterator[Chunk | Finished]:
         ids = []
         reason: FinishReason = "length"
@@ -290,6 +291,7 @@ def _slow_to_stop(lag: float = 0.3):
         _params: GenerationParams,
         cancel: threading.Event,
         control=None,
+        decoder=None,
     ) -> Iterator[Chunk | Finished]:
         ids: list[int] = []
         while not cancel.is_set() and len(ids) < 10_000:
@@ -310,7 +312,7 @@ def _reads_then_replies(readings: int = 1, gate: threading.Event | None = None, 
     """
     from app.engine.types import Reading
 
-    def stream(_pair, _messages, _params, cancel, control=None):  # type: ignore[no-untyped-def]
+    def stream(_pair, _messages, _params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
         for i in range(readings):
             yield Reading(reused + 512 * i, 1_204, reused)
         if gate is not None:
@@ -344,7 +346,7 @@ class _Engine:
         self.weights.append(weakref.ref(weights))
         return ModelPair(LoadedModel(Path(target), model=weights, tokenizer=None, config={}))  # type: ignore[arg-type]  # a stand-in
 
-    def stream(self, pair: ModelPair, _messages, _params, _cancel, control=None):
+    def stream(self, pair: ModelPair, _messages, _params, _cancel, control=None, decoder=None):
         for i in range(2):
             yield Chunk(f"t{i} ", (i,), (Origin.TARGET,))
         if self.error is not None:
@@ -426,7 +428,7 @@ def _rounds(  # type: ignore[no-untyped-def]
     """
     from app.engine.types import Chunk, RoundStat
 
-    def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+    def stream(_pair, _messages, params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
         ids: list[int] = []
         origins: list[Origin] = []
         for i, (k, accepted) in enumerate(script):
@@ -535,6 +537,56 @@ def _tandem_in(
     """``tandem`` with its data folder and Hub cache under ``home``."""
     env = {"XDG_DATA_HOME": str(home / "data"), "HF_HUB_CACHE": str(home / "hf")}
     return _tandem(*args, env=env, stdin=stdin)
+
+
+def _tandem_here(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``tandem`` run through ``app.cli.main`` in this process, as ``_tandem`` runs it in another.
+
+    For checks that are not about the process boundary: it saves the second or so a new
+    process spends importing MLX and the tokenizer libraries. An exception that escapes
+    ``main`` is raised here, failing the test as its traceback would in the process.
+    """
+    import contextlib
+    import io
+
+    from app.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_stdin = dict(os.environ), sys.stdin
+    os.environ.update({"HF_HUB_OFFLINE": "1", **(env or {})})
+    sys.stdin = io.StringIO(stdin or "")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's --version and usage errors
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        sys.stdin = saved_stdin
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["tandem", *args], code, out.getvalue(), err.getvalue())
+
+
+def _tandem_in_here(
+    home: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``_tandem_in`` through ``_tandem_here``: the data folder and Hub cache under ``home``."""
+    from unittest import mock
+
+    import huggingface_hub.constants
+    import huggingface_hub.utils._cache_manager
+
+    hf = str(home / "hf")
+    env = {"XDG_DATA_HOME": str(home / "data"), "HF_HUB_CACHE": hf}
+    # The Hub reads its cache folder once, when it is imported.
+    with (
+        mock.patch.object(huggingface_hub.constants, "HF_HUB_CACHE", hf),
+        mock.patch.object(huggingface_hub.utils._cache_manager, "HF_HUB_CACHE", hf),
+    ):
+        return _tandem_here(*args, env=env, stdin=stdin)
 
 
 def served_url(process: subprocess.Popen[str], timeout: float = 60) -> str:

@@ -173,26 +173,27 @@ def ttft_cold_and_warm(
     pair: Any, first: str, follow_up: str, max_tokens: int = 32
 ) -> dict[str, float | int]:
     """Time to first token of a follow-up turn, with the caches of turn one and without."""
-    from app.engine.generate import decoder_for, stream_reply
+    from app.engine.generate import new_decoder, stream_reply
     from app.engine.types import Chunk, Finished, Message
 
     params = GenerationParams(max_tokens=max_tokens, num_draft=None if pair.draft else 0)
     turn = [Message("user", first)]
-    events = list(stream_reply(pair, turn, params))
+    decoder = new_decoder(pair)  # one conversation: its caches carry over between turns
+    events = list(stream_reply(pair, turn, params, decoder=decoder))
     reply = "".join(e.text for e in events if isinstance(e, Chunk))
     turn2 = [*turn, Message("assistant", reply), Message("user", follow_up)]
     out: dict[str, float | int] = {}
     for label in ("warm", "cold"):
         if label == "cold":
-            decoder_for(pair).reset()
-        done = list(stream_reply(pair, turn2, params))[-1]
+            decoder.reset()
+        done = list(stream_reply(pair, turn2, params, decoder=decoder))[-1]
         assert isinstance(done, Finished)
         out[f"{label}_ttft_seconds"] = done.stats.ttft_seconds
         out[f"{label}_reused_tokens"] = done.stats.reused_tokens
         out["prompt_tokens"] = done.stats.prompt_tokens
         # Leave the caches as turn one left them for the cold run's baseline.
         if label == "warm":
-            list(stream_reply(pair, turn, params))
+            list(stream_reply(pair, turn, params, decoder=decoder))
     return out
 
 

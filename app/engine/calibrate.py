@@ -18,8 +18,9 @@ from typing import Any
 from app import resource_path
 from app.engine.costs import CostProfile, Plan, ProfileProgress, measure_profile, plan_round
 from app.engine.costs import predicted_rates as _predicted_rates
-from app.engine.generate import decoder_for, stream_reply
+from app.engine.generate import new_decoder, stream_reply
 from app.engine.loader import ModelPair
+from app.engine.speculative import Decoder
 from app.engine.types import Finished, GenerationParams, Message, Stats
 from app.files import write_atomic
 
@@ -229,13 +230,15 @@ def calibrate(
     temperature: float = 0.0,
     seed: int = 0,
     cancel: threading.Event | None = None,
+    decoder: Decoder | None = None,
 ) -> Iterator[CalibrationProgress | CalibrationResult]:
     """Measures decoding speed for each draft length in ``ks``.
 
     Every k runs on every prompt as a fresh one-message chat. A short warm-up
     run of each k comes first and is not measured, so the first k does not pay
-    for kernel compilation and cache allocation. The pair's decoder is shared
-    with chat, so its caches afterwards hold a calibration prompt.
+    for kernel compilation and cache allocation. With ``decoder`` (the one chat
+    uses) the fresh profile becomes chat's, and its caches afterwards hold a
+    calibration prompt.
 
     Args:
         pair: A loaded pair with a draft model.
@@ -270,11 +273,13 @@ def calibrate(
         raise ValueError("draft lengths cannot be negative")
     if pair.draft is None:
         raise ValueError("calibration needs a draft model")
-    return _sweep(pair, prompts, ks, max_tokens, temperature, seed, cancel)
+    decoder = decoder if decoder is not None else new_decoder(pair)
+    return _sweep(pair, decoder, prompts, ks, max_tokens, temperature, seed, cancel)
 
 
 def _sweep(
     pair: ModelPair,
+    decoder: Decoder,
     prompts: list[str],
     ks: list[int | None],
     max_tokens: int,
@@ -291,7 +296,8 @@ def _sweep(
             num_draft=k, k_max=k_max, max_tokens=tokens, temperature=temperature, seed=seed
         )
         last = None
-        for event in stream_reply(pair, [Message("user", prompt)], params, cancel):
+        messages = [Message("user", prompt)]
+        for event in stream_reply(pair, messages, params, cancel, decoder=decoder):
             last = event
         assert isinstance(last, Finished)
         return None if last.finish_reason == "cancelled" else last.stats
@@ -302,7 +308,6 @@ def _sweep(
     if cancelled():
         return
     # Verification costs first: they explain the sweep and Auto plans with them.
-    decoder = decoder_for(pair)
     draft = pair.draft.model if pair.draft is not None else None
     profile: CostProfile | None = None
     for event in measure_profile(pair.target.model, draft, widths=k_max + 1, cancel=cancel):

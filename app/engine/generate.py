@@ -109,16 +109,14 @@ def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
     return list(tokenizer.encode(text))
 
 
-def decoder_for(pair: ModelPair, store: ProfileStore | None = None) -> Decoder:
-    """The pair's decoder, whose caches persist across turns.
+def new_decoder(pair: ModelPair, store: ProfileStore | None = None) -> Decoder:
+    """A decoder for ``pair``; whoever keeps it keeps both KV caches across turns.
 
     Its cost model starts from the pair's stored profile on this machine, when
     there is one, and stores the profile once rounds have measured every width.
     """
-    if pair.decoder is None:
-        draft = pair.draft.model if pair.draft is not None else None
-        pair.decoder = Decoder(pair.target.model, draft, cost_model_for(pair, store))
-    return pair.decoder
+    draft = pair.draft.model if pair.draft is not None else None
+    return Decoder(pair.target.model, draft, cost_model_for(pair, store))
 
 
 def cost_model_for(pair: ModelPair, store: ProfileStore | None = None) -> CostModel:
@@ -139,6 +137,8 @@ def stream_reply(
     params: GenerationParams = DEFAULT_PARAMS,
     cancel: threading.Event | None = None,
     control: DraftControl | None = None,
+    *,
+    decoder: Decoder | None = None,
 ) -> Iterator[Reading | Chunk | Finished]:
     """Streams the target's reply to ``messages``.
 
@@ -148,7 +148,8 @@ def stream_reply(
     and ends with one :class:`Finished`.
     ``cancel`` is checked before every round, between prompt chunks and
     between draft steps; ``control`` changes the draft length from the next
-    round on.
+    round on. ``decoder`` (from :func:`new_decoder`) holds both KV caches:
+    pass the same one for every turn of a conversation to reuse what they hold.
 
     Raises:
         PromptTooLongError: The conversation does not fit the target's window.
@@ -168,7 +169,8 @@ def stream_reply(
     eos = set(tokenizer.eos_token_ids)
     detok = tokenizer.detokenizer
     detok.reset()
-    decoder = decoder_for(pair)
+    if decoder is None:
+        decoder = new_decoder(pair)  # a one-off reply: nothing to reuse
     rounds = decoder.generate(prompt, params, control, cancel, reading=True)
     token_ids: list[int] = []
     origins: list[Origin] = []

@@ -133,7 +133,6 @@ class ModelPair:
 
     target: LoadedModel
     draft: LoadedModel | None = None
-    decoder: Any = None  # the speculative.Decoder holding both KV caches
 
     @property
     def label(self) -> str:

@@ -280,10 +280,9 @@ class Decoder:
     ) -> None:
         self.target = target
         self.draft = draft
-        for model in (target, draft):
-            if model is not None:
-                attention.install(model)
-        self.target_trimmable = can_trim_prompt_cache(make_prompt_cache(target))
+        # Whether the target's cache can be rewound; learned on the first reply,
+        # so that making a decoder costs nothing until it decodes.
+        self.target_trimmable: bool | None = None
         self.vocab_size: int | None = getattr(getattr(target, "args", None), "vocab_size", None)
         self._t_cache: list[Any] | None = None
         self._t_tokens: list[int] = []
@@ -372,6 +371,11 @@ class Decoder:
         With ``reading``, a :class:`Reading` comes before each chunk of the
         prompt the target reads (none when its cache holds all of it already).
         """
+        if self.target_trimmable is None:
+            for model in (self.target, self.draft):
+                if model is not None:
+                    attention.install(model)
+            self.target_trimmable = can_trim_prompt_cache(make_prompt_cache(self.target))
         can_draft = self.draft is not None
         can_lookup = params.prompt_lookup
         wanted = control.num_draft if control is not None else params.num_draft

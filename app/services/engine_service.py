@@ -28,9 +28,9 @@ from typing import Any, Literal
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine.costs import ProfileStore
-from app.engine.generate import PromptTooLongError, decoder_for, stream_reply
+from app.engine.generate import PromptTooLongError, new_decoder, stream_reply
 from app.engine.loader import LoadProgress, ModelPair, free_memory
-from app.engine.speculative import DraftControl
+from app.engine.speculative import Decoder, DraftControl
 from app.engine.types import (
     Chunk,
     Finished,
@@ -318,8 +318,15 @@ class EngineWorker(QObject):
         self._check_remote = check_remote
         self._stream_remote = stream_remote
         self._pair: ModelPair | None = None
+        # The loaded pair's decoder: both KV caches, kept across this pair's turns.
+        self._decoder: Decoder | None = None
         self._remote: RemoteEngine | None = None
         self._info: PairInfo | None = None
+
+    def _set_pair(self, pair: ModelPair | None) -> None:
+        """Makes ``pair`` the loaded one, with a decoder of its own (costs in this folder)."""
+        self._pair = pair
+        self._decoder = new_decoder(pair, self._profiles) if pair is not None else None
 
     def _load_remote(self, request: LoadRequest) -> bool:
         """Connects a remote engine instead of a local pair; ``False`` for local folders."""
@@ -338,7 +345,7 @@ class EngineWorker(QObject):
             self.failed.emit(EngineFailure(None, "load", str(exc)))
             return True
         # The local pair, if any, goes: one engine serves the chat at a time.
-        self._pair = None
+        self._set_pair(None)
         free_memory()
         self._remote = remote
         self._info = PairInfo(remote.to_target(), None, remote.label, None)
@@ -372,10 +379,8 @@ class EngineWorker(QObject):
             log.exception("loading %s failed", request.target)
             self.failed.emit(self._unexpected(exc, "load", None, "Loading"))
             return
-        if self._profiles is not None:
-            decoder_for(pair, self._profiles)  # its costs live in this data folder
         # The new pair replaces the old only once it loaded.
-        self._pair = pair
+        self._set_pair(pair)
         self._remote = None
         free_memory()
         self._info = PairInfo(request.target, request.draft, pair.label, pair.target.context_length)
@@ -409,7 +414,7 @@ class EngineWorker(QObject):
         the exception, so they are cleared first.
         """
         traceback.clear_frames(exc.__traceback__)
-        self._pair = None
+        self._set_pair(None)
         self._info = None
         free_memory()
         log.warning("out of memory: the pair was unloaded")
@@ -467,6 +472,7 @@ class EngineWorker(QObject):
                     request.params,
                     request.cancel,
                     control=request.control,
+                    decoder=self._decoder,
                 )
             read_at: float | None = None  # when a Reading was last passed on
             for event in events:
@@ -522,6 +528,7 @@ class EngineWorker(QObject):
                 request.ks,
                 max_tokens=request.max_tokens,
                 cancel=request.cancel,
+                decoder=self._decoder,
             ):
                 if isinstance(event, CalibrationProgress):
                     self.calibration_progressed.emit(event)
@@ -538,7 +545,7 @@ class EngineWorker(QObject):
 
     @Slot()
     def _on_shutdown_requested(self) -> None:
-        self._pair = None
+        self._set_pair(None)
         self._remote = None
         free_memory()
         thread = self.thread()

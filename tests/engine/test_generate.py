@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
-from app.engine.generate import encode_chat, stream_reply
+from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.types import Reading
 from tests.conftest import TinyModels
 
@@ -217,7 +217,8 @@ def test_reading_the_prompt_streams_before_the_first_chunk(tiny: TinyModels, mon
 
     monkeypatch.setattr(speculative, "PREFILL_STEP", 8)
     pair = load_pair(tiny.target)
-    events = list(stream_reply(pair, PROMPTS[1], GenerationParams(max_tokens=4)))
+    decoder = new_decoder(pair)
+    events = list(stream_reply(pair, PROMPTS[1], GenerationParams(max_tokens=4), decoder=decoder))
     n = len(encode_chat(pair.target.tokenizer, PROMPTS[1]))
     readings = [e for e in events if isinstance(e, Reading)]
     assert readings == [Reading(d, n, 0) for d in range(0, n - 1, 8)]
@@ -225,7 +226,7 @@ def test_reading_the_prompt_streams_before_the_first_chunk(tiny: TinyModels, mon
     # The next turn reads only what the cache lacks, and says what it reused.
     reply = "".join(e.text for e in events if isinstance(e, Chunk))
     turn = [*PROMPTS[1], Message("assistant", reply), Message("user", "More.")]
-    events = list(stream_reply(pair, turn, GenerationParams(max_tokens=4)))
+    events = list(stream_reply(pair, turn, GenerationParams(max_tokens=4), decoder=decoder))
     first = events[0]
     finished = events[-1]
     assert isinstance(first, Reading) and isinstance(finished, Finished)

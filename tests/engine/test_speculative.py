@@ -11,7 +11,7 @@ import pytest
 
 from app.engine import Chunk, GenerationParams, Message, Origin, load_pair
 from app.engine import speculative as spec
-from app.engine.generate import encode_chat, stream_reply
+from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.sampling import log_probs, penalize
 from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
 from app.engine.types import Reading
@@ -235,18 +235,19 @@ def test_synthetic_pair_has_the_set_acceptance() -> None:
 
 def test_follow_up_turn_prefills_only_new_tokens(tiny: TinyModels) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
+    decoder = new_decoder(pair)  # the conversation's: it keeps both caches between turns
+    params = GenerationParams(max_tokens=12, num_draft=3)
     first = [Message("user", "Write a haiku about the sea.")]
-    out = list(stream_reply(pair, first, GenerationParams(max_tokens=12, num_draft=3)))
+    out = list(stream_reply(pair, first, params, decoder=decoder))
     reply = "".join(e.text for e in out if isinstance(e, Chunk))
     assert out[-1].stats.reused_tokens == 0
     second = [*first, Message("assistant", reply), Message("user", "Another one.")]
-    warm = list(stream_reply(pair, second, GenerationParams(max_tokens=12, num_draft=3)))[-1]
+    warm = list(stream_reply(pair, second, params, decoder=decoder))[-1]
     prompt1 = encode_chat(pair.target.tokenizer, first)
     assert warm.stats.reused_tokens >= len(prompt1) - 1
     assert warm.stats.prompt_tokens > warm.stats.reused_tokens
     # The warm reply is the reply a cold decoder gives.
-    cold_pair = load_pair(tiny.target, tiny.noisy)
-    cold = list(stream_reply(cold_pair, second, GenerationParams(max_tokens=12, num_draft=3)))[-1]
+    cold = list(stream_reply(pair, second, params))[-1]
     assert cold.stats.reused_tokens == 0
     assert warm.token_ids == cold.token_ids
 
@@ -255,15 +256,15 @@ def test_edit_trims_to_the_common_prefix(tiny: TinyModels) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
     a = [Message("user", "Tell me about the sea and the sky.")]
     b = [Message("user", "Tell me about the moon.")]
-    list(stream_reply(pair, a, GenerationParams(max_tokens=20, num_draft=3)))
-    edited = list(stream_reply(pair, b, GenerationParams(max_tokens=20, num_draft=3)))[-1]
+    decoder = new_decoder(pair)
+    params = GenerationParams(max_tokens=20, num_draft=3)
+    list(stream_reply(pair, a, params, decoder=decoder))
+    edited = list(stream_reply(pair, b, params, decoder=decoder))[-1]
     tok = pair.target.tokenizer
     ia, ib = encode_chat(tok, a), encode_chat(tok, b)
     common = next(i for i, (x, y) in enumerate(zip(ia, ib, strict=False)) if x != y)
     assert edited.stats.reused_tokens == common
-    fresh = list(
-        stream_reply(load_pair(tiny.target, tiny.noisy), b, GenerationParams(max_tokens=20))
-    )
+    fresh = list(stream_reply(pair, b, GenerationParams(max_tokens=20)))
     assert edited.token_ids == fresh[-1].token_ids
 
 
@@ -463,11 +464,11 @@ def test_auto_decodes_plainly_where_drafting_cannot_pay(models) -> None:
 
 def test_auto_measures_unknown_widths_and_stores_the_profile(tiny, tmp_path) -> None:
     from app.engine.costs import ProfileStore
-    from app.engine.generate import decoder_for
+    from app.engine.generate import new_decoder
 
     pair = load_pair(tiny.target, tiny.noisy)
     store = ProfileStore(tmp_path / "profiles.json")
-    decoder = decoder_for(pair, store)
+    decoder = new_decoder(pair, store)
     params = GenerationParams(num_draft=None)
     widths: set[int] = set()
     gen = decoder.generate(PROMPT_IDS, params)
@@ -480,9 +481,8 @@ def test_auto_measures_unknown_widths_and_stores_the_profile(tiny, tmp_path) -> 
     assert set(range(2, 18)) <= widths  # every width up to k_max + 1, padded where needed
     stored = store.get(str(tiny.target), str(tiny.noisy))
     assert stored is not None and stored.complete
-    # The next load of the pair starts from it.
-    pair.decoder = None
-    assert decoder_for(pair, store).costs.complete
+    # The next decoder of the pair starts from it.
+    assert new_decoder(pair, store).costs.complete
 
 
 def test_a_draft_cut_short_when_unsure_keeps_greedy_exact(models) -> None:

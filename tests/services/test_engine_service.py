@@ -207,7 +207,7 @@ def test_draft_length_changes_for_the_reply_in_flight(qtbot: QtBot, make_service
     seen: list[int | None] = []
     running = threading.Event()
 
-    def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+    def stream(_pair, _messages, params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
         seen.append(control.num_draft)
         running.set()
         while control.num_draft != 7 and not cancel.is_set():
@@ -387,9 +387,9 @@ def test_a_loaded_pair_keeps_its_cost_profile_in_the_given_data_folder(
     store.put(str(tiny.target), str(tiny.noisy), stored)
     seen: list[CostProfile] = []
 
-    def stream(pair, messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
-        seen.append(pair.decoder.costs.profile())
-        yield from stream_reply(pair, messages, params, cancel, control=control)
+    def stream(pair, messages, params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
+        seen.append(decoder.costs.profile())
+        yield from stream_reply(pair, messages, params, cancel, control=control, decoder=decoder)
 
     service = make_service(EngineWorker(stream=stream, profiles=store))
     _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
@@ -443,7 +443,7 @@ def test_each_reply_has_its_own_draft_length(qtbot: QtBot, make_service) -> None
     seen: dict[int, list[int | None]] = {}
     release = threading.Event()
 
-    def stream(_pair, _messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+    def stream(_pair, _messages, params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
         seen.setdefault(params.seed, []).append(control.num_draft)
         release.wait(5)
         seen[params.seed].append(control.num_draft)

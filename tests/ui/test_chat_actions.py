@@ -17,7 +17,7 @@ from tests.fakes import _fake_load, _load, _rounds, _send
 def _recording(sent: list):  # type: ignore[no-untyped-def]
     inner = _rounds()
 
-    def stream(pair, messages, params, cancel, control=None):  # type: ignore[no-untyped-def]
+    def stream(pair, messages, params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
         sent.append([(m.role, m.content) for m in messages])
         yield from inner(pair, messages, params, cancel, control=control)
 
@@ -185,8 +185,12 @@ def test_conversation_list_moves_with_the_keyboard(qtbot: QtBot, chat) -> None:
 
 
 def test_edit_and_regenerate_reuse_the_cache_up_to_the_edit_point(
-    qtbot: QtBot, make_window, tiny, monkeypatch: pytest.MonkeyPatch
+    qtbot: QtBot, make_window, tiny, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    from app.store import Settings, SettingsFile
+
+    # Short replies: what is reused is the prompt, whatever the length of the reply.
+    SettingsFile(tmp_path / "settings.json").save(Settings(max_tokens=24))
     window = make_window()
     _load(qtbot, window, str(tiny.target), str(tiny.copy))
     _send(qtbot, window, "Tell me a story about a lighthouse keeper")
