@@ -403,7 +403,7 @@ def _models(args: argparse.Namespace) -> int:
 def _models_command(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from app.hub import default_models_dir, delete_model, human_size, scan_library
+    from app.hub import default_models_dir, delete_model, human_count, human_size, scan_library
 
     if args.models_command == "demo":
         import platformdirs
@@ -432,8 +432,8 @@ def _models_command(args: argparse.Namespace) -> int:
         if not library:
             print(f"No models yet. Put model folders in {default_models_dir()}.")
         for m in library:
-            params = f"{m.parameters / 1e9:.2f}B" if m.parameters else "?"
-            quant = f"{m.quantization[0]}-bit" if m.quantization else "full"
+            params = human_count(m.parameters) if m.parameters else "?"
+            quant = f"{m.quantization[0]}-bit" if m.quantization else m.dtype or "full"
             status = f"  ({m.problem})" if m.problem else ""
             print(
                 f"{m.repo_id or m.name}  {m.architecture or '?'}  {params}  {quant}  "
@@ -608,6 +608,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "or use `tandem generate` headless",
             file=sys.stderr,
         )
+        return 2
+    from app.ui.qt_platform import platform_problem
+
+    if (problem := platform_problem()) is not None:
+        print(problem, file=sys.stderr)
         return 2
     from app.ui.application import run_app
 

@@ -150,8 +150,30 @@ def _reopen(data: Path) -> Store:
     return store
 
 
-def test_a_kill_right_after_a_save_loses_nothing(chatty: tuple[Path, Path], tmp_path: Path) -> None:
-    events = _run_until(chatty, tmp_path, 40, "Hello there", lambda ev: ["finished"] in ev)
+@pytest.fixture(scope="module")
+def killed_after_a_save(
+    chatty: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[Event], Path]:
+    """One run killed right after its reply was saved: its events and its data folder.
+
+    Run once for the module; a test works on its own copy of the folder.
+    """
+    data = tmp_path_factory.mktemp("killed") / "data"
+    data.mkdir()
+    events = _run_until(chatty, data, 40, "Hello there", lambda ev: ["finished"] in ev)
+    return events, data
+
+
+def _copy_of(data: Path, tmp_path: Path) -> Path:
+    """The killed app's data folder (database, journal and all), copied for one test."""
+    return Path(shutil.copytree(data, tmp_path / "data"))
+
+
+def test_a_kill_right_after_a_save_loses_nothing(
+    killed_after_a_save: tuple[list[Event], Path], tmp_path: Path
+) -> None:
+    events, data = killed_after_a_save
+    tmp_path = _copy_of(data, tmp_path)
     saved = _saved(events)
     assert [s[3] for s in saved.values()] == ["user", "assistant"]
     store = _reopen(tmp_path)
@@ -169,10 +191,12 @@ def test_a_kill_right_after_a_save_loses_nothing(chatty: tuple[Path, Path], tmp_
 
 @pytest.mark.slow
 def test_a_kill_while_a_reply_streams_keeps_it_up_to_its_last_save(
-    chatty: tuple[Path, Path], tmp_path: Path
+    chatty: tuple[Path, Path], killed_after_a_save: tuple[list[Event], Path], tmp_path: Path
 ) -> None:
-    # A first run leaves a finished exchange, killed right after it was saved.
-    first = _saved(_run_until(chatty, tmp_path, 40, "Hello there", lambda ev: ["finished"] in ev))
+    # A first run left a finished exchange, killed right after it was saved.
+    events, data = killed_after_a_save
+    tmp_path = _copy_of(data, tmp_path)
+    first = _saved(events)
 
     def grown_twice(events: list[Event]) -> bool:
         assert ["finished"] not in events, "the reply ended before it was saved twice"

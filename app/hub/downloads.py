@@ -21,12 +21,14 @@ import json
 import os
 import queue
 import shutil
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from app.engine.loader import read_config
 from app.errors import ModelError
@@ -141,6 +143,7 @@ def search_models(
 
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
+    _require_network()
     with _hub_errors(None, token):
         found = HfApi().list_models(
             search=query.strip() or None,
@@ -201,6 +204,7 @@ def download_model(
     staging = _staging_folder(repo_id, models_dir)
     with _claimed(target, repo_id):
         _refuse_existing(target)
+        _require_network()
         with _hub_errors(repo_id, token, revision):
             commit, files = _list_files(repo_id, revision, token)
         _check_cancel(cancel)
@@ -258,6 +262,51 @@ def discard_download(repo_id: str, models_dir: Path) -> int:
         freed = sum(f.stat().st_size for f in staging.rglob("*") if f.is_file())
         shutil.rmtree(staging)
         return freed
+
+
+# --- reaching the Hub ---
+
+NO_NETWORK = "no network: cannot reach the Hugging Face Hub"
+PROBE_TIMEOUT_S = 3.0
+_PROXY_VARIABLES = (
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+)
+# Errors of a connection that says the network is down, not merely slow.
+_DOWN = (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN)
+
+
+def _require_network() -> None:
+    """Fails at once when the Hub's host cannot be resolved or refuses to connect.
+
+    huggingface_hub retries such a failure five times, some 25 s, before it gives up;
+    one direct connection tells sooner. Behind a proxy only the proxy can connect,
+    and a slow connection (a timeout) is left to huggingface_hub's own retries.
+
+    Raises:
+        ModelError: The Hub's host is unknown (no DNS), refused or unreachable.
+    """
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return  # huggingface_hub says offline itself; a proxy is the one to ask
+    url = urlsplit(constants.ENDPOINT)
+    if url.hostname is None:
+        return
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=PROBE_TIMEOUT_S).close()
+    except (socket.gaierror, ConnectionError) as exc:
+        raise ModelError(NO_NETWORK) from exc
+    except TimeoutError:
+        return
+    except OSError as exc:
+        if exc.errno in _DOWN:
+            raise ModelError(NO_NETWORK) from exc
 
 
 # --- listing --------------------------------------------------------------------
@@ -586,7 +635,7 @@ def _translate(
             return ModelError(f"the Hugging Face Hub is failing (HTTP {status}); try again later")
         return ModelError(f"cannot {what}: the Hugging Face Hub answered HTTP {status}")
     if isinstance(exc, _network_errors()):
-        return ModelError("no network: cannot reach the Hugging Face Hub")
+        return ModelError(NO_NETWORK)
     if isinstance(exc, HFValidationError):
         return ModelError(f"cannot {what}: {scrub(exc, token, 300)}")
     if isinstance(exc, OSError):

@@ -53,6 +53,7 @@ class ModelInfo:
         context_length: The trained context length from the config.
         has_chat_template: Whether the tokenizer has a chat template.
         problem: One-line reason the folder is not a usable model; ``None`` when usable.
+        dtype: The unquantized weights' type from the config ("float32", "bfloat16").
     """
 
     name: str
@@ -66,6 +67,7 @@ class ModelInfo:
     context_length: int | None
     has_chat_template: bool
     problem: str | None
+    dtype: str | None = None
 
     @property
     def usable(self) -> bool:
@@ -214,7 +216,14 @@ def _inspect(path: Path, source: Source, repo_id: str | None, label: str) -> Mod
         context_length=context_length(config),
         has_chat_template=has_chat_template,
         problem=problem,
+        dtype=_dtype(config),
     )
+
+
+def _dtype(config: dict[str, Any]) -> str | None:
+    # Transformers wrote "torch_dtype" until 4.56, "dtype" since.
+    dtype = config.get("dtype") or config.get("torch_dtype")
+    return dtype if isinstance(dtype, str) and dtype else None
 
 
 def _relabel(message: str, path: Path, label: str) -> str:
@@ -387,6 +396,16 @@ def require_space(folder: Path, needed: int, name: str, need: str = "about {} ne
             f"not enough disk space for {name}: {need.format(human_size(needed))}, "
             f"{human_size(free)} free"
         )
+
+
+def human_count(n: int) -> str:
+    """A count as people read it, in the units of :func:`human_size`: "630.2 M", "7.6 B"."""
+    value = float(n)
+    for unit in ("", " K", " M"):
+        if value < 1000:
+            return f"{value:.0f}" if not unit else f"{value:.1f}{unit}"
+        value /= 1000
+    return f"{value:.1f} B"
 
 
 def human_size(n: int) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from app.engine.loader import LoadProgress, ModelPair, load_pair, user_path
 from app.errors import IncompatiblePairError, ModelError, first_line
-from app.hub.library import ModelInfo, _hub_repo_id, inspect_model
+from app.hub.library import ModelInfo, _hub_repo_id, human_count, inspect_model
 
 # A draft should be this much smaller than its target for speculation to pay off.
 # Past it the pair only gets a warning: size never makes a pair incompatible, since
@@ -330,7 +330,7 @@ def _check_draft_size(t: _Side, d: _Side) -> Check:
     if not t_params or d_params is None:
         return Check(name, False, "the parameter counts are unknown", required=False)
     share = d_params / t_params
-    sizes = f"{_count(d_params)} vs {_count(t_params)} parameters"
+    sizes = f"{human_count(d_params)} vs {human_count(t_params)} parameters"
     if share > _GOOD_DRAFT_SHARE:
         return Check(
             name,
@@ -409,10 +409,3 @@ def _listed(texts: frozenset[str]) -> str:
     names = ", ".join(repr(t) for t in sorted(texts)[:_NAMED])
     more = len(texts) - _NAMED
     return f"{names} and {more} more" if more > 0 else names
-
-
-def _count(n: int) -> str:
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f}{unit}"
-    return str(n)

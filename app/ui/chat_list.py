@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QListView, QPushButton, QVBoxLayout, QWidget
 
 from app.services import StoreEvents
 from app.store import Store, StoreChange
 from app.ui.conversation_model import ConversationIdRole, ConversationListModel
+from app.ui.empty_hint import HintListView
+from app.ui.shortcuts import shortcut_text
 
 SEARCH_PAUSE_MS = 150  # the search runs once typing pauses this long
+
+
+def empty_hint(query: str) -> str:
+    """What the empty list says: how to start a chat, or that ``query`` matched none."""
+    if query:
+        return f"No chats match “{query}”"
+    return f"No conversations yet — press {shortcut_text(QKeySequence.StandardKey.New)}"
 
 
 class ChatList(QWidget):
@@ -35,8 +44,9 @@ class ChatList(QWidget):
     def __init__(self, store: Store, events: StoreEvents, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.conversations = ConversationListModel(store, self)
-        self.conversation_list = QListView()
+        self.conversation_list = HintListView()
         self.conversation_list.setModel(self.conversations)
+        self.conversation_list.set_empty_hint(empty_hint(""))
         self.conversation_list.setAccessibleName("Conversations")
         self.conversation_list.setEditTriggers(QListView.EditTrigger.NoEditTriggers)
         # Long titles end in "…" rather than scrolling sideways.
@@ -136,4 +146,6 @@ class ChatList(QWidget):
 
     @Slot()
     def _on_search_timeout(self) -> None:
-        self.conversations.set_search(self.search_edit.text())
+        query = self.search_edit.text().strip()
+        self.conversations.set_search(query)
+        self.conversation_list.set_empty_hint(empty_hint(query))

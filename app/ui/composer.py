@@ -6,6 +6,8 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.ui.shortcuts import shortcut_text
+
 STOP_TEXT = "Stop"
 STOPPING_TEXT = "Stopping…"
 
@@ -19,7 +21,7 @@ class Composer(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.editor = QPlainTextEdit()
-        self.editor.setPlaceholderText("Message Tandem…  (⌘↩ to send)")
+        self.editor.setPlaceholderText(f"Message Tandem…  ({shortcut_text('Ctrl+Return')} to send)")
         self.editor.setAccessibleName("Message")
         self.editor.setTabChangesFocus(True)
         self.editor.setMaximumHeight(120)

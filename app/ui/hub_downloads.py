@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QFileDialog, QListWidgetItem
 
-from app.hub import human_size
+from app.hub import human_count, human_size
 from app.keychain import stored_token
 from app.services.hub_service import HubFailure, HubSearchResult, HubService, Kind
 from app.services.hub_tasks import GroupProgress, HubTaskGroup
@@ -26,10 +26,6 @@ else:
 
 RepoRole = Qt.ItemDataRole.UserRole + 3
 REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-
-
-def _count(n: int) -> str:
-    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.1f} K" if n >= 1e3 else str(n)
 
 
 class HubDownloadsMixin(_Dialog):
@@ -133,7 +129,7 @@ class HubDownloadsMixin(_Dialog):
         self.results.clear()
         for repo in result.repos:
             gated = "  ·  license must be accepted on huggingface.co" if repo.gated else ""
-            text = f"{repo.repo_id}  ·  {_count(repo.downloads)} downloads{gated}"
+            text = f"{repo.repo_id}  ·  {human_count(repo.downloads)} downloads{gated}"
             item = QListWidgetItem(text)
             item.setData(RepoRole, repo.repo_id)
             self.results.addItem(item)

@@ -52,6 +52,7 @@ class LocalServer(QObject):
         self.service.running_changed.connect(self._on_changed)
         self.service.requests_changed.connect(self._on_changed)
         self.service.request_logged.connect(self.panel.add_request)
+        self.failed.connect(self.panel.show_problem)
 
     def apply(self, settings: Settings) -> asyncio.Future[None]:
         """Starts, restarts or stops the server as ``settings`` say (on the running loop)."""

@@ -60,7 +60,7 @@ from app.ui.settings_dialog import SettingsDialog
 from app.ui.speculation_panel import SpeculationPanel
 from app.ui.statusbar import StatusBar
 from app.ui.transcript import TranscriptView
-from app.ui.transcript_style import reading_note
+from app.ui.transcript_style import finish_note, reading_note
 from app.ui.tune_flow import TUNE_KS, TuneFlow
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,7 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
             lambda _code: self.status.showMessage("Code copied.", 3_000)
         )
         self.local_server.failed.connect(self.show_error)
+        self.server_panel.switch_requested.connect(self._on_server_switch_requested)
         self.service.load_progressed.connect(self._on_load_progressed)
         self.service.pair_loaded.connect(self._on_pair_loaded)
         self.service.failed.connect(self._on_failed)
@@ -254,8 +255,14 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
 
     @Slot()
     def open_server_panel(self) -> ServerPanel:
-        """Shows the local server's URL, key and recent requests (modeless)."""
+        """Shows the local server's URL, key, switch and recent requests (modeless)."""
         return self.local_server.open_panel()
+
+    @Slot(bool)
+    def _on_server_switch_requested(self, on: bool) -> None:
+        # The panel's switch is Settings' "Local server" box: it stays as left.
+        self._save_settings(server_enabled=on)
+        self.apply_server_settings()
 
     @Slot()
     def _on_clear_data_requested(self) -> None:
@@ -434,12 +441,10 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         if saved.branched:
             self._show_conversation(cid)  # shows the new branch's switcher
             return
-        note = {"cancelled": "Stopped.", "error": "Interrupted by an error."}
         message_id = saved.message.id if saved.message is not None else None
         stats_id = message_id if saved.stats is not None else None
-        self.transcript.end_reply(
-            note.get(saved.finish_reason, ""), stats_id, message_id=message_id
-        )
+        note = finish_note(saved.finish_reason, saved.stats)
+        self.transcript.end_reply(note, stats_id, message_id=message_id)
 
     @Slot(object)
     def _on_reply_ended(self, ended: ReplyEnded) -> None:

@@ -9,24 +9,36 @@ from typing import TYPE_CHECKING
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QMainWindow, QMenu, QMessageBox, QWidget
 
+from app.ui.shortcuts import Key, settings_shortcut, shortcut_text
+
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
 
-HELP_TEXT = """<b>Tandem Help</b>
+# What Help lists, in the platform's notation (⌘N on a Mac, Ctrl+N elsewhere).
+HELP_KEYS: tuple[tuple[Key, str], ...] = (
+    ("Ctrl+N", "New chat"),
+    ("Ctrl+Return", "Send"),
+    ("Esc", "Stop the reply"),
+    ("Ctrl+Shift+M", "Models"),
+    ("Ctrl+Alt+S", "Show or hide the speculation panel"),
+)
+
+
+def help_text() -> str:
+    """Help's text, its shortcuts written as this platform writes them."""
+    keys: list[tuple[Key, str]] = [*HELP_KEYS, (settings_shortcut(), "Settings")]
+    rows = "\n".join(f"<tr><td>{shortcut_text(k)}</td><td>{what}</td></tr>" for k, what in keys)
+    return f"""<b>Tandem Help</b>
 <p>Load a <i>target</i> model and a smaller <i>draft</i> of the same family (Models…,
-⇧⌘M). The draft proposes tokens, the target checks them all in one pass: the reply is
-exactly the target's, only faster.</p>
+{shortcut_text("Ctrl+Shift+M")}). The draft proposes tokens, the target checks them all in
+one pass: the reply is exactly the target's, only faster.</p>
 <table>
-<tr><td>⌘N</td><td>New chat</td></tr>
-<tr><td>⌘↩</td><td>Send</td></tr>
-<tr><td>Esc</td><td>Stop the reply</td></tr>
-<tr><td>⇧⌘M</td><td>Models</td></tr>
-<tr><td>⌥⌘S</td><td>Show or hide the speculation panel</td></tr>
-<tr><td>⌘,</td><td>Settings</td></tr>
+{rows}
 </table>
 <p>The speculation panel shows how many drafted tokens the target accepts. With Auto on,
 each round drafts as many tokens as pay best on this machine; untick it to fix k with the
 slider. Tune… measures what verification costs and the speed of each k.</p>"""
+
 
 Shortcut = QKeySequence | QKeySequence.StandardKey | str | None
 
@@ -68,7 +80,7 @@ def _edit(method: str) -> None:
 
 
 def show_help(parent: QWidget) -> None:
-    QMessageBox.information(parent, "Tandem Help", HELP_TEXT)
+    QMessageBox.information(parent, "Tandem Help", help_text())
 
 
 def show_about(parent: QWidget) -> None:
@@ -111,7 +123,7 @@ def build_menus(w: MainWindow, panel_shown: bool) -> Menus:
     file_menu.addSeparator()
     _action(w, file_menu, "&Close Window", w.close, keys.Close)
     prefs = QAction.MenuRole.PreferencesRole
-    _action(w, file_menu, "Settings…", w.open_settings, keys.Preferences, prefs)
+    _action(w, file_menu, "Settings…", w.open_settings, settings_shortcut(), prefs)
     quit_role = QAction.MenuRole.QuitRole
     _action(w, file_menu, "&Quit Tandem", w.close, keys.Quit, quit_role)
 

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -35,6 +34,7 @@ from app.hub import (
     ModelInfo,
     check_pair,
     delete_model,
+    human_count,
     human_size,
     inspect_model,
     refusal,
@@ -46,6 +46,7 @@ from app.services.hub_service import (
     HubService,
 )
 from app.services.hub_tasks import HubTaskGroup
+from app.ui.empty_hint import HintTableView
 from app.ui.hub_downloads import HubDownloadsMixin
 from app.ui.memory_bar import MemoryBar
 from app.ui.remote_dialog import RemoteEngineDialog
@@ -54,12 +55,15 @@ ModelInfoRole = Qt.ItemDataRole.UserRole + 1
 DraftRole = Qt.ItemDataRole.UserRole + 2  # ("local", path) or ("catalog", repo id)
 
 
-def _params(n: int | None) -> str:
-    if n is None:
-        return "?"
-    if n >= 1e8:
-        return f"{n / 1e9:.2f} B"
-    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.1f} K"
+NO_MODELS_HINT = "No models yet: search the Hub below and Download, or Import GGUF…"
+NO_HUB_HINT = "No models yet: put MLX model folders in Tandem's models folder"
+
+
+def quantization_text(m: ModelInfo) -> str:
+    """Says "4-bit (group 64)" for a quantized model, else its weights' dtype ("float32")."""
+    if m.quantization:
+        return f"{m.quantization[0]}-bit (group {m.quantization[1]})"
+    return m.dtype or "—"
 
 
 class ModelLibraryModel(QAbstractTableModel):
@@ -99,12 +103,11 @@ class ModelLibraryModel(QAbstractTableModel):
             return None
         if m.problem and index.column() == 1:
             return f"⚠ {m.problem}"
-        quant = f"{m.quantization[0]}-bit (group {m.quantization[1]})" if m.quantization else "—"
         return (
             m.repo_id or m.name,
             m.architecture or "?",
-            _params(m.parameters),
-            quant,
+            human_count(m.parameters) if m.parameters is not None else "?",
+            quantization_text(m),
             human_size(m.size_bytes),
             f"{m.context_length:,}" if m.context_length else "?",
             "yes" if m.has_chat_template else "no",
@@ -142,8 +145,9 @@ class ModelManagerDialog(HubDownloadsMixin, QDialog):
         self._hf_cache_dir = hf_cache_dir
         self.target, self.draft = target, draft
         self.library = ModelLibraryModel(self)
-        self.table = QTableView()
+        self.table = HintTableView()
         self.table.setModel(self.library)
+        self.table.set_empty_hint(NO_MODELS_HINT if hub is not None else NO_HUB_HINT)
         self.table.setAccessibleName("Model library")
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

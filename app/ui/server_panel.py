@@ -16,6 +16,7 @@ from PySide6.QtCore import (
     QPersistentModelIndex,
     Qt,
     Signal,
+    Slot,
 )
 from PySide6.QtGui import QCursor, QGuiApplication, QMouseEvent
 from PySide6.QtWidgets import (
@@ -36,6 +37,7 @@ from app.server.http import RequestLog
 MAX_ROWS = 20
 NO_KEY_TEXT = "none (loopback only)"
 NOT_RUNNING_TEXT = "not running"
+START_TEXT, STOP_TEXT = "Start Server", "Stop Server"
 COLUMNS = ("Time", "Method", "Path", "Status", "Tokens", "Duration")
 PATH_COLUMN = COLUMNS.index("Path")
 
@@ -128,15 +130,31 @@ class ClickableLabel(QLabel):
 
 
 class ServerPanel(QDialog):
-    """Modeless: it stays open and its list grows while the server answers."""
+    """Modeless: it stays open and its list grows while the server answers.
+
+    Signals:
+        switch_requested: Start Server (``True``) or Stop Server (``False``) was pressed.
+    """
+
+    switch_requested = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Local Server")
         self.setAccessibleName("Local server")
         self._key: str | None = None
+        self._running = False
         self.url_label = QLabel(NOT_RUNNING_TEXT)
         self.url_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.switch_button = QPushButton(START_TEXT)
+        self.switch_button.setAccessibleName("Start or stop the local server")
+        self.switch_button.clicked.connect(self._on_switch_clicked)
+        self.problem_label = QLabel()
+        self.problem_label.setWordWrap(True)
+        self.problem_label.hide()
+        url_row = QHBoxLayout()
+        url_row.addWidget(self.url_label, 1)
+        url_row.addWidget(self.switch_button)
         self.key_label = QLabel(NO_KEY_TEXT)
         self.copy_button = QPushButton("Copy Key")
         self.copy_button.setEnabled(False)
@@ -145,7 +163,7 @@ class ServerPanel(QDialog):
         key_row.addWidget(self.key_label, 1)
         key_row.addWidget(self.copy_button)
         form = QFormLayout()
-        form.addRow("URL:", self.url_label)
+        form.addRow("URL:", url_row)
         form.addRow("API key:", key_row)
 
         self.model = RequestListModel(self)
@@ -163,13 +181,18 @@ class ServerPanel(QDialog):
 
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(self.problem_label)
         layout.addWidget(QLabel(f"Last {MAX_ROWS} requests (no message text):"))
         layout.addWidget(self.table, 1)
         self.resize(560, 360)
 
     def set_server(self, url: str, key: str | None) -> None:
-        """Shows the server's base URL (empty: stopped) and the key it checks."""
+        """Shows the server's base URL (empty: stopped), the key it checks and the switch."""
+        self._running = bool(url)
         self.url_label.setText(url or NOT_RUNNING_TEXT)
+        self.switch_button.setText(STOP_TEXT if url else START_TEXT)
+        if url:
+            self.problem_label.hide()
         self._key = key or None
         self.key_label.setText(mask_key(key) if key else NO_KEY_TEXT)
         self.copy_button.setEnabled(self._key is not None)
@@ -177,6 +200,15 @@ class ServerPanel(QDialog):
     def add_request(self, entry: RequestLog, at: datetime | None = None) -> None:
         """Adds one served request at the top; ``at`` defaults to now."""
         self.model.add(RequestRow.from_log(entry, at or datetime.now()))
+
+    def show_problem(self, message: str) -> None:
+        """Says why the server did not start, under its URL."""
+        self.problem_label.setText(message)
+        self.problem_label.show()
+
+    @Slot()
+    def _on_switch_clicked(self) -> None:
+        self.switch_requested.emit(not self._running)
 
     def copy_key(self) -> None:
         if self._key is not None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from PySide6.QtGui import QColor, QFont, QTextBlock, QTextBlockFormat, QTextCharFormat
 
-from app.engine.types import Origin, Reading, Segment
+from app.engine.types import Origin, Reading, Segment, Stats
 from app.store import StoredMessage
 from app.ui.markdown import COPY_SCHEME
 
@@ -99,12 +99,21 @@ def split_segments(segments: Sequence[Segment], length: int) -> tuple[list[Segme
     return head, tail
 
 
+def finish_note(reason: str | None, stats: Stats | None) -> str:
+    """The muted line under a reply that did not end by itself ("" for one that did).
+
+    Args:
+        reason: Why it ended (a :data:`FinishReason`).
+        stats: Its numbers: a reply cut at the limit has generated exactly that many tokens.
+    """
+    if reason == "length":
+        limit = f"{stats.tokens:,}-token" if stats is not None and stats.tokens else "token"
+        return f"Stopped at the {limit} limit."
+    return {"cancelled": "Stopped.", "error": "Interrupted by an error."}.get(reason or "", "")
+
+
 def note_of(m: StoredMessage) -> str:
-    if m.role != "assistant":
-        return ""
-    return {"cancelled": "Stopped.", "error": "Interrupted by an error."}.get(
-        m.finish_reason or "", ""
-    )
+    return finish_note(m.finish_reason, m.stats) if m.role == "assistant" else ""
 
 
 def reading_note(reading: Reading) -> str:

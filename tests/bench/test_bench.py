@@ -3,27 +3,33 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import TinyModels
+from tests.fakes import _tandem_here
 
-# Each test runs `tandem bench` in a subprocess: 2 to 7 seconds apiece.
+# Each test runs `tandem bench` through the CLI's main(), in this process (which has
+# MLX imported already): up to a few seconds apiece.
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def _attention_mode_kept() -> Iterator[None]:
+    """`tandem bench` sets the verification attention for its process; keep this one's."""
+    from app.engine import attention
+
+    saved = dict(attention._state)
+    yield
+    attention._state.clear()
+    attention._state.update(saved)
+
+
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app", "bench", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    return _tandem_here("bench", *args)
 
 
 def test_synthetic_bench_writes_rows(tmp_path: Path) -> None:

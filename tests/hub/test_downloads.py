@@ -629,3 +629,59 @@ def test_no_token_means_none_is_sent(
     search_models("qwen")
     download_model(REPO, models_dir)
     assert hub.authorizations() == {None}
+
+
+def test_search_offline_says_no_network_at_once_without_retrying(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+    import time
+
+    from huggingface_hub.utils import _http
+
+    with socket.socket() as probe:  # a port nothing listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    _point_hub_at(monkeypatch, f"http://127.0.0.1:{port}")
+    for name in (
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    waits: list[float] = []
+    monkeypatch.setattr(_http.time, "sleep", waits.append)  # huggingface_hub's backoff
+    started = time.monotonic()
+    with pytest.raises(ModelError, match=r"^no network: cannot reach the Hugging Face Hub$"):
+        search_models("qwen")
+    assert waits == []  # the first refusal is the answer, not the sixth
+    assert time.monotonic() - started < 1.0
+
+
+def test_an_unknown_hub_host_is_no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    def no_dns(*_args: object, **_kwargs: object) -> socket.socket:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    _point_hub_at(monkeypatch, "https://huggingface.co")
+    for name in (
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(socket, "create_connection", no_dns)
+    waits: list[float] = []
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(_http.time, "sleep", waits.append)
+    with pytest.raises(ModelError, match=r"^no network"):
+        search_models("qwen")
+    assert waits == []

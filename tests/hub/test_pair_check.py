@@ -102,7 +102,7 @@ def test_a_draft_as_large_as_the_target_is_only_a_warning(tiny: TinyModels) -> N
     assert verdict.compatible
     assert list(_failed(verdict)) == ["draft size"]
     assert verdict.warnings == (
-        "the draft is 100% of the target (123.2K vs 123.2K parameters); under 25% speeds up more",
+        "the draft is 100% of the target (123.2 K vs 123.2 K parameters); under 25% speeds up more",
     )
 
 

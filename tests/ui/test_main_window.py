@@ -540,7 +540,7 @@ def test_menus_follow_mac_conventions(qtbot: QtBot, make_window) -> None:
     actions = {a.text(): a for a in window.findChildren(QAction)}
     keys = QKeySequence.StandardKey
     assert actions["&New Chat"].shortcut() == QKeySequence(keys.New)
-    assert actions["Settings…"].shortcut() == QKeySequence(keys.Preferences)
+    assert not actions["Settings…"].shortcut().isEmpty()  # Ctrl+, where Qt has no key
     assert actions["Settings…"].menuRole() == QAction.MenuRole.PreferencesRole
     assert actions["&Quit Tandem"].menuRole() == QAction.MenuRole.QuitRole
     assert actions["&About Tandem"].menuRole() == QAction.MenuRole.AboutRole
@@ -760,7 +760,7 @@ def test_a_remote_pair_shows_acceptance_as_not_reported(qtbot: QtBot, make_windo
     assert window.panel.tune_button.isEnabled()
 
 
-def _refused(_pair, _messages, _params, _cancel, control=None):  # type: ignore[no-untyped-def]
+def _refused(_pair, _messages, _params, _cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
     from app.errors import ModelError
 
     raise ModelError("The conversation is longer than the window.")
@@ -831,7 +831,7 @@ class _TimedReply:
         config = {"max_position_embeddings": 32_768}
         return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config=config))  # type: ignore[arg-type]  # no weights
 
-    def stream(self, _pair, _messages, _params, cancel, control=None):  # type: ignore[no-untyped-def]
+    def stream(self, _pair, _messages, _params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
         from app.engine.types import Chunk, Finished, RoundStat
 
         gates, self.gates = self.gates, []
@@ -975,3 +975,39 @@ def test_the_empty_reply_says_how_far_the_prompt_is_read(qtbot: QtBot, make_wind
         gate.set()
     assert "Tandem\nHi\nCopy" in window.transcript.toPlainText()  # the reply in its place
     assert "Reading" not in window.transcript.toPlainText()
+
+
+def test_a_reply_cut_by_the_token_limit_says_so(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_scripted(3)))
+    _load(qtbot, window, "/models/fake")
+    _send(qtbot, window, "Hello")  # the script ends at its length, as max_tokens would
+    qtbot.waitUntil(lambda: "limit" in window.transcript.toPlainText(), timeout=2_000)
+    assert "Stopped at the 3-token limit.  Copy" in window.transcript.toPlainText()
+
+
+def test_settings_has_a_shortcut_and_help_writes_keys_as_the_platform_does(
+    qtbot: QtBot, make_window, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PySide6.QtGui import QAction, QKeySequence
+
+    import app.ui.menus as menus
+
+    window = make_window()
+    actions = {a.text(): a for a in window.findChildren(QAction)}
+    native = QKeySequence(QKeySequence.StandardKey.Preferences)
+    expected = native if not native.isEmpty() else QKeySequence("Ctrl+,")
+    assert actions["Settings…"].shortcut() == expected and not expected.isEmpty()
+    shown: list[str] = []
+    monkeypatch.setattr(menus.QMessageBox, "information", lambda _p, _t, text: shown.append(text))
+    actions["Tandem &Help"].trigger()
+    new = QKeySequence(QKeySequence.StandardKey.New).toString(
+        QKeySequence.SequenceFormat.NativeText
+    )
+    assert f"<tr><td>{new}</td><td>New chat</td></tr>" in shown[0]
+    settings = expected.toString(QKeySequence.SequenceFormat.NativeText)
+    assert f"<tr><td>{settings}</td><td>Settings</td></tr>" in shown[0]
+    if not new.startswith("⌘"):  # not a Mac: no Mac symbols anywhere the user reads
+        chats = window.chats.conversation_list.empty_hint()
+        texts = [shown[0], window.composer.editor.placeholderText(), chats]
+        assert not any(sym in t for t in texts for sym in "⌘⇧⌥"), texts
+        assert "Ctrl+Return to send" in window.composer.editor.placeholderText()

@@ -379,3 +379,39 @@ def test_the_remote_engine_dialog_shows_its_placeholders_whole(qtbot: QtBot) -> 
     for edit in (dialog.url_edit, dialog.model_edit, dialog.draft_edit, dialog.key_edit):
         advance = edit.fontMetrics().horizontalAdvance(edit.placeholderText())
         assert advance <= text_room(edit), edit.placeholderText()
+
+
+def test_an_empty_library_says_how_to_fill_it(qtbot: QtBot, library: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    dialog, _hub = _hub_dialog(qtbot, empty, tmp_path)
+    assert dialog.library.rowCount() == 0
+    assert dialog.table.empty_hint() == (
+        "No models yet: search the Hub below and Download, or Import GGUF…"
+    )
+    offline = _dialog(qtbot, empty, tmp_path)  # no Hub: Download is off
+    assert offline.table.empty_hint().startswith("No models yet: put MLX model folders")
+    assert _dialog(qtbot, library, tmp_path).table.empty_hint() == ""
+
+
+def test_a_float32_model_shows_its_dtype_and_counts_read_alike(
+    qtbot: QtBot, library: Path, tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from app.hub import human_count
+
+    dialog = _dialog(qtbot, library, tmp_path)
+    columns = dialog.library.COLUMNS
+    row = next(
+        r
+        for r in range(dialog.library.rowCount())
+        if dialog.library.info_at(r).name == "tiny-llama"
+    )
+    info = dialog.library.info_at(row)
+    assert info.quantization is None  # the tiny models are plain float32
+    assert dialog.library.index(row, columns.index("Quantization")).data() == "float32"
+    # A 0.63 B model reads as the Hub's download counts and the pair check's sizes do.
+    dialog.library.set_models([replace(info, parameters=630_200_000)])
+    assert dialog.library.index(0, columns.index("Parameters")).data() == "630.2 M"
+    assert human_count(630_200_000) == "630.2 M" and human_count(7_615_616_512) == "7.6 B"

@@ -35,7 +35,7 @@ def _markdown_reply():  # type: ignore[no-untyped-def]
 
     words = re.findall(r"\s*\S+|\s+", REPLY)
 
-    def stream(_pair, _messages, _params, _cancel, control=None):  # type: ignore[no-untyped-def]
+    def stream(_pair, _messages, _params, _cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
         i = 0
         while i < len(words):
             k, accepted = 4, (3 if i % 3 else 4)
@@ -365,3 +365,71 @@ def test_reading_the_prompt_screenshots(qtbot: QtBot, tmp_path: Path, mode: str)
         gate.set()
         app.setPalette(light)
     assert (OUT / f"reading-{mode}.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_empty_states_and_server_switch_screenshots(
+    qtbot: QtBot, tmp_path: Path, mode: str
+) -> None:
+    """The empty chat list, a search with no hit, the empty Models table, the server
+    panel's switch and a reply cut at the token limit."""
+    from app.engine.types import Stats
+    from app.store import StoredMessage
+    from app.ui.model_manager import ModelManagerDialog
+    from app.ui.server_panel import ServerPanel
+    from app.ui.transcript import TranscriptView
+    from tests.ui.conftest import FakeHub
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        store = Store(tmp_path / "chats.sqlite3")
+        window = MainWindow(
+            store, EngineService(), SettingsFile(tmp_path / "s.json"), models_dir=tmp_path
+        )
+        qtbot.addWidget(window)
+        window.resize(900, 560)
+        window.show()
+        window.onboarding_flow.close()  # the chat, not the first-run view of an empty library
+        _grab(window, f"empty-chats-{mode}")
+        assert window.chats.conversation_list.empty_hint().startswith("No conversations yet")
+        store.create_conversation("Animals")
+        window.chats.search_edit.setText("xyz")
+        qtbot.waitUntil(lambda: "xyz" in window.chats.conversation_list.empty_hint(), timeout=2_000)
+        _grab(window.chats, f"empty-search-{mode}")
+        window.close()
+        window.service.shutdown()
+        store.close()
+        models = tmp_path / "models"
+        models.mkdir(exist_ok=True)
+        dialog = ModelManagerDialog(models, hf_cache_dir=tmp_path / "hf", hub=FakeHub())  # type: ignore[arg-type]
+        qtbot.addWidget(dialog)
+        _grab(dialog, f"models-empty-{mode}")
+        assert dialog.table.empty_hint().startswith("No models yet")
+        panel = ServerPanel()
+        qtbot.addWidget(panel)
+        panel.show_problem("The local server did not start: [Errno 98] address already in use")
+        _grab(panel, f"server-panel-stopped-{mode}")
+        panel.set_server("http://127.0.0.1:8080/v1", None)
+        _grab(panel, f"server-panel-running-{mode}")
+        assert panel.switch_button.text() == "Stop Server"
+        view = TranscriptView()
+        qtbot.addWidget(view)
+        view.resize(640, 220)
+        cut = Stats(tokens=1024)
+        view.show_messages(
+            [
+                StoredMessage(1, 1, "user", "Tell me a very long story.", 0.0),
+                StoredMessage(
+                    2, 1, "assistant", "Once upon a time…", 0.0, finish_reason="length", stats=cut
+                ),
+            ]
+        )
+        _grab(view, f"token-limit-{mode}")
+        assert "Stopped at the 1,024-token limit." in view.toPlainText()
+    finally:
+        app.setPalette(light)

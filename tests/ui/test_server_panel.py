@@ -136,3 +136,54 @@ def test_the_path_column_shows_a_chat_path_whole_and_its_tooltip_any_path(
     assert not panel.table.wordWrap()  # one line a request
     assert model.index(0, PATH).data(Qt.ItemDataRole.ToolTipRole) == long
     assert model.index(1, PATH).data(Qt.ItemDataRole.ToolTipRole) == path
+
+
+def test_the_panel_switches_the_server_on_and_off_and_settings_remember(
+    qtbot: QtBot, make_window: Callable[[], MainWindow], monkeypatch
+) -> None:
+    import asyncio
+
+    from app.server.security import ServerConfig
+    from app.ui.server_panel import START_TEXT, STOP_TEXT
+
+    window = make_window()
+    monkeypatch.setattr("app.ui.local_server.get_api_key", lambda: None)
+
+    async def start(config: ServerConfig) -> str:  # what listening on the port would say
+        window.server._url = config.url(config.port)
+        window.server.running_changed.emit(window.server._url)
+        return window.server._url
+
+    async def stop() -> None:
+        window.server._url = ""
+        window.server.running_changed.emit("")
+
+    monkeypatch.setattr(window.server, "start", start)
+    monkeypatch.setattr(window.server, "stop", stop)
+    # The app runs the switch on its qasync loop; here a plain loop runs each one.
+    monkeypatch.setattr(
+        window.local_server, "apply", lambda s: asyncio.run(window.local_server.apply_now(s))
+    )
+    window.menus.server_panel_action.trigger()
+    panel = window.server_panel
+    assert panel.switch_button.text() == START_TEXT == "Start Server"
+    qtbot.mouseClick(panel.switch_button, Qt.MouseButton.LeftButton)
+    assert panel.url_label.text() == "http://127.0.0.1:8080/v1"
+    assert panel.switch_button.text() == STOP_TEXT
+    assert window._settings_file.load().server_enabled  # as if ticked in Settings
+    assert window.status.server.isVisibleTo(window)
+    qtbot.mouseClick(panel.switch_button, Qt.MouseButton.LeftButton)
+    assert panel.url_label.text() == "not running" and panel.switch_button.text() == START_TEXT
+    assert not window._settings_file.load().server_enabled
+
+
+def test_a_server_that_cannot_start_says_why_in_the_panel(
+    qtbot: QtBot, make_window: Callable[[], MainWindow]
+) -> None:
+    window = make_window()
+    panel = window.open_server_panel()
+    window.local_server.failed.emit("The local server did not start: address in use")
+    assert panel.problem_label.isVisible()
+    assert panel.problem_label.text().endswith("address in use")
+    panel.set_server("http://127.0.0.1:8080/v1", None)
+    assert not panel.problem_label.isVisible()

@@ -499,3 +499,13 @@ def test_how_far_the_prompt_is_read_shows_until_the_first_text(qtbot: QtBot) -> 
     view.show_reading("Reading 9 tokens… 0 %")  # once text came, too late to say
     view.end_reply(message_id=2)
     assert "Reading" not in view.toPlainText()
+
+
+def test_a_saved_reply_cut_by_the_token_limit_says_which_limit(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    cut = Stats(tokens=1024)
+    view.show_messages([_message(1, "assistant", "Long…", stats=cut, finish_reason="length")])
+    assert (
+        _lines(view)[-1] == "Stopped at the 1,024-token limit.  Copy · Regenerate · Delete · Stats…"
+    )
+    assert _format(view, _position(view, "Stopped at")).fontItalic()  # muted, as "Stopped."

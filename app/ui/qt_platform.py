@@ -1,0 +1,77 @@
+"""Whether Qt can open a window here, asked before Qt aborts the process over it.
+
+Qt ends the process (qFatal) when its platform plugin cannot be loaded, with a long
+message that does not say which system package is missing. On Linux the xcb plugin
+needs X11 libraries a minimal system lacks, so Tandem loads the plugin itself first
+and, should a library be missing, says which package to install.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QLibraryInfo
+
+# "libxcb-cursor.so.0: cannot open shared object file: No such file or directory"
+_MISSING = re.compile(r"(lib[\w+.-]+?)\.so\.(\d+)")
+
+
+def _xcb_plugin() -> Path:
+    plugins = QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)
+    return Path(plugins) / "platforms" / "libqxcb.so"
+
+
+def debian_package(soname: str) -> str:
+    """The Debian/Ubuntu package of a library: libxcb-cursor.so.0 is libxcb-cursor0.
+
+    Args:
+        soname: The library's file name, as the dynamic loader reports it.
+    """
+    match = _MISSING.search(soname)
+    if match is None:
+        return soname
+    name, version = match.groups()
+    # Package names are lower case; a name that ends in a digit keeps it apart from
+    # the version: libxkbcommon-x11-0.
+    name = name.lower()
+    return f"{name}-{version}" if name[-1].isdigit() else f"{name}{version}"
+
+
+def platform_problem(
+    load: Callable[[str], object] | None = None,
+    plugin: Callable[[], Path] | None = None,
+) -> str | None:
+    """One line saying what the window needs installed, or ``None`` when nothing.
+
+    Only Linux's X11 plugin is checked: another platform (offscreen, wayland, macOS's
+    cocoa) is left to Qt. Loading the plugin here costs nothing: Qt loads it next anyway.
+
+    Args:
+        load: Loads a shared library, raising :class:`OSError` when it cannot
+            (:class:`ctypes.CDLL` when omitted).
+        plugin: Where Qt's xcb plugin is (Qt's own when omitted).
+    """
+    chosen = os.environ.get("QT_QPA_PLATFORM", "").split(":")[0]
+    if not sys.platform.startswith("linux") or chosen not in ("", "xcb"):
+        return None
+    if not chosen and os.environ.get("WAYLAND_DISPLAY"):
+        return None  # Qt may open the window on Wayland without X11's libraries
+    path = (plugin or _xcb_plugin)()
+    if not path.is_file():
+        return None  # a Qt built without xcb: Qt says what it has
+    try:
+        (load or ctypes.CDLL)(str(path))
+    except OSError as exc:
+        if (match := _MISSING.search(str(exc))) is None:
+            return f"Tandem cannot load Qt's X11 plugin: {exc}"
+        missing = match.group(0)
+        return (
+            f"Tandem needs the X11/xcb libraries: sudo apt install {debian_package(missing)} "
+            f"({missing} is missing)"
+        )
+    return None
