@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from app import __version__
 
@@ -119,7 +120,7 @@ PLIST = {
     # Keychain items it creates itself and the network need none.
 }
 
-OPTIONS = {
+OPTIONS: dict[str, Any] = {
     "argv_emulation": False,  # Tandem opens no files handed over by the Finder
     "arch": "arm64",  # MLX ships arm64 wheels only
     "iconfile": ICON,

@@ -44,6 +44,7 @@ from app.engine.types import FinishReason
 from app.testing.tiny import CHATML_TEMPLATE
 
 if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
     from pytestqt.qtbot import QtBot
 
     from app.services import EngineService
@@ -204,7 +205,9 @@ def weights_of(folder: Path) -> dict[str, np.ndarray]:
 
 # --- `tandem serve` subprocesses ------------------------------------------------------------------
 
-MESSAGES = [{"role": "user", "content": "Say something about speculative decoding."}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Say something about speculative decoding."}
+]
 
 
 def _free_port() -> int:

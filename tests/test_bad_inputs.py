@@ -152,7 +152,7 @@ def test_load_gives_one_line(corpus: Corpus, entry: Entry) -> None:
         load_model(path, fuse=False)
     assert type(info.value) is ModelError
     _one_line(str(info.value))
-    assert entry.load_error in str(info.value)
+    assert entry.load_error is not None and entry.load_error in str(info.value)
 
 
 @pytest.mark.parametrize("entry", PAIRS, ids=_ids(PAIRS))
@@ -342,5 +342,5 @@ def test_folder_import_refuses_and_leaves_nothing(
     with pytest.raises(ModelError) as info:
         import_folder(path, models)
     _one_line(str(info.value))
-    assert entry.load_error in str(info.value)
+    assert entry.load_error is not None and entry.load_error in str(info.value)
     assert not models.exists() or list(models.iterdir()) == []

@@ -63,6 +63,7 @@ def test_greedy_stays_exact_with_bucketed_verification(
 
     want = run(Decoder(pair.target.model), num_draft=0)
     assert calls == []  # single-token steps keep the fused kernel
+    assert pair.draft is not None
     assert run(Decoder(pair.target.model, pair.draft.model), num_draft=5) == want
     assert 6 in calls
 

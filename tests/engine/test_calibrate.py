@@ -113,7 +113,8 @@ def test_cancel_mid_way_yields_no_result(pair) -> None:
         if isinstance(event, CalibrationProgress) and event.done == 3:
             cancel.set()
     assert events and all(isinstance(e, CalibrationProgress) for e in events)
-    assert events[-1].done == 3  # nothing after the event that cancelled
+    last = events[-1]
+    assert isinstance(last, CalibrationProgress) and last.done == 3  # nothing after it
 
 
 def test_cancel_before_start_yields_nothing(pair) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -15,6 +16,10 @@ from mlx_lm.models.cache import make_prompt_cache
 from app.engine import fuse
 
 ARCHS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3}
+
+
+def _leaves(model: nn.Module) -> list[tuple[str, mx.array]]:
+    return cast(list[tuple[str, mx.array]], tree_flatten(model.parameters()))
 
 
 def _model(arch: str, quantized: bool) -> nn.Module:
@@ -64,7 +69,7 @@ def _matmuls(model: nn.Module, tmp_path: Path) -> int:
 def test_fused_model_computes_the_same_logits(arch: str, quantized: bool) -> None:
     model = _model(arch, quantized)
     before = _run(model)
-    params = sum(v.size for _, v in tree_flatten(model.parameters()))
+    params = sum(v.size for _, v in _leaves(model))
 
     assert fuse.fuse(model) == 2 * len(model.layers)  # q/k/v and gate/up in each layer
     after = _run(model)
@@ -72,8 +77,8 @@ def test_fused_model_computes_the_same_logits(arch: str, quantized: bool) -> Non
     for a, b in zip(before, after, strict=True):
         assert mx.allclose(a, b, atol=1e-5).item()
     # The fused weights appear once in the tree, the separate ones are gone.
-    assert sum(v.size for _, v in tree_flatten(model.parameters())) == params
-    names = [k for k, _ in tree_flatten(model.parameters())]
+    assert sum(v.size for _, v in _leaves(model)) == params
+    names = [k for k, _ in _leaves(model)]
     assert not any(".q_proj." in n or ".gate_proj." in n for n in names)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import cast
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from app.engine import Chunk, GenerationParams, Message, Origin, load_pair
+from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
 from app.engine import speculative as spec
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.sampling import log_probs, penalize
@@ -31,6 +33,22 @@ def _tokens(decoder: Decoder, prompt: list[int], n: int, **params) -> tuple[list
         out += rnd.tokens
     gen.close()
     return out[:n], rounds
+
+
+def _round(gen: Iterator[Reading | Prefill | Round]) -> Round:
+    rnd = next(gen)
+    assert isinstance(rnd, Round)
+    return rnd
+
+
+def _finished(events: Iterable[Reading | Chunk | Finished]) -> Finished:
+    *_, last = events
+    assert isinstance(last, Finished)
+    return last
+
+
+def _ints(a: mx.array) -> list[int]:
+    return cast(list[int], a.tolist())
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +114,8 @@ def test_verify_keeps_the_target_distribution_exactly() -> None:
     for _ in range(n):
         proposal = mx.random.categorical(mx.log(q))
         accept, fallback = verify_sampled(p, q, proposal)
-        ok = accept.tolist()
-        token = proposal.tolist()[0] if ok[0] else fallback.tolist()[0]
+        ok = cast(list[bool], accept.tolist())
+        token = _ints(proposal)[0] if ok[0] else _ints(fallback)[0]
         first[token] += 1
         accepted_first += ok[0]
     tv = 0.5 * np.abs(first / n - np.array(p[0])).sum()
@@ -118,7 +136,7 @@ def test_match_rule_accepts_sum_p_times_q() -> None:
     for _ in range(n):
         proposal = mx.random.categorical(mx.log(q))
         accept, _ = verify_sampled(p, q, proposal, rule="match")
-        hits += accept.tolist()[0]
+        hits += cast(list[bool], accept.tolist())[0]
     assert abs(hits / n - float((p[0] * q[0]).sum())) < 0.03
 
 
@@ -240,14 +258,14 @@ def test_follow_up_turn_prefills_only_new_tokens(tiny: TinyModels) -> None:
     first = [Message("user", "Write a haiku about the sea.")]
     out = list(stream_reply(pair, first, params, decoder=decoder))
     reply = "".join(e.text for e in out if isinstance(e, Chunk))
-    assert out[-1].stats.reused_tokens == 0
+    assert _finished(out).stats.reused_tokens == 0
     second = [*first, Message("assistant", reply), Message("user", "Another one.")]
-    warm = list(stream_reply(pair, second, params, decoder=decoder))[-1]
+    warm = _finished(stream_reply(pair, second, params, decoder=decoder))
     prompt1 = encode_chat(pair.target.tokenizer, first)
     assert warm.stats.reused_tokens >= len(prompt1) - 1
     assert warm.stats.prompt_tokens > warm.stats.reused_tokens
     # The warm reply is the reply a cold decoder gives.
-    cold = list(stream_reply(pair, second, params))[-1]
+    cold = _finished(stream_reply(pair, second, params))
     assert cold.stats.reused_tokens == 0
     assert warm.token_ids == cold.token_ids
 
@@ -259,13 +277,13 @@ def test_edit_trims_to_the_common_prefix(tiny: TinyModels) -> None:
     decoder = new_decoder(pair)
     params = GenerationParams(max_tokens=20, num_draft=3)
     list(stream_reply(pair, a, params, decoder=decoder))
-    edited = list(stream_reply(pair, b, params, decoder=decoder))[-1]
+    edited = _finished(stream_reply(pair, b, params, decoder=decoder))
     tok = pair.target.tokenizer
     ia, ib = encode_chat(tok, a), encode_chat(tok, b)
     common = next(i for i, (x, y) in enumerate(zip(ia, ib, strict=False)) if x != y)
     assert edited.stats.reused_tokens == common
-    fresh = list(stream_reply(pair, b, GenerationParams(max_tokens=20)))
-    assert edited.token_ids == fresh[-1].token_ids
+    fresh = _finished(stream_reply(pair, b, GenerationParams(max_tokens=20)))
+    assert edited.token_ids == fresh.token_ids
 
 
 def test_drafting_is_refused_when_the_cache_cannot_rewind(models) -> None:
@@ -288,7 +306,7 @@ def test_auto_k_stays_in_bounds_and_is_reported(models) -> None:
             GenerationParams(max_tokens=60, num_draft=None, k_max=5),
         )
     )
-    s = events[-1].stats
+    s = _finished(events).stats
     assert s.num_draft is None
     assert 1 <= s.k_min <= s.k_max <= 5
     assert s.mean_accepted is not None and s.mean_accepted > 1
@@ -324,7 +342,7 @@ def test_fit_vocab_cuts_or_pads() -> None:
     assert fit_vocab(x, 2).tolist() == [[1.0, 2.0]]
     padded = fit_vocab(x, 5)
     assert padded.shape == (1, 5)
-    assert mx.exp(padded).tolist()[0][3:] == [0.0, 0.0]
+    assert cast(list[list[float]], mx.exp(padded).tolist())[0][3:] == [0.0, 0.0]
 
 
 @pytest.mark.parametrize("lookup", [False, True])
@@ -343,7 +361,7 @@ def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: b
     out: list[int] = []
     for setting in (3, 0, None, 0, 5):
         control.set(setting)
-        rounds = [next(gen) for _ in range(4)]
+        rounds = [_round(gen) for _ in range(4)]
         phases.append((setting, rounds))
         out += [t for r in rounds for t in r.tokens]
     gen.close()
@@ -370,9 +388,9 @@ def test_a_control_that_starts_at_zero_drafts_once_raised(models) -> None:
     decoder = Decoder(pair.target.model, pair.draft.model)
     gen = decoder.generate(PROMPT_IDS, GenerationParams(), control)
     next(gen)
-    assert next(gen).k == 0
+    assert _round(gen).k == 0
     control.set(4)
-    rounds = [next(gen) for _ in range(3)]
+    rounds = [_round(gen) for _ in range(3)]
     gen.close()
     # The draft takes in this short prompt in one chunk, so the first round drafts.
     assert [r.k for r in rounds] == [4, 4, 4] and all(r.accepted == 4 for r in rounds)
@@ -396,7 +414,7 @@ def test_a_seeded_reply_starts_with_the_plain_step_that_measures_the_baseline(mo
         assert decoder.baseline_tps is not None
 
 
-def _costs(ms: list[float], draft_ms: float = 1.0):  # type: ignore[no-untyped-def]
+def _costs(ms: Sequence[float], draft_ms: float = 1.0):  # type: ignore[no-untyped-def]
     from app.engine.costs import CostModel, CostProfile
 
     profile = CostProfile(tuple(v / 1e3 for v in ms), draft_ms / 1e3, 64, "test", "0")
@@ -436,7 +454,7 @@ def test_the_first_token_does_not_wait_for_the_drafts_prefill(models) -> None:
     assert isinstance(first, Round) and first.k == 0 and len(first.tokens) == 1
     # The draft has taken in none of the prompt yet; it catches up between plain steps.
     assert decoder._d_cache is None
-    rounds = [first] + [next(gen) for _ in range(12)]
+    rounds = [first] + [_round(gen) for _ in range(12)]
     gen.close()
     lead = next(i for i, r in enumerate(rounds) if r.k)
     assert 2 <= lead <= 4 and all(len(r.tokens) <= 2 for r in rounds[:lead])
