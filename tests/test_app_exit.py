@@ -43,31 +43,16 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_app_exits_cleanly_after_a_reply(tiny: TinyModels, tmp_path: Path) -> None:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
-    # The unclean teardown was intermittent: three runs, side by side (each with its own
-    # data folder) so that they take little more time than one.
-    runs = []
-    for i in range(3):
-        data = tmp_path / f"run-{i}"
-        data.mkdir()
-        runs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", SCRIPT, str(tiny.target), str(tiny.copy), str(data)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-                cwd=Path(__file__).resolve().parents[1],
-            )
+    for _ in range(3):  # the unclean teardown was intermittent
+        r = subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(tiny.target), str(tiny.copy), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=Path(__file__).resolve().parents[1],
         )
-    try:
-        for process in runs:
-            stdout, stderr = process.communicate(timeout=120)
-            assert process.returncode == 0, stderr
-            assert "reply-tokens" in stdout
-            assert "terminate called" not in stderr
-            assert "Traceback" not in stderr
-    finally:
-        for process in runs:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        assert r.returncode == 0, r.stderr
+        assert "reply-tokens" in r.stdout
+        assert "terminate called" not in r.stderr
+        assert "Traceback" not in r.stderr

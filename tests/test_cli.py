@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TinyModels
-from tests.fakes import _tandem, _tandem_in
+from tests.fakes import _tandem, _tandem_here, _tandem_in, _tandem_in_here
 
 
 def test_generate_json(tiny: TinyModels) -> None:
-    r = _tandem(
+    r = _tandem_here(
         "generate",
         "--model",
         str(tiny.target),
@@ -37,7 +37,7 @@ def test_generate_json(tiny: TinyModels) -> None:
 
 
 def test_generate_streams_text(tiny: TinyModels, tiny_pair) -> None:
-    r = _tandem("generate", "--model", str(tiny.target), "--max-tokens", "8", "Hi")
+    r = _tandem_here("generate", "--model", str(tiny.target), "--max-tokens", "8", "Hi")
     assert r.returncode == 0, r.stderr
     assert "tok/s" in r.stderr
     assert r.stdout.endswith("\n")
@@ -45,9 +45,11 @@ def test_generate_streams_text(tiny: TinyModels, tiny_pair) -> None:
 
 def test_greedy_cli_matches_with_and_without_draft(tiny: TinyModels) -> None:
     common = ("--max-tokens", "20", "--json", "Say something")
-    plain = json.loads(_tandem("generate", "--model", str(tiny.target), *common).stdout)
+    plain = json.loads(_tandem_here("generate", "--model", str(tiny.target), *common).stdout)
     spec = json.loads(
-        _tandem("generate", "--model", str(tiny.target), "--draft", str(tiny.draft), *common).stdout
+        _tandem_here(
+            "generate", "--model", str(tiny.target), "--draft", str(tiny.draft), *common
+        ).stdout
     )
     assert spec["token_ids"] == plain["token_ids"]
 
@@ -79,7 +81,7 @@ def test_version() -> None:
 
 
 def test_generate_with_auto_k_and_sampling_options(tiny: TinyModels) -> None:
-    r = _tandem(
+    r = _tandem_here(
         "generate",
         "--model",
         str(tiny.target),
@@ -120,7 +122,7 @@ def test_match_rule_is_selectable(tiny: TinyModels) -> None:
     common = ("--model", str(tiny.target), "--draft", str(tiny.copy), "--temp", "1.0")
     # A seed keeps the reply long enough to draft (unseeded, it may end at once).
     args = ("--accept-rule", "match", "--seed", "0", "--max-tokens", "40", "--json", "Hi")
-    r = _tandem("generate", *common, *args)
+    r = _tandem_here("generate", *common, *args)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["drafted"] > 0
@@ -137,10 +139,10 @@ def test_bad_num_draft_is_refused() -> None:
 @pytest.mark.slow
 def test_check_pair_exit_codes(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> None:
 
-    ok = _tandem("check-pair", str(tiny.target), str(small_draft))
+    ok = _tandem_here("check-pair", str(tiny.target), str(small_draft))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.startswith("compatible")
-    bad = _tandem("check-pair", str(tiny.target), str(tiny.foreign), "--json")
+    bad = _tandem_here("check-pair", str(tiny.target), str(tiny.foreign), "--json")
     assert bad.returncode == 2
     verdict = json.loads(bad.stdout)
     assert verdict["compatible"] is False
@@ -159,20 +161,20 @@ def test_models_list_and_delete(tiny: TinyModels, tmp_path: Path) -> None:
     models.mkdir(parents=True)
     shutil.copytree(tiny.target, models / "tiny-llama")
     (models / "broken").mkdir()
-    listed = json.loads(_tandem_in(tmp_path, "models", "list", "--json").stdout)
+    listed = json.loads(_tandem_in_here(tmp_path, "models", "list", "--json").stdout)
     by_name = {m["name"]: m for m in listed}
     assert by_name["tiny-llama"]["architecture"] == "llama"
     assert by_name["tiny-llama"]["problem"] is None
     assert "config.json" in by_name["broken"]["problem"]
-    text = _tandem_in(tmp_path, "models", "list").stdout
+    text = _tandem_in_here(tmp_path, "models", "list").stdout
     assert "tiny-llama  llama" in text
-    kept = _tandem_in(tmp_path, "models", "delete", "tiny-llama", stdin="n\n")
+    kept = _tandem_in_here(tmp_path, "models", "delete", "tiny-llama", stdin="n\n")
     assert kept.returncode == 1 and (models / "tiny-llama").exists()
-    gone = _tandem_in(tmp_path, "models", "delete", "tiny-llama", "--yes")
+    gone = _tandem_in_here(tmp_path, "models", "delete", "tiny-llama", "--yes")
     assert gone.returncode == 0, gone.stderr
     assert "freeing" in gone.stdout
     assert not (models / "tiny-llama").exists()
-    missing = _tandem_in(tmp_path, "models", "delete", "nope", "--yes")
+    missing = _tandem_in_here(tmp_path, "models", "delete", "nope", "--yes")
     assert missing.returncode == 1
 
 
@@ -184,17 +186,17 @@ def test_models_import_gguf_then_generate(tiny: TinyModels, tmp_path: Path) -> N
     gguf = write_gguf(
         tmp_path / "tiny-llama.gguf", config, weights_of(tiny.target), tiny_tokenizer(tiny.target)
     )
-    r = _tandem_in(tmp_path, "models", "import", str(gguf))
+    r = _tandem_in_here(tmp_path, "models", "import", str(gguf))
     assert r.returncode == 0, r.stderr
     folder = Path(r.stdout.strip())
     assert folder == tmp_path / "data" / "Tandem" / "models" / "tiny-llama"
-    listed = json.loads(_tandem_in(tmp_path, "models", "list", "--json").stdout)
+    listed = json.loads(_tandem_in_here(tmp_path, "models", "list", "--json").stdout)
     assert [m["name"] for m in listed] == ["tiny-llama"]
     common = ("--max-tokens", "12", "--json", "Hello")
-    imported = json.loads(_tandem("generate", "--model", str(folder), *common).stdout)
-    original = json.loads(_tandem("generate", "--model", str(tiny.target), *common).stdout)
+    imported = json.loads(_tandem_here("generate", "--model", str(folder), *common).stdout)
+    original = json.loads(_tandem_here("generate", "--model", str(tiny.target), *common).stdout)
     assert imported["token_ids"] == original["token_ids"]
-    again = _tandem_in(tmp_path, "models", "import", str(gguf))
+    again = _tandem_in_here(tmp_path, "models", "import", str(gguf))
     assert again.returncode == 1
     assert "exists" in again.stderr
     assert "Traceback" not in again.stderr

@@ -10,22 +10,36 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from app import resource_path
-from app.engine.costs import CostProfile, Plan, ProfileProgress, measure_profile, plan_round
+from app.engine.costs import (
+    K_MAX,
+    CostProfile,
+    Plan,
+    ProfileProgress,
+    measure_profile,
+    plan_round,
+)
 from app.engine.costs import predicted_rates as _predicted_rates
 from app.engine.generate import new_decoder, stream_reply
 from app.engine.loader import ModelPair
 from app.engine.speculative import Decoder
-from app.engine.types import Finished, GenerationParams, Message, Stats
+from app.engine.types import Chunk, Finished, GenerationParams, Message, Stats
 from app.files import write_atomic
 
 DEFAULT_K_MAX = 16
 WARMUP_TOKENS = 8
+# The full sweep's draft lengths, then auto: every short k, then every second one up
+# to the longest, so a slow Mac finishes in minutes.
+SWEEP_KS: tuple[int | None, ...] = (0, 1, 2, 3, 4, 5, 6, *range(8, K_MAX + 1, 2), None)
+SWEEP_TOKENS = 64
+# The quick sweep: one prompt, short runs, plain against one guess and auto.
+QUICK_TOKENS = 24
 
 
 def default_prompts() -> list[str]:
@@ -68,18 +82,70 @@ class CalibrationPoint:
 
 
 @dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """What a sweep runs: its prompts, draft lengths and the token budget of each run.
+
+    Attributes:
+        prompts: User messages, each a fresh one-message chat.
+        ks: Draft lengths: 0 is plain decoding, ``None`` adaptive.
+        max_tokens: Token budget of each run.
+    """
+
+    prompts: tuple[str, ...]
+    ks: tuple[int | None, ...]
+    max_tokens: int = SWEEP_TOKENS
+
+    @classmethod
+    def full(cls, prompts: Sequence[str]) -> SweepPlan:
+        """Every k of :data:`SWEEP_KS` on every prompt."""
+        return cls(tuple(prompts), SWEEP_KS, SWEEP_TOKENS)
+
+    @classmethod
+    def quick(cls, prompts: Sequence[str], guess_k: int) -> SweepPlan:
+        """Plain decoding, ``guess_k`` and auto on the first prompt, in short runs."""
+        guess = min(max(guess_k, 1), K_MAX)
+        return cls(tuple(prompts[:1]), (0, guess, None), QUICK_TOKENS)
+
+    @property
+    def runs(self) -> int:
+        """Measured runs: every distinct k on every prompt."""
+        return len(dict.fromkeys(self.ks)) * len(self.prompts)
+
+    def seconds(self, plain_tps: float | None) -> float | None:
+        """The longest the sweep should take at ``plain_tps``: warm-up and runs decoded plain.
+
+        Drafting only makes runs faster, so this errs on the long side; prompt
+        reading and the cost measurement are left out.
+        """
+        warmup = len(dict.fromkeys(self.ks)) * min(WARMUP_TOKENS, self.max_tokens)
+        return seconds_for(self.runs * self.max_tokens + warmup, plain_tps)
+
+
+def seconds_for(tokens: int, plain_tps: float | None) -> float | None:
+    """Seconds to decode ``tokens`` at ``plain_tps``; ``None`` while the speed is unknown."""
+    return tokens / plain_tps if plain_tps and plain_tps > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
 class CalibrationProgress:
-    """Sent before each measured run (and once before the warm-up).
+    """Sent before each measured run (and once before the warm-up), and within a run.
 
     Attributes:
         done: Runs finished so far.
         total: Runs of the whole sweep.
         text: What runs next, for a status line.
+        run_done: Tokens the current run has decoded (0 before it starts).
+        run_total: The current run's token budget (0 outside measured runs).
+        seconds_left: The longest the rest should take at the plain speed;
+            ``None`` while that speed is unknown.
     """
 
     done: int
     total: int
     text: str
+    run_done: int = 0
+    run_total: int = 0
+    seconds_left: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +297,7 @@ def calibrate(
     seed: int = 0,
     cancel: threading.Event | None = None,
     decoder: Decoder | None = None,
+    progress_every: float | None = None,
 ) -> Iterator[CalibrationProgress | CalibrationResult]:
     """Measures decoding speed for each draft length in ``ks``.
 
@@ -250,10 +317,13 @@ def calibrate(
         seed: Sampler seed of every run, so each k sees the same draws.
         cancel: Checked before every run and between rounds; once set, the
             sweep ends without a result.
+        progress_every: Within a measured run, a progress event at most this
+            often (seconds), between rounds; ``None`` sends none within runs.
 
     Yields:
-        A :class:`CalibrationProgress` before the warm-up and before each
-        measured run, then one :class:`CalibrationResult`.
+        A :class:`CalibrationProgress` before the warm-up, before each measured
+        run and (with ``progress_every``) within it, then one
+        :class:`CalibrationResult`.
 
     Raises:
         ValueError: ``prompts`` or ``ks`` is empty, ``ks`` has no fixed k or
@@ -274,7 +344,7 @@ def calibrate(
     if pair.draft is None:
         raise ValueError("calibration needs a draft model")
     decoder = decoder if decoder is not None else new_decoder(pair)
-    return _sweep(pair, decoder, prompts, ks, max_tokens, temperature, seed, cancel)
+    return _sweep(pair, decoder, prompts, ks, max_tokens, temperature, seed, cancel, progress_every)
 
 
 def _sweep(
@@ -286,19 +356,38 @@ def _sweep(
     temperature: float,
     seed: int,
     cancel: threading.Event | None,
+    progress_every: float | None,
 ) -> Iterator[CalibrationProgress | CalibrationResult]:
     # Auto adapts within [1, k_max]; give it the sweep's range to choose from.
     k_max = max((k for k in ks if k), default=DEFAULT_K_MAX)
     total = len(ks) * len(prompts)
+    plain_tps = decoder.baseline_tps  # a chat before may have measured it
+    done = 0
 
-    def run(k: int | None, prompt: str, tokens: int) -> Stats | None:
+    def progress(text: str, run_done: int = 0, run_total: int = 0) -> CalibrationProgress:
+        left = (total - done) * max_tokens - run_done
+        return CalibrationProgress(
+            done, total, text, run_done, run_total, seconds_for(left, plain_tps)
+        )
+
+    def run(
+        k: int | None, prompt: str, tokens: int, text: str | None = None
+    ) -> Generator[CalibrationProgress, None, Stats | None]:
         params = GenerationParams(
             num_draft=k, k_max=k_max, max_tokens=tokens, temperature=temperature, seed=seed
         )
         last = None
+        made, shown = 0, time.monotonic()
         messages = [Message("user", prompt)]
         for event in stream_reply(pair, messages, params, cancel, decoder=decoder):
             last = event
+            if text is None or progress_every is None or not isinstance(event, Chunk):
+                continue
+            made += len(event.token_ids)
+            # Between rounds, and seldom: each event crosses to the UI thread.
+            if time.monotonic() - shown >= progress_every:
+                shown = time.monotonic()
+                yield progress(text, min(made, tokens), tokens)
         assert isinstance(last, Finished)
         return None if last.finish_reason == "cancelled" else last.stats
 
@@ -318,27 +407,30 @@ def _sweep(
     if cancelled() or profile is None:
         return
     decoder.costs.replace(profile)
-    yield CalibrationProgress(0, total, "warming up")
+    yield progress("warming up")
     for k in ks:
-        if cancelled() or run(k, prompts[0], min(WARMUP_TOKENS, max_tokens)) is None:
+        if cancelled() or (yield from run(k, prompts[0], min(WARMUP_TOKENS, max_tokens))) is None:
             return
 
     points: list[CalibrationPoint] = []
     baseline: float | None = None
-    done = 0
     for k in ks:
         runs: list[Stats] = []
         for i, prompt in enumerate(prompts):
             if cancelled():
                 return
             label = "auto" if k is None else str(k)
-            yield CalibrationProgress(done, total, f"k = {label}, prompt {i + 1} of {len(prompts)}")
+            text = f"k = {label}, prompt {i + 1} of {len(prompts)}"
+            yield progress(text, 0, max_tokens)
             # A cancel set in answer to the event ends the run before its prefill.
-            stats = run(k, prompt, max_tokens)
+            stats = yield from run(k, prompt, max_tokens, text)
             if stats is None:
                 return
             runs.append(stats)
             baseline = stats.baseline_tps or baseline
+            # The plain speed the rest is estimated at: measured, else this first run's.
+            first = stats.tokens / stats.generation_seconds if stats.generation_seconds else None
+            plain_tps = baseline or plain_tps or first
             done += 1
         points.append(_point(k, runs))
     if cancelled():

@@ -92,6 +92,60 @@ def recommend(catalog: list[CatalogPair], available_bytes: int) -> CatalogPair |
     return max(fitting, key=lambda p: (p.memory_gb, p.download_gb), default=None)
 
 
+@dataclass(frozen=True, slots=True)
+class LocalPair:
+    """A pair of models already in the library.
+
+    Attributes:
+        target: The target model.
+        draft: Its draft, or ``None`` when no model in the library can draft for it.
+    """
+
+    target: ModelInfo
+    draft: ModelInfo | None
+
+    @property
+    def name(self) -> str:
+        """``target + draft``, or the target's name alone."""
+        return self.target.name + (f" + {self.draft.name}" if self.draft else "")
+
+
+def recommend_local(
+    library: list[ModelInfo], catalog: list[CatalogPair], available_bytes: int
+) -> LocalPair | None:
+    """Picks the pair to offer from the models already downloaded.
+
+    A catalog pair whose two models are both installed comes first, the largest
+    that :func:`recommend` would pick; otherwise the largest usable model whose
+    weights fit within :data:`RECOMMEND_SHARE` of ``available_bytes``, with its
+    best suggested draft.
+
+    Args:
+        library: Models to choose from, e.g. from ``library.scan_library``.
+        catalog: The recommended pairs.
+        available_bytes: Memory MLX can use; ``0`` when unknown (nothing is left out).
+
+    Returns:
+        The pair, or ``None`` when no usable model fits.
+    """
+    installed_pairs = {
+        p: (t, d)
+        for p in catalog
+        if (t := installed(p.target, library)) and (d := installed(p.draft, library))
+    }
+    best = recommend(list(installed_pairs), available_bytes or 10**15)
+    if best is not None:
+        target, draft = installed_pairs[best]
+        return LocalPair(target, draft)
+    room = available_bytes * RECOMMEND_SHARE if available_bytes else float("inf")
+    fitting = [m for m in library if m.usable and m.size_bytes <= room]
+    if not fitting:
+        return None
+    target = max(fitting, key=lambda m: (m.parameters or 0, m.size_bytes))
+    drafts = suggest_drafts(target.path, library)
+    return LocalPair(target, drafts[0] if drafts else None)
+
+
 def suggest_drafts(target: Path, library: list[ModelInfo]) -> list[ModelInfo]:
     """Lists the library's models that can draft for ``target``, best first.
 

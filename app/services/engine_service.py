@@ -51,6 +51,7 @@ from app.remote import RemoteEngine, check_remote, is_remote_target, stream_remo
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 1 / 30  # seconds between UI updates while streaming
+RUN_PROGRESS_SECONDS = 0.25  # seconds between a calibration run's progress events
 # What MLX and Metal say when an allocation fails, lowercased.
 _OUT_OF_MEMORY = ("out of memory", "insufficient memory", "[metal::malloc]")
 UNLOADED = "the models were unloaded to free memory"
@@ -139,11 +140,12 @@ class PromptProgress:
 
 @dataclass(frozen=True, slots=True)
 class GenerationResult:
+    """How a reply ended. Its text came in :class:`TokenBatch` values; the caller
+    collects them (the engine does not collect a reply a second time)."""
+
     request_id: int
-    text: str
     finished: Finished
     pair: PairInfo
-    segments: tuple[Segment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +159,7 @@ class CalibrateRequest:
 
 @dataclass(frozen=True, slots=True)
 class EngineFailure:
-    """An error as a value. ``text`` holds any reply streamed before it.
+    """An error as a value; any reply streamed before it came in token batches.
 
     It belongs to one caller: ``stage`` ``"load"`` (``request_id`` is ``None``),
     ``"generate"`` (the reply whose :attr:`ReplyHandle.request_id` it carries)
@@ -169,7 +171,6 @@ class EngineFailure:
     request_id: int | None
     stage: Literal["load", "generate", "calibrate"]
     message: str
-    text: str = ""
     unloaded: bool = False
     too_long: bool = False  # the conversation does not fit the context window
 
@@ -393,11 +394,10 @@ class EngineWorker(QObject):
         stage: Literal["load", "generate", "calibrate"],
         request_id: int | None,
         action: str,
-        text: str = "",
     ) -> EngineFailure:
         """The failure for an error no stage expects; running out of memory drops the pair."""
         if not is_out_of_memory(exc):
-            return EngineFailure(request_id, stage, f"{action} failed: {exc}", text)
+            return EngineFailure(request_id, stage, f"{action} failed: {exc}")
         self._release(exc)
         again = (
             "Choose a smaller pair, or quit other apps."
@@ -405,7 +405,7 @@ class EngineWorker(QObject):
             else "Load them again, or choose a smaller pair."
         )
         message = _out_of_memory_message(action, exc, again)
-        return EngineFailure(request_id, stage, message, text, unloaded=True)
+        return EngineFailure(request_id, stage, message, unloaded=True)
 
     def _release(self, exc: BaseException) -> None:
         """Drops the pair and returns MLX's cached memory to the system.
@@ -426,7 +426,7 @@ class EngineWorker(QObject):
             # Withdrawn while it waited: it ends at once, and nothing runs.
             log.debug("reply %d withdrawn before it started", rid)
             finished = Finished(Stats(), "cancelled")
-            self.generation_finished.emit(GenerationResult(rid, "", finished, self._info))
+            self.generation_finished.emit(GenerationResult(rid, finished, self._info))
             return
         if (self._pair is None and self._remote is None) or self._info is None:
             self.failed.emit(EngineFailure(rid, "generate", "No model is loaded."))
@@ -434,8 +434,6 @@ class EngineWorker(QObject):
         last = request.messages[-1].content if request.messages else ""
         log.debug("reply %d to: %s", rid, private(last))
         self.generation_started.emit(rid)
-        text: list[str] = []
-        segments: list[Segment] = []
         pending: list[Chunk] = []
         last_flush = time.monotonic()
 
@@ -444,7 +442,6 @@ class EngineWorker(QObject):
                 batch: list[Segment] = []
                 for c in pending:
                     add_segments(batch, *_pieces(c))
-                add_segments(segments, [t for _, t in batch], [o for o, _ in batch])
                 self.tokens_generated.emit(
                     TokenBatch(
                         rid,
@@ -482,7 +479,6 @@ class EngineWorker(QObject):
                         self.prompt_progressed.emit(PromptProgress(rid, event))
                         read_at = now
                 elif isinstance(event, Chunk):
-                    text.append(event.text)
                     pending.append(event)
                     now = time.monotonic()
                     if now - last_flush >= self._flush_interval:
@@ -490,20 +486,15 @@ class EngineWorker(QObject):
                         last_flush = now
                 else:
                     flush()
-                    result = GenerationResult(
-                        rid, "".join(text), event, self._info, tuple(segments)
-                    )
-                    self.generation_finished.emit(result)
+                    self.generation_finished.emit(GenerationResult(rid, event, self._info))
         except ModelError as exc:  # the pair cannot serve this request; says why
             flush()
             too_long = isinstance(exc, PromptTooLongError)
-            self.failed.emit(
-                EngineFailure(rid, "generate", str(exc), "".join(text), too_long=too_long)
-            )
+            self.failed.emit(EngineFailure(rid, "generate", str(exc), too_long=too_long))
         except Exception as exc:
             log.exception("generation failed")
             flush()
-            self.failed.emit(self._unexpected(exc, "generate", rid, "Generation", "".join(text)))
+            self.failed.emit(self._unexpected(exc, "generate", rid, "Generation"))
 
     @Slot(object)
     def _on_calibrate_requested(self, request: CalibrateRequest) -> None:
@@ -529,6 +520,7 @@ class EngineWorker(QObject):
                 max_tokens=request.max_tokens,
                 cancel=request.cancel,
                 decoder=self._decoder,
+                progress_every=RUN_PROGRESS_SECONDS,
             ):
                 if isinstance(event, CalibrationProgress):
                     self.calibration_progressed.emit(event)

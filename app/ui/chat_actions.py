@@ -12,6 +12,7 @@ from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QMessageBox
 
 from app.errors import first_line
+from app.ui.pair_loading import LOAD_FIRST
 from app.ui.stats_popover import StatsPopover
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ class ChatActionsMixin(_Window):
         if m is None or m.role != "user" or not self._conversation_actions_allowed():
             return
         if self._pair is None:
-            self.show_error("Load a target model first: choose its folder above and press Load.")
+            self.show_error(LOAD_FIRST)
             return
         text, ok = QInputDialog.getMultiLineText(self, "Edit Message", "Message:", m.content)
         if not ok or not text.strip() or text.strip() == m.content:
@@ -197,7 +198,7 @@ class ChatActionsMixin(_Window):
         if m is None or m.role != "assistant" or not self._conversation_actions_allowed():
             return
         if self._pair is None or m.parent_id is None:
-            self.show_error("Load a target model first: choose its folder above and press Load.")
+            self.show_error(LOAD_FIRST)
             return
         self._start_reply(m.conversation_id, parent_id=m.parent_id)
 

@@ -51,9 +51,9 @@ from app.ui.editing_keys import EditingKeysFirst
 from app.ui.local_server import LocalServer
 from app.ui.menus import build_menus
 from app.ui.model_bar import ModelBar
-from app.ui.onboarding import OnboardingView
+from app.ui.onboarding import LibraryPrompt, OnboardingView
 from app.ui.onboarding_flow import OnboardingFlow
-from app.ui.pair_loading import PairLoadingMixin
+from app.ui.pair_loading import LOAD_FIRST, PairLoadingMixin
 from app.ui.presets_menu import PresetsMenu
 from app.ui.server_panel import ServerPanel
 from app.ui.settings_dialog import SettingsDialog
@@ -76,7 +76,6 @@ SAMPLING_FIELDS = (
 )
 PAIR_FIELDS = ("target", "draft")
 SERVER_FIELDS = ("server_enabled", "server_host", "server_port", "server_cors_origins")
-LOAD_FIRST = "Load a target model first: choose its folder above and press Load."
 
 __all__ = ["TUNE_KS", "MainWindow"]
 
@@ -143,6 +142,8 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
             "#errorBanner { background: #c0392b; color: white; padding: 6px; border-radius: 4px; }"
         )
         self.error_banner.hide()
+        self.library_prompt = LibraryPrompt()
+        self.library_prompt.hide()
         self.composer = Composer()
         self.status = StatusBar()
         self.setStatusBar(self.status)
@@ -152,6 +153,7 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 6, 6, 6)
         right_layout.addWidget(self.transcript, 1)
+        right_layout.addWidget(self.library_prompt)
         right_layout.addWidget(self.error_banner)
         right_layout.addWidget(self.composer)
         splitter = QSplitter()
@@ -195,6 +197,8 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self.tune.best_k_found.connect(self._on_best_k_found)
         self.onboarding_flow.pair_ready.connect(self._on_pair_chosen)
         self.onboarding_flow.models_requested.connect(self.open_model_manager)
+        self.library_prompt.load_requested.connect(self._on_pair_chosen)
+        self.library_prompt.models_requested.connect(self.open_model_manager)
         self.transcript.stats_requested.connect(self._on_stats_requested)
         self.transcript.copy_requested.connect(self._on_copy_requested)
         self.transcript.edit_requested.connect(self._on_edit_requested)
@@ -220,8 +224,9 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
             self.chats.select_row(0)
         if self._settings.server_enabled:
             QTimer.singleShot(0, self.apply_server_settings)  # once the event loop runs
-        if not self.model_bar.target() and not self._library_has_models():
+        if not self.model_bar.target() and not self._library():
             self.show_onboarding()
+        self.update_library_prompt()
 
     @property
     def onboarding(self) -> OnboardingView | None:
@@ -528,7 +533,7 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         if self._pair.draft is None and not self.model_bar.uses_lookup():
             self.show_error("Tuning needs a draft model: load a pair with a draft.")
             return None
-        dialog = self.tune.open(self)
+        dialog = self.tune.open(self, self.panel.fixed_k(), self.live.snapshot().baseline_tps)
         dialog.best_k_chosen.connect(self.panel.set_num_draft)
         return dialog
 

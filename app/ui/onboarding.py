@@ -1,4 +1,9 @@
-"""The first-run view: an empty library gets the pair sized for this machine."""
+"""The first-run view, and the prompt that offers a pair the library already holds.
+
+An empty library gets the catalog pair sized for this machine; a library with
+models but nothing loaded gets one-click buttons for the last and the
+recommended pair.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub import human_size
-from app.hub.catalog import CatalogPair
+from app.hub.catalog import CatalogPair, LocalPair
+from app.remote import target_name
 
 _GB = 1000**3
 # What the view calls the machine it runs on.
@@ -155,3 +161,89 @@ class OnboardingView(QWidget):
         self.cancel_button.hide()
         self.progress.setValue(int(1000 * min(max(step, 0), max(steps, 1)) / max(steps, 1)))
         self.progress_label.setText(f"{text}…")
+
+
+class LibraryPrompt(QFrame):
+    """Nothing is loaded but the library has models: one click loads a pair of them.
+
+    Signals:
+        load_requested: Target and draft folder (``""`` for none) to load.
+        models_requested: The Models… button.
+    """
+
+    load_requested = Signal(str, str)
+    models_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("libraryPrompt")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.title = QLabel("No model is loaded")
+        self.title.setStyleSheet("font-weight: 600;")
+        self.detail = QLabel()
+        self.detail.setWordWrap(True)
+        self.last_button = QPushButton()
+        self.last_button.setAccessibleName("Load the last pair")
+        self.recommended_button = QPushButton()
+        self.recommended_button.setAccessibleName("Load the recommended pair")
+        self.models_button = QPushButton("Open Models…")
+        self._last: tuple[str, str] | None = None
+        self._recommended: tuple[str, str] | None = None
+
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.last_button)
+        buttons.addWidget(self.recommended_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.models_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.title)
+        layout.addWidget(self.detail)
+        layout.addLayout(buttons)
+
+        self.last_button.clicked.connect(self._on_last_clicked)
+        self.recommended_button.clicked.connect(self._on_recommended_clicked)
+        self.models_button.clicked.connect(self.models_requested)
+
+    def show_choices(
+        self, models: int, last: tuple[str, str] | None, recommended: LocalPair | None
+    ) -> None:
+        """Offers the last pair and the recommended one among ``models`` in the library.
+
+        Args:
+            models: How many usable models the library holds.
+            last: The pair loaded last (target, draft or ``""``), if any is still there.
+            recommended: The library's pair for this machine, if one fits.
+        """
+        rec = (
+            (str(recommended.target.path), str(recommended.draft.path) if recommended.draft else "")
+            if recommended is not None
+            else None
+        )
+        self._last, self._recommended = last, (rec if rec != last else None)
+        self.last_button.setVisible(self._last is not None)
+        self.recommended_button.setVisible(self._recommended is not None)
+        if self._last is not None:
+            self.last_button.setText(f"Load Last Pair: {_pair_name(*self._last)}")
+            self.last_button.setDefault(True)
+        if recommended is not None and self._recommended is not None:
+            self.recommended_button.setText(f"Load Recommended: {recommended.name}")
+        count = f"{models} model{'s' if models != 1 else ''}"
+        self.detail.setText(
+            f"Your library has {count}. Load a pair with one click, or choose the "
+            "target and draft in Models…"
+        )
+        self.show()
+
+    @Slot()
+    def _on_last_clicked(self) -> None:
+        if self._last is not None:
+            self.load_requested.emit(*self._last)
+
+    @Slot()
+    def _on_recommended_clicked(self) -> None:
+        if self._recommended is not None:
+            self.load_requested.emit(*self._recommended)
+
+
+def _pair_name(target: str, draft: str) -> str:
+    return target_name(target) + (f" + {target_name(draft)}" if draft else "")

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Slot
 
-from app.remote import target_name
+from app.errors import ModelError
+from app.remote import is_remote_target, target_name
 from app.services import EngineFailure, HubService, LoadProgress, PairInfo
 from app.store import pair_key
 from app.ui.model_manager import ModelManagerDialog
@@ -15,12 +16,14 @@ from app.ui.onboarding import OnboardingView
 from app.ui.statusbar.load_progress import load_text
 
 if TYPE_CHECKING:
-    from PySide6.QtWidgets import QMainWindow
+    from PySide6.QtWidgets import QLabel, QMainWindow
 
     from app.engine.live import LiveStats
+    from app.hub.library import ModelInfo
     from app.services import ChatController, EngineService
     from app.store import Settings, Store
     from app.ui.model_bar import ModelBar
+    from app.ui.onboarding import LibraryPrompt
     from app.ui.onboarding_flow import OnboardingFlow
     from app.ui.speculation_panel import SpeculationPanel
     from app.ui.statusbar import StatusBar
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     _Window = QMainWindow
 else:
     _Window = object
+
+LOAD_FIRST = "Load a target model first: choose its folder above and press Load."
 
 
 class PairLoadingMixin(_Window):
@@ -44,6 +49,8 @@ class PairLoadingMixin(_Window):
         panel: SpeculationPanel
         status: StatusBar
         onboarding_flow: OnboardingFlow
+        library_prompt: LibraryPrompt
+        error_banner: QLabel
         _hub: HubService | None
         _models_dir: Path | None
         _pair: PairInfo | None
@@ -72,13 +79,39 @@ class PairLoadingMixin(_Window):
 
         return self._models_dir or default_models_dir()
 
-    def _library_has_models(self) -> bool:
+    def _library(self) -> list[ModelInfo]:
+        """The library's usable models."""
         from app.hub import scan_library
 
         try:
-            return any(m.usable for m in scan_library(self.models_dir()))
+            return [m for m in scan_library(self.models_dir()) if m.usable]
         except OSError:
-            return False
+            return []
+
+    def update_library_prompt(self) -> None:
+        """Offers the library's pairs while nothing is loaded or loading, else hides them."""
+        idle = self._pair is None and self.model_bar.load_button.isEnabled()
+        library = self._library() if idle and self.onboarding_flow.view is None else []
+        if not library:
+            self.library_prompt.hide()
+            return
+        from app.hub.catalog import load_catalog, recommend_local
+        from app.hub.fit import usable_memory_bytes
+
+        try:
+            usable = usable_memory_bytes()
+        except OSError:
+            usable = 0
+        try:
+            catalog = load_catalog()
+        except ModelError:
+            catalog = []
+        last = (self._settings.target or "", self._settings.draft or "")
+        remote = is_remote_target(last[0]) if last[0] else False
+        known = bool(last[0]) and (remote or Path(last[0]).expanduser().is_dir())
+        self.library_prompt.show_choices(
+            len(library), last if known else None, recommend_local(library, catalog, usable)
+        )
 
     def show_onboarding(self) -> OnboardingView:
         """Shows the first-run view in place of the chat, with the pair for this machine."""
@@ -116,6 +149,7 @@ class PairLoadingMixin(_Window):
         # The window's reply in flight stops first; its text so far is kept as usual.
         self._stop_own_work()
         self.hide_error()
+        self.library_prompt.hide()
         self.model_bar.set_loading(True)
         self.status.pair.show_loading(f"Loading {target_name(target)}")
         self.status.load_progress.start()
@@ -135,6 +169,9 @@ class PairLoadingMixin(_Window):
         self.chat.set_pair(info)
         self.tune.set_pair(info)
         self.onboarding_flow.close()
+        self.library_prompt.hide()
+        if self.error_banner.text() == LOAD_FIRST:  # sent while nothing was loaded
+            self.hide_error()
         self.live.reset_pair()
         self.live.set_lifetime(*self.store.pair_totals(info.target, info.draft))
         remote = info.target.startswith(("http://", "https://"))
@@ -158,4 +195,6 @@ class PairLoadingMixin(_Window):
             self.status.pair.show_pair(self._pair)
             self.onboarding_flow.show_message(failure.message)
             self.show_error(failure.message)
+        if failure.unloaded or failure.stage == "load":
+            self.update_library_prompt()
         # A reply's failure is the controller's, a calibration's Tune's: each says its own.

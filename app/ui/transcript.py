@@ -20,10 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-from PySide6.QtCore import QUrl, Signal, Slot
+from PySide6.QtCore import QEvent, QPoint, QUrl, Signal, Slot
 from PySide6.QtGui import (
     QFontDatabase,
     QGuiApplication,
+    QMouseEvent,
     QPalette,
     QTextBlock,
     QTextBlockFormat,
@@ -40,6 +41,7 @@ from app.store import StoredMessage
 from app.ui.markdown import COPY_SCHEME, BlockSplitter, Theme, align, render_markdown
 from app.ui.transcript_style import (
     ACTION_SIGNALS,
+    ARROW_TEXT,
     BRANCH_DELTAS,
     COPY_MESSAGE_SCHEME,
     DELETE_SCHEME,
@@ -53,6 +55,7 @@ from app.ui.transcript_style import (
     STATS_SCHEME,
     TOOLTIPS,
     bold,
+    branch_arrow_format,
     header_format,
     is_code_header,
     note_of,
@@ -123,6 +126,10 @@ class TranscriptView(QTextBrowser):
         self._reply: _Reply | None = None
         self._spans: dict[int, tuple[int, int]] = {}  # message id: its document positions
         self._highlighted: int | None = None
+        self._marks: list[QTextEdit.ExtraSelection] = []  # the search hit's
+        self.hovered_branch: str | None = None  # the branch arrow under the mouse
+        self._hover_cursor: QTextCursor | None = None
+        self.setMouseTracking(True)
         self.anchorClicked.connect(self._on_anchor_clicked)
 
     @property
@@ -158,7 +165,8 @@ class TranscriptView(QTextBrowser):
         mark = QTextEdit.ExtraSelection()
         mark.cursor = cursor
         mark.format = tint
-        self.setExtraSelections([mark])
+        self._marks = [mark]
+        self._show_marks()
         self._highlighted = message_id
         block = self.document().findBlock(start)
         top = self.document().documentLayout().blockBoundingRect(block).top()
@@ -167,7 +175,9 @@ class TranscriptView(QTextBrowser):
 
     def _clear_highlight(self) -> None:
         self._highlighted = None
-        self.setExtraSelections([])
+        self._marks = []
+        self.hovered_branch, self._hover_cursor = None, None  # the document is redone
+        self._show_marks()
 
     @property
     def reply_start(self) -> int | None:
@@ -325,6 +335,51 @@ class TranscriptView(QTextBrowser):
             cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        super().mouseMoveEvent(event)
+        pos = event.position().toPoint()
+        href = self.anchorAt(pos)
+        hovered = href if href.partition(":")[0] in BRANCH_DELTAS else None
+        if hovered != self.hovered_branch:
+            self.hovered_branch = hovered
+            self._hover_cursor = self._anchor_cursor(pos, hovered) if hovered else None
+            self._show_marks()
+
+    def leaveEvent(self, event: QEvent) -> None:
+        super().leaveEvent(event)
+        if self.hovered_branch is not None:
+            self.hovered_branch, self._hover_cursor = None, None
+            self._show_marks()
+
+    def _anchor_cursor(self, pos: QPoint, href: str) -> QTextCursor | None:
+        """A cursor over the link ``href`` at viewport point ``pos``."""
+        block = self.cursorForPosition(pos).block()
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().anchorHref() == href:
+                cursor = QTextCursor(self.document())
+                cursor.setPosition(fragment.position())
+                cursor.setPosition(
+                    fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor
+                )
+                return cursor
+            it += 1
+        return None
+
+    def _show_marks(self) -> None:
+        """The search hit's mark, and the hover state of the branch arrow under the mouse."""
+        marks = list(self._marks)
+        cursor = self._hover_cursor
+        if self.hovered_branch is not None and cursor is not None:
+            hover = QTextEdit.ExtraSelection()
+            hover.cursor = cursor
+            tint = QTextCharFormat()
+            tint.setBackground(self.palette().color(QPalette.ColorRole.Mid))
+            hover.format = tint
+            marks.append(hover)
+        self.setExtraSelections(marks)
 
     @Slot(QUrl)
     def _on_anchor_clicked(self, url: QUrl) -> None:
@@ -520,9 +575,10 @@ class TranscriptView(QTextBrowser):
             index, count = footer.branch
             previous = f"{PREVIOUS_BRANCH_SCHEME}:{mid}" if index > 1 else None
             following = f"{NEXT_BRANCH_SCHEME}:{mid}" if index < count else None
-            self._insert_link(cursor, base, "‹", previous, "Previous version")
+            arrow = branch_arrow_format(base, self.font().pointSizeF())
+            self._insert_link(cursor, arrow, ARROW_TEXT.format("‹"), previous, "Previous version")
             cursor.insertText(f" {index}/{count} ", base)
-            self._insert_link(cursor, base, "›", following, "Next version")
+            self._insert_link(cursor, arrow, ARROW_TEXT.format("›"), following, "Next version")
             if links:
                 cursor.insertText("   ", base)
         for i, (text, href) in enumerate(links):

@@ -33,6 +33,10 @@ DELETE_SCHEME = "delete"
 PREVIOUS_BRANCH_SCHEME = "branch-previous"
 NEXT_BRANCH_SCHEME = "branch-next"
 
+# A branch arrow, spaced inside its link so that the whole ~20 px square is the target.
+ARROW_TEXT = "\u2002{}\u2002"
+ARROW_SCALE = 1.6  # of the body font: the arrow's line is about 20 px high
+
 # Each footer link's scheme and the signal it emits with the message id.
 ACTION_SIGNALS = {
     STATS_SCHEME: "stats_requested",
@@ -120,3 +124,12 @@ def reading_note(reading: Reading) -> str:
     """What an empty reply says while the prompt is read: "Reading 1,204 tokens… 40 %"."""
     text = f"Reading {reading.total:,} tokens… {int(reading.fraction * 100)} %"
     return f"{text} · {reading.reused:,} reused" if reading.reused else text
+
+
+def branch_arrow_format(base: QTextCharFormat, body_points: float) -> QTextCharFormat:
+    """``base`` enlarged and bold for a branch arrow, large enough to hit."""
+    arrow = QTextCharFormat(base)
+    if body_points > 0:
+        arrow.setFontPointSize(body_points * ARROW_SCALE)
+    arrow.setFontWeight(QFont.Weight.Bold)
+    return arrow

@@ -18,6 +18,7 @@ from PySide6.QtCharts import QChart, QChartView, QLineSeries, QScatterSeries, QV
 from PySide6.QtCore import QMargins, QPointF, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QPainter, QPen, QStandardItemModel
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QFileDialog,
@@ -29,7 +30,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.calibrate import CalibrationProgress, CalibrationResult, save_json
+from app.engine.calibrate import (
+    QUICK_TOKENS,
+    CalibrationProgress,
+    CalibrationResult,
+    SweepPlan,
+    save_json,
+)
 from app.engine.calibrate import recent_prompts as distinct_recent
 from app.engine.costs import K_MAX, Plan
 
@@ -42,6 +49,9 @@ PICK_COLOR = QColor("#d62728")
 COST_COLOR = QColor("#8c564b")
 
 
+# Steps of the bar per run, so it moves within a run as its tokens come.
+RUN_STEPS = 100
+
 IDLE_SUMMARY = "Run a sweep to see the speed of each draft length."
 RUNNING_SUMMARY = "Sweeping: the speed of each draft length shows here when the sweep ends."
 
@@ -53,6 +63,16 @@ def plan_text(plan: Plan | None) -> str:
     why = f": {plan.reason}" if plan.steps is not None else ""
     rate = f", about {plan.rate:.0f} tok/s predicted" if plan.rate > 0 else ""
     return f"Auto picks k = {plan.k}{why}{rate}."
+
+
+def duration_text(seconds: float) -> str:
+    """A time estimate in words: "under a minute", "about 4 min", "about 1 h 20 min"."""
+    if seconds < 60:
+        return "under a minute"
+    minutes = math.ceil(seconds / 60)
+    if minutes < 60:
+        return f"about {minutes} min"
+    return f"about {minutes // 60} h {minutes % 60} min"
 
 
 def _preview(prompts: list[str]) -> str:
@@ -71,9 +91,12 @@ class TuneDialog(QDialog):
         builtin_prompts: The built-in set.
         k_max: Right end of the k axis.
         parent: Parent widget.
+        guess_k: The k a quick sweep measures besides plain decoding and auto.
+        plain_tps: The pair's plain decoding speed, for the time estimate; ``None``
+            while unknown.
     """
 
-    run_requested = Signal(object)  # list[str]: the prompts to calibrate on
+    run_requested = Signal(object)  # SweepPlan: what to calibrate
     cancel_requested = Signal()
     best_k_chosen = Signal(int)
 
@@ -84,8 +107,12 @@ class TuneDialog(QDialog):
         builtin_prompts: list[str],
         k_max: int = K_MAX,
         parent: QWidget | None = None,
+        guess_k: int = 4,
+        plain_tps: float | None = None,
     ) -> None:
         super().__init__(parent)
+        self._guess_k = guess_k
+        self._plain_tps = plain_tps
         self.setWindowTitle("Tune Draft Length")
         self.resize(1120, 660)
         self.k_max = max(1, k_max)
@@ -116,9 +143,19 @@ class TuneDialog(QDialog):
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(self._on_run_clicked)
+        guess = SweepPlan.quick([""], guess_k).ks[1]
+        self.quick_check = QCheckBox(
+            f"Quick: 1 prompt, {QUICK_TOKENS} tokens, k = 0, {guess} and auto"
+        )
+        self.quick_check.setToolTip("For a slow machine: a rough answer in a fraction of the time")
+        self.estimate = QLabel()
+        self.estimate.setAccessibleName("How long the sweep takes")
+        self.prompt_combo.currentIndexChanged.connect(self._on_current_index_changed)
+        self.quick_check.toggled.connect(self._on_toggled)
         choose = QHBoxLayout()
         choose.addWidget(QLabel("Prompts:"))
         choose.addWidget(self.prompt_combo, 1)
+        choose.addWidget(self.quick_check)
         choose.addWidget(self.run_button)
 
         self.progress = QProgressBar()
@@ -166,6 +203,7 @@ class TuneDialog(QDialog):
         layout.addWidget(self.pair_label)
         layout.addWidget(intro)
         layout.addLayout(choose)
+        layout.addWidget(self.estimate)
         layout.addLayout(running)
         layout.addWidget(self.status)
         layout.addWidget(self.charts, 1)
@@ -173,6 +211,7 @@ class TuneDialog(QDialog):
         layout.addWidget(self.summary)
         layout.addLayout(buttons)
         self.set_running(False)
+        self._show_estimate()
 
     def _build_chart(self) -> None:
         self.chart = QChart()
@@ -293,6 +332,38 @@ class TuneDialog(QDialog):
         """The prompts of the set chosen in the combo box."""
         return list(self._prompts[self.prompt_combo.currentData()])
 
+    def plan(self) -> SweepPlan:
+        """The sweep Run asks for: the chosen prompts, quick or full."""
+        prompts = self.chosen_prompts()
+        if self.quick_check.isChecked():
+            return SweepPlan.quick(prompts, self._guess_k)
+        return SweepPlan.full(prompts)
+
+    def set_plain_speed(self, tps: float | None) -> None:
+        """The pair's plain decoding speed, which the time estimate is made from."""
+        self._plain_tps = tps
+        self._show_estimate()
+
+    @Slot(int)
+    def _on_current_index_changed(self, _index: int) -> None:
+        self._show_estimate()
+
+    @Slot(bool)
+    def _on_toggled(self, _on: bool) -> None:
+        self._show_estimate()
+
+    def _show_estimate(self) -> None:
+        plan = self.plan()
+        runs = f"{plan.runs} runs of up to {plan.max_tokens} tokens"
+        seconds = plan.seconds(self._plain_tps)
+        if seconds is None:
+            self.estimate.setText(f"{runs}; the time shows once the first run is measured.")
+        else:
+            self.estimate.setText(
+                f"{runs}: {duration_text(seconds)} at most, "
+                f"at {self._plain_tps:.0f} tok/s plain decoding."
+            )
+
     @Slot(bool)
     def set_running(self, running: bool) -> None:
         """Shows the progress row and locks the controls while a sweep runs."""
@@ -302,6 +373,7 @@ class TuneDialog(QDialog):
         self.cancel_button.setEnabled(running)
         self.run_button.setEnabled(not running)
         self.prompt_combo.setEnabled(not running)
+        self.quick_check.setEnabled(not running)
         has = self.calibration is not None and not running
         for button in (self.use_button, self.json_button, self.png_button):
             button.setEnabled(has)
@@ -319,16 +391,19 @@ class TuneDialog(QDialog):
 
     @Slot(object)
     def show_progress(self, p: CalibrationProgress) -> None:
-        """Moves the bar; ``p.text`` says which run is next."""
-        self.progress.setRange(0, max(p.total, 1))
-        self.progress.setValue(p.done)
+        """Moves the bar, within a run too; ``p.text`` says which run is next or runs."""
+        within = min(p.run_done / p.run_total, 1.0) if p.run_total else 0.0
+        self.progress.setRange(0, max(p.total, 1) * RUN_STEPS)
+        self.progress.setValue(round((p.done + within) * RUN_STEPS))
         self.progress.setFormat(f"{p.done} of {p.total} runs")
+        left = f" {duration_text(p.seconds_left)} left." if p.seconds_left is not None else ""
         if p.text == "warming up":
-            self.status.setText("Warming up…")
+            self.status.setText(f"Warming up…{left}")
         elif p.text.startswith("measuring"):  # "measuring costs: …" needs no prefix
             self.status.setText(f"{p.text[:1].upper()}{p.text[1:]}…")
         else:
-            self.status.setText(f"Measuring: {p.text}…")
+            tokens = f" ({p.run_done} of {p.run_total} tokens)" if p.run_done else ""
+            self.status.setText(f"Measuring: {p.text}{tokens}…{left}")
 
     @Slot(object)
     def show_result(self, r: CalibrationResult) -> None:
@@ -454,12 +529,12 @@ class TuneDialog(QDialog):
 
     @Slot()
     def _on_run_clicked(self) -> None:
-        prompts = self.chosen_prompts()
-        if not prompts:
+        plan = self.plan()
+        if not plan.prompts:
             self.status.setText("No prompts in this set.")
             return
         self.set_running(True)
-        self.run_requested.emit(prompts)
+        self.run_requested.emit(plan)
 
     @Slot()
     def _on_cancel_clicked(self) -> None:

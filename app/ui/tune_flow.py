@@ -9,16 +9,15 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QWidget
 
-from app.engine.costs import K_MAX
+from app.engine.calibrate import SWEEP_KS as TUNE_KS
+from app.engine.calibrate import SweepPlan
 from app.services import CalibrationHandle, EngineFailure, EngineService, PairInfo
 from app.store import Store
 from app.store.calibrations import CalibrationsFile
 
 log = logging.getLogger(__name__)
 
-# The sweep's draft lengths, then auto: every short k, then every second one up to the
-# longest, so a slow Mac finishes in minutes.
-TUNE_KS: tuple[int | None, ...] = (0, 1, 2, 3, 4, 5, 6, *range(8, K_MAX + 1, 2), None)
+__all__ = ["TUNE_KS", "TuneFlow"]
 
 
 class TuneFlow(QObject):
@@ -50,18 +49,30 @@ class TuneFlow(QObject):
         """The pair a sweep measures; ``None`` once none is loaded."""
         self._pair = pair
 
-    def open(self, parent: QWidget) -> Any:
-        """Opens the dialog for the loaded pair, with its last sweep if there was one."""
+    def open(self, parent: QWidget, guess_k: int = 4, plain_tps: float | None = None) -> Any:
+        """Opens the dialog for the loaded pair, with its last sweep if there was one.
+
+        Args:
+            parent: The window the dialog sheets over.
+            guess_k: The k a quick sweep measures besides plain and auto.
+            plain_tps: The pair's plain decoding speed, when a reply measured it;
+                else the last sweep's gives the time estimate.
+        """
         from app.engine.calibrate import default_prompts
         from app.ui.tune_dialog import TuneDialog
 
         assert self._pair is not None
+        last = self._calibrations.get(self._pair.target, self._pair.draft)
         dialog = TuneDialog(
-            self._pair.label, self._store.recent_prompts(), default_prompts(), parent=parent
+            self._pair.label,
+            self._store.recent_prompts(),
+            default_prompts(),
+            parent=parent,
+            guess_k=guess_k,
+            plain_tps=plain_tps or (last.baseline_tps if last is not None else None),
         )
         dialog.run_requested.connect(self._on_run_requested)
         dialog.cancel_requested.connect(self.cancel)
-        last = self._calibrations.get(self._pair.target, self._pair.draft)
         if last is not None:
             dialog.show_last_result(last)
         self.dialog = dialog
@@ -75,12 +86,14 @@ class TuneFlow(QObject):
             self._calibration.cancel()
 
     @Slot(object)
-    def _on_run_requested(self, prompts: list[str]) -> None:
+    def _on_run_requested(self, plan: SweepPlan) -> None:
         if self._service.busy:
             self.dialog.show_error("Wait for the reply to finish, or stop it, then run.")
             return
         self.busy_changed.emit(True)
-        self._calibration = self._service.calibrate(prompts, TUNE_KS)
+        self._calibration = self._service.calibrate(
+            plan.prompts, plan.ks, max_tokens=plan.max_tokens
+        )
 
     @Slot(object)
     def _on_calibration_progressed(self, progress: Any) -> None:

@@ -150,3 +150,18 @@ def test_prompt_set_falls_back_to_the_built_in_set() -> None:
     assert len(builtin) >= 2
     assert prompt_set(["only one", "only one", " "]) == builtin[:5]
     assert prompt_set([], limit=2) == builtin[:2]
+
+
+def test_progress_within_runs_counts_tokens_and_estimates_the_time_left(pair) -> None:
+    events = list(calibrate(pair, PROMPTS[:1], [0, 2], max_tokens=12, progress_every=0.0))
+    within = [e for e in events if isinstance(e, CalibrationProgress) and e.run_done]
+    assert within, "no progress within a run"
+    assert all(0 < e.run_done <= e.run_total == 12 for e in within)
+    # The second run's estimate comes from the plain speed the first one measured.
+    later = [e for e in within if e.done == 1]
+    left = [e.seconds_left or 0.0 for e in later]
+    assert left and all(e.seconds_left is not None for e in later)
+    assert left == sorted(left, reverse=True) and left[0] > 0
+    # Without progress_every, runs stay silent between rounds.
+    quiet = list(calibrate(pair, PROMPTS[:1], [0, 2], max_tokens=12))
+    assert not [e for e in quiet if isinstance(e, CalibrationProgress) and e.run_done]

@@ -131,3 +131,27 @@ def test_catalog_drafts_match_the_target_by_repo_id_or_download_folder(
     assert catalog_drafts(plain, pairs) == []  # a folder of unknown origin
     assert installed("org/t", [plain, downloaded]) == downloaded
     assert installed("org/d", [plain, downloaded]) is None
+
+
+def test_recommend_local_prefers_an_installed_catalog_pair_then_the_largest_that_fits(
+    tiny: TinyModels, small_draft: Path, tmp_path: Path
+) -> None:
+    from app.hub.catalog import recommend_local
+
+    target = inspect_model(Path(shutil.copytree(tiny.target, tmp_path / "org--t")))
+    draft = inspect_model(Path(shutil.copytree(small_draft, tmp_path / "org--d")))
+    plain, other = inspect_model(tiny.draft), inspect_model(tiny.copy)
+    library = [plain, draft, target, other]
+    catalog = [_pair("a", 4)]  # org/t with org/d
+    picked = recommend_local(library, catalog, 10**12)
+    assert picked is not None and (picked.target, picked.draft) == (target, draft)
+    assert picked.name == "org--t + org--d"
+    # No catalog pair installed: the largest model, with its smallest suggested draft.
+    picked = recommend_local(library, [], 10**12)
+    assert picked is not None and picked.target.parameters == max(
+        m.parameters or 0 for m in library
+    )
+    assert picked.draft == draft
+    # Nothing fits in the memory there is.
+    assert recommend_local(library, catalog, 1) is None
+    assert recommend_local([], catalog, 0) is None

@@ -18,11 +18,12 @@ import pytest
 from tests.conftest import TinyModels
 from tests.fakes import MESSAGES, _free_port, _kill, served_url
 
-# Seeded sampling with a fixed k gives the same long reply every time (over a
-# thousand tokens on the tiny pair): long enough for another client to come and go.
+# Seeded sampling with a fixed k gives the same long reply every time (it runs on
+# past 600 tokens on the tiny pair, so it ends at the limit): long enough for another
+# client to come and go.
 LONG = {
     "messages": MESSAGES,
-    "max_tokens": 3000,
+    "max_tokens": 600,
     "temperature": 1,
     "seed": 3,
     "num_draft_tokens": 3,
@@ -36,6 +37,11 @@ SHORT = {"messages": MESSAGES, "max_tokens": 8, "temperature": 0}
 class Served:
     url: str  # ends in /v1
     log: Path  # the server's tandem.log
+    start: int = 0  # where this test's lines in the log begin
+
+    def log_text(self) -> str:
+        """The request log since this test began."""
+        return self.log.read_bytes()[self.start :].decode()
 
 
 @dataclass
@@ -49,9 +55,10 @@ class Streamed:
     ended_at: float = 0.0
 
 
-@pytest.fixture
-def served(tiny: TinyModels, tmp_path: Path) -> Iterator[Served]:
-    # Its own log folder, so this test reads only its server's request log.
+@pytest.fixture(scope="module")
+def server(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    # Its own log folder, so these tests read only this server's request log.
+    tmp_path = tmp_path_factory.mktemp("served")
     env = {**os.environ, "TANDEM_DEBUG_LOG": "0", "XDG_STATE_HOME": str(tmp_path / "state")}
     port = _free_port()
     args = ["--model", str(tiny.target), "--draft", str(tiny.noisy), "--port", str(port)]
@@ -68,6 +75,12 @@ def served(tiny: TinyModels, tmp_path: Path) -> Iterator[Served]:
         yield Served(url, log)
     finally:
         _kill(process)
+
+
+@pytest.fixture
+def served(server: Served) -> Served:
+    """The module's server; a test reads the request log from where it began."""
+    return Served(server.url, server.log, server.log.stat().st_size)
 
 
 def _stream(url: str, body: dict[str, object], out: Streamed) -> Streamed:
@@ -119,7 +132,7 @@ def test_a_client_that_gives_up_waiting_leaves_the_running_reply_whole(served: S
     assert (a.text, a.tokens, a.finish_reason) == (alone.text, alone.tokens, alone.finish_reason)
     assert c == [short_alone]
     # B is in the request log, as a client that left before its answer.
-    log = served.log.read_text()
+    log = served.log_text()
     assert "POST /v1/chat/completions 499" in log
     assert log.count("POST /v1/chat/completions 200") == 4  # alone, short alone, A, C
 

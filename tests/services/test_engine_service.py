@@ -54,15 +54,19 @@ def test_real_pair_streams_started_tokens_finished_in_order(
     assert not service.busy
 
 
-def test_result_carries_text_stats_and_pair(qtbot: QtBot, make_service, tiny: TinyModels) -> None:
+def test_batches_carry_the_text_and_the_result_its_stats_and_pair(
+    qtbot: QtBot, make_service, tiny: TinyModels
+) -> None:
     service = make_service()
     _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
-    texts: list[str] = []
-    service.tokens_generated.connect(lambda b: texts.append(b.text))
+    batches: list[TokenBatch] = []
+    service.tokens_generated.connect(batches.append)
     with qtbot.waitSignal(service.generation_finished, timeout=20_000) as blocker:
         service.generate(HELLO, GenerationParams(max_tokens=20, num_draft=4))
     result: GenerationResult = blocker.args[0]
-    assert result.text == "".join(texts)
+    # The text comes once, in the batches, token for token what the reply ended with.
+    assert "".join(b.text for b in batches)
+    assert tuple(t for b in batches for t in b.token_ids) == result.finished.token_ids
     assert result.finished.stats.acceptance == 1.0
     assert result.pair.draft == str(tiny.copy)
 
@@ -90,20 +94,23 @@ def test_updates_are_throttled_and_lose_nothing(qtbot: QtBot, make_service) -> N
         service.generate(HELLO, GenerationParams())
     # 300 chunks over at least 0.3 s arrive in a handful of ~30 Hz batches.
     assert 1 <= len(batches) < 100
-    assert "".join(b.text for b in batches) == blocker.args[0].text
-    assert blocker.args[0].text == "".join(f"t{i} " for i in range(300))
+    assert "".join(b.text for b in batches) == "".join(f"t{i} " for i in range(300))
+    assert sum(len(b.token_ids) for b in batches) == len(blocker.args[0].finished.token_ids)
 
 
 def test_engine_error_arrives_as_a_value(qtbot: QtBot, make_service) -> None:
     service = make_service(EngineWorker(load=_fake_load, stream=_scripted(10, fail_at=3)))
     _loaded(qtbot, service)
+    batches: list[TokenBatch] = []
+    service.tokens_generated.connect(batches.append)
     with qtbot.waitSignal(service.failed, timeout=5_000) as blocker:
         rid = service.generate(HELLO, GenerationParams()).request_id
     failure: EngineFailure = blocker.args[0]
     assert failure.request_id == rid
     assert failure.stage == "generate"
     assert "out of memory" in failure.message
-    assert failure.text == "t0 t1 t2 "
+    # What streamed before the error reached its caller before the failure did.
+    assert "".join(b.text for b in batches) == "t0 t1 t2 "
     assert not service.busy
     # The thread is still alive and serves the next request.
     with qtbot.waitSignal(service.failed, timeout=5_000):
@@ -195,9 +202,8 @@ def test_batches_and_result_carry_text_by_origin_and_rounds(
     result: GenerationResult = blocker.args[0]
     for b in batches:
         assert "".join(text for _, text in b.segments) == b.text
-    assert "".join(text for _, text in result.segments) == result.text
-    # Adjacent runs differ in origin, and every drafted token shows up as one.
-    assert all(a[0] != b[0] for a, b in zip(result.segments[:-1], result.segments[1:], strict=True))
+        # Adjacent runs of a batch differ in origin.
+        assert all(x[0] != y[0] for x, y in zip(b.segments[:-1], b.segments[1:], strict=True))
     rounds = [r for b in batches for r in b.rounds]
     assert sum(r.tokens for r in rounds) == result.finished.stats.tokens
     assert sum(r.accepted for r in rounds) == result.finished.stats.accepted
@@ -299,7 +305,6 @@ def test_out_of_memory_unloads_the_pair_and_loading_again_works(
         "generate",
         f"Generation failed: {reason}; the models were unloaded to free memory. "
         "Load them again, or choose a smaller pair.",
-        "t0 t1 ",
         unloaded=True,
     )
     assert freed and not service.busy
@@ -311,9 +316,11 @@ def test_out_of_memory_unloads_the_pair_and_loading_again_works(
     assert blocker.args[0].message == "No model is loaded."
     # Loading again works, and so does the next reply.
     _loaded(qtbot, service)
-    with qtbot.waitSignal(service.generation_finished, timeout=5_000) as done:
+    batches: list[TokenBatch] = []
+    service.tokens_generated.connect(batches.append)
+    with qtbot.waitSignal(service.generation_finished, timeout=5_000):
         service.generate(HELLO, GenerationParams())
-    assert done.args[0].text == "t0 t1 "
+    assert "".join(b.text for b in batches) == "t0 t1 "
 
 
 def test_other_errors_keep_the_pair(qtbot: QtBot, make_service) -> None:
@@ -419,7 +426,8 @@ def test_a_waiting_reply_withdrawn_leaves_the_running_one_whole(qtbot: QtBot, ma
     whole = results[running.request_id].finished
     assert (whole.finish_reason, len(whole.token_ids)) == ("length", 200)
     withdrawn = results[waiting.request_id]
-    assert withdrawn.finished.finish_reason == "cancelled" and withdrawn.text == ""
+    assert withdrawn.finished.finish_reason == "cancelled"
+    assert not withdrawn.finished.token_ids
     assert started == [running.request_id]  # the withdrawn one never ran
     assert not service.busy
 

@@ -454,10 +454,14 @@ def test_hiding_the_panel_stops_gauge_updates(qtbot: QtBot, make_window) -> None
 
 
 def test_tune_runs_a_sweep_saves_the_best_k_and_charts_it(
-    qtbot: QtBot, make_window, tiny: TinyModels, tmp_path: Path
+    qtbot: QtBot, make_window, tiny: TinyModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from app.engine import calibrate
     from app.store import pair_key
 
+    # Two of the built-in prompts: every k still runs on more than one.
+    builtin = calibrate.default_prompts()
+    monkeypatch.setattr(calibrate, "default_prompts", lambda: builtin[:2])
     window = make_window()
     _load(qtbot, window, str(tiny.target), str(tiny.copy))
     dialog = window.open_tune_dialog()
@@ -659,7 +663,11 @@ def test_a_streaming_reply_is_saved_as_it_grows(
         qtbot.mouseClick(window.composer.stop_button, Qt.MouseButton.LeftButton)
     [reply] = _assistant_rows(window)  # the same row, finished
     assert reply.id == first.id
-    assert (reply.content, reply.finish_reason) == (blocker.args[0].text, "cancelled")
+    streamed = blocker.args[0].finished.token_ids
+    assert (reply.content, reply.finish_reason) == (
+        "".join(f"t{i} " for i in streamed),
+        "cancelled",
+    )
     assert reply.stats is not None and reply.origins
     assert "Stopped." in window.transcript.toPlainText()
     assert window.transcript.toPlainText().count("t0 t1 t2") == 1

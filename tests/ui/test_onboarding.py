@@ -185,3 +185,72 @@ def test_loading_a_pair_replaces_an_earlier_failure_on_the_card(
     for text, busy in seen:
         assert text != error and text.endswith("…") and busy, seen
     assert window.onboarding is None  # and once loaded, the chat takes its place
+
+
+def _library_window(make_window, monkeypatch, tmp_path: Path, tiny: TinyModels, last: tuple):  # type: ignore[no-untyped-def]
+    from app.services import EngineWorker
+    from app.store import Settings
+    from tests.fakes import _fake_load, _scripted
+
+    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None, **_: 16 * GB)
+    models = tmp_path / "models"
+    target, draft = (str(models / p.name) if p else "" for p in last)
+    SettingsFile(tmp_path / "settings.json").save(Settings(target=target, draft=draft))
+    worker = EngineWorker(load=_fake_load, stream=_scripted(1))
+    return make_window(worker, library=(tiny.target, tiny.draft))
+
+
+def test_a_library_with_nothing_loaded_offers_the_last_and_the_recommended_pair(
+    qtbot: QtBot, make_window, monkeypatch, tmp_path: Path, tiny: TinyModels
+) -> None:
+    window = _library_window(make_window, monkeypatch, tmp_path, tiny, (tiny.target, None))
+    prompt = window.library_prompt
+    assert window.onboarding is None and prompt.isVisible()
+    assert "Your library has 2 models" in prompt.detail.text()
+    assert prompt.last_button.text() == "Load Last Pair: tiny-llama"
+    # The largest model, with the library's model that can draft for it.
+    assert prompt.recommended_button.text() == "Load Recommended: tiny-llama + tiny-qwen2"
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=5_000):
+        qtbot.mouseClick(prompt.recommended_button, Qt.MouseButton.LeftButton)
+    models = tmp_path / "models"
+    assert window.model_bar.target() == str(models / "tiny-llama")
+    assert window.model_bar.draft() == str(models / "tiny-qwen2")
+    assert not prompt.isVisible()
+
+
+def test_the_last_pair_loads_with_one_click_and_is_not_offered_twice(
+    qtbot: QtBot, make_window, monkeypatch, tmp_path: Path, tiny: TinyModels
+) -> None:
+    window = _library_window(make_window, monkeypatch, tmp_path, tiny, (tiny.target, tiny.draft))
+    prompt = window.library_prompt
+    assert prompt.last_button.isVisible() and not prompt.recommended_button.isVisible()
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=5_000):
+        qtbot.mouseClick(prompt.last_button, Qt.MouseButton.LeftButton)
+    assert window.status.pair.text() == "tiny-llama"  # the fake loads no draft
+    assert not prompt.isVisible()
+
+
+def test_the_load_first_banner_clears_once_a_pair_loads(
+    qtbot: QtBot, make_window, tiny: TinyModels
+) -> None:
+    import threading
+
+    from app.services import EngineWorker
+    from tests.fakes import _fake_load, _scripted
+
+    gate = threading.Event()
+
+    def slow_load(target, draft, progress=None, loaded=None):  # type: ignore[no-untyped-def]
+        gate.wait(5)
+        return _fake_load(target, draft)
+
+    window = make_window(EngineWorker(load=slow_load, stream=_scripted(1)), library=(tiny.target,))
+    window.model_bar.target_edit.setText(str(tiny.target))
+    qtbot.mouseClick(window.model_bar.load_button, Qt.MouseButton.LeftButton)
+    window.composer.editor.setPlainText("Hello")  # sent while the pair still loads
+    qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    assert "Load a target model first" in window.error_banner.text()
+    with qtbot.waitSignal(window.service.pair_loaded, timeout=5_000):
+        gate.set()
+    assert not window.error_banner.isVisible()
+    assert not window.library_prompt.isVisible()

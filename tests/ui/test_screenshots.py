@@ -433,3 +433,113 @@ def test_empty_states_and_server_switch_screenshots(
         assert "Stopped at the 1,024-token limit." in view.toPlainText()
     finally:
         app.setPalette(light)
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_library_prompt_screenshots(
+    qtbot: QtBot, tmp_path: Path, tiny: TinyModels, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing loaded, models in the library: the last and the recommended pair, one click each."""
+    import shutil
+
+    from app.hub import fit
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None, **_: 16 * 1000**3)
+    models = tmp_path / "models"
+    for folder in (tiny.target, tiny.draft):
+        shutil.copytree(folder, models / folder.name)
+    settings = SettingsFile(tmp_path / "s.json")
+    settings.save(Settings(target=str(models / "tiny-llama")))
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        store = Store(tmp_path / "chats.sqlite3")
+        window = MainWindow(store, EngineService(), settings, models_dir=models)
+        qtbot.addWidget(window)
+        window.resize(1000, 620)
+        window.composer.editor.setPlainText("Hello")
+        window.show()
+        window.composer.send_button.click()
+        assert window.library_prompt.isVisible() and window.error_banner.isVisible()
+        _grab(window, f"library-prompt-{mode}")
+        window.close()
+        window.service.shutdown()
+        store.close()
+    finally:
+        app.setPalette(light)
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_tune_estimate_and_quick_mode_screenshots(qtbot: QtBot, mode: str) -> None:
+    """Tune… on a slow machine: the time estimate, quick mode, and progress within a run."""
+    from app.engine.calibrate import CalibrationProgress
+    from app.ui.tune_dialog import TuneDialog
+    from tests.fakes import BUILTIN
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        dialog = TuneDialog("Qwen2.5-7B + Qwen2.5-0.5B", [], BUILTIN, plain_tps=6.0)
+        qtbot.addWidget(dialog)
+        dialog.resize(900, 560)
+        _grab(dialog, f"tune-estimate-{mode}")
+        assert "at 6 tok/s plain decoding" in dialog.estimate.text()
+        dialog.quick_check.setChecked(True)
+        dialog.run_button.click()
+        dialog.show_progress(CalibrationProgress(1, 3, "k = 4, prompt 1 of 1", 10, 24, 7.0))
+        _grab(dialog, f"tune-quick-running-{mode}")
+        assert "(10 of 24 tokens)" in dialog.status.text()
+    finally:
+        app.setPalette(light)
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_branch_arrows_screenshots(qtbot: QtBot, mode: str) -> None:
+    """The branch switcher's arrows, large enough to hit, one of them hovered."""
+    from PySide6.QtCore import QEvent, QPoint, Qt
+    from PySide6.QtGui import QMouseEvent, QTextCursor
+
+    from app.store import StoredMessage
+    from app.ui.transcript import TranscriptView
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        view = TranscriptView()
+        qtbot.addWidget(view)
+        view.resize(640, 220)
+        view.show()
+        messages = [
+            StoredMessage(1, 1, "user", "What is speculative decoding?", 0.0),
+            StoredMessage(2, 1, "assistant", "A small model drafts; the large one checks.", 0.0),
+        ]
+        view.show_messages(messages, {1: (2, 3), 2: (1, 2)})
+        found = view.document().find("\u2002›\u2002")
+        cursor = QTextCursor(view.document())
+        cursor.setPosition(found.selectionStart() + 1)
+        point: QPoint = view.cursorRect(cursor).center()
+        move = QMouseEvent(
+            QEvent.Type.MouseMove,
+            point,
+            view.viewport().mapToGlobal(point),
+            Qt.MouseButton.NoButton,
+            Qt.MouseButton.NoButton,
+            Qt.KeyboardModifier.NoModifier,
+        )
+        QApplication.sendEvent(view.viewport(), move)
+        assert view.hovered_branch is not None
+        _grab(view, f"branch-arrows-{mode}")
+    finally:
+        app.setPalette(light)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QEvent, QUrl
 from PySide6.QtGui import QColor, QGuiApplication, QPalette, QTextCharFormat, QTextCursor
 from pytestqt.qtbot import QtBot
 
@@ -409,10 +409,10 @@ def test_branch_switcher_emits_the_message_id_and_direction(qtbot: QtBot) -> Non
         [_message(21, "user", "Question"), _message(22, "assistant", "Answer")],
         {21: (1, 2), 22: (2, 3)},
     )
-    lines = _lines(view)
+    lines = [line.replace("\u2002", "") for line in _lines(view)]
     assert lines[2] == "‹ 1/2 ›   Edit · Copy · Delete"
     assert lines[5] == "‹ 2/3 ›   Copy · Regenerate · Delete"
-    arrows = [(text, href) for text, href in _links(view) if text in "‹›"]
+    arrows = [(text.strip(), href) for text, href in _links(view) if text.strip() in "‹›"]
     assert [text for text, _ in arrows] == ["›", "‹", "›"]  # the first of two has no previous
     emitted: list[tuple[int, int]] = []
     view.branch_requested.connect(lambda mid, delta: emitted.append((mid, delta)))
@@ -509,3 +509,54 @@ def test_a_saved_reply_cut_by_the_token_limit_says_which_limit(qtbot: QtBot) -> 
         _lines(view)[-1] == "Stopped at the 1,024-token limit.  Copy · Regenerate · Delete · Stats…"
     )
     assert _format(view, _position(view, "Stopped at")).fontItalic()  # muted, as "Stopped."
+
+
+def _arrow_rect(view: TranscriptView, href: str):  # type: ignore[no-untyped-def]
+    """The viewport rectangle of the branch arrow linking to ``href``."""
+    from PySide6.QtCore import QRect
+
+    [(pos, text)] = [(p, t) for p, t, f in _fragments(view) if f.anchorHref() == href]
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(pos)
+    left = view.cursorRect(cursor)
+    cursor.setPosition(pos + len(text))
+    right = view.cursorRect(cursor)
+    return QRect(left.topLeft(), right.bottomRight())
+
+
+def test_branch_arrows_are_large_enough_to_hit_and_show_a_hover_state(qtbot: QtBot) -> None:
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    view = _view(qtbot)
+    view.show()
+    view.show_messages([_message(21, "user", "Question")], {21: (1, 2)})
+    href = _href(view, "\u2002›\u2002")
+    rect = _arrow_rect(view, href)
+    assert rect.width() >= 20 and rect.height() >= 20, rect
+    assert view.anchorAt(rect.center()) == href
+    # Hovering tints the arrow; leaving takes the tint away.
+    move = QMouseEvent(
+        QEvent.Type.MouseMove,
+        rect.center(),
+        view.viewport().mapToGlobal(rect.center()),
+        Qt.MouseButton.NoButton,
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(view.viewport(), move)
+    assert view.hovered_branch == href
+    [hover] = view.extraSelections()
+    assert hover.cursor.selectedText() == "\u2002›\u2002"
+    assert hover.format.background().color() == view.palette().color(QPalette.ColorRole.Mid)
+    away = QMouseEvent(
+        QEvent.Type.MouseMove,
+        QPoint(1, 1),
+        view.viewport().mapToGlobal(QPoint(1, 1)),
+        Qt.MouseButton.NoButton,
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(view.viewport(), away)
+    assert view.hovered_branch is None and view.extraSelections() == []

@@ -8,9 +8,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
 
-from app.engine.calibrate import CalibrationPoint, CalibrationProgress, CalibrationResult
+from app.engine.calibrate import (
+    CalibrationPoint,
+    CalibrationProgress,
+    CalibrationResult,
+    SweepPlan,
+)
 from app.engine.costs import K_MAX
-from app.ui.tune_dialog import TuneDialog
+from app.ui.tune_dialog import RUN_STEPS, TuneDialog
 from tests.fakes import BUILTIN, CUDA_STEPS, PROFILED, STEP
 
 RECENT = ["first", "second", "first", "  ", "third"]
@@ -172,7 +177,7 @@ def test_run_emits_the_chosen_prompts(qtbot: QtBot, dialog: TuneDialog) -> None:
     with qtbot.waitSignal(dialog.run_requested) as blocker:
         qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
     # Distinct, non-blank, oldest first.
-    assert blocker.args == [["second", "first", "third"]]
+    assert blocker.args == [SweepPlan.full(["second", "first", "third"])]
     assert dialog.running and not dialog.run_button.isEnabled()
     assert dialog.progress.isVisible() and dialog.cancel_button.isVisible()
 
@@ -180,7 +185,7 @@ def test_run_emits_the_chosen_prompts(qtbot: QtBot, dialog: TuneDialog) -> None:
     dialog.prompt_combo.setCurrentIndex(1)
     with qtbot.waitSignal(dialog.run_requested) as blocker:
         qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
-    assert blocker.args == [BUILTIN]
+    assert blocker.args == [SweepPlan.full(BUILTIN)]
 
 
 def test_too_few_recent_prompts_selects_the_built_in_set(qtbot: QtBot) -> None:
@@ -198,8 +203,8 @@ def test_progress_moves_the_bar(dialog: TuneDialog) -> None:
     dialog.show_progress(CalibrationProgress(0, 20, "warming up"))
     assert dialog.status.text() == "Warming up…"
     dialog.show_progress(CalibrationProgress(6, 20, "k = 2, prompt 2 of 5"))
-    assert dialog.progress.maximum() == 20
-    assert dialog.progress.value() == 6
+    assert dialog.progress.maximum() == 20 * RUN_STEPS
+    assert dialog.progress.value() == 6 * RUN_STEPS
     assert "k = 2, prompt 2 of 5" in dialog.status.text()
     dialog.show_result(RESULT)
     assert not dialog.running
@@ -242,3 +247,40 @@ def test_the_footer_says_a_sweep_runs_while_it_runs(qtbot: QtBot, dialog: TuneDi
     assert dialog.summary.text().startswith("Last sweep, shown until this one ends: <b>best k")
     dialog.show_cancelled()
     assert dialog.summary.text().startswith("<b>best k = 4</b>")
+
+
+def test_quick_mode_runs_one_prompt_short_with_three_settings(
+    qtbot: QtBot, dialog: TuneDialog
+) -> None:
+    assert dialog.quick_check.text() == "Quick: 1 prompt, 24 tokens, k = 0, 4 and auto"
+    dialog.quick_check.setChecked(True)
+    with qtbot.waitSignal(dialog.run_requested) as blocker:
+        qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    assert blocker.args == [SweepPlan(("second",), (0, 4, None), 24)]
+    assert not dialog.quick_check.isEnabled()  # locked while it runs
+
+
+def test_the_estimate_follows_the_plain_speed_and_the_mode(qtbot: QtBot) -> None:
+    d = TuneDialog("pair", RECENT, BUILTIN, plain_tps=10.0, guess_k=6)
+    qtbot.addWidget(d)
+    full = SweepPlan.full(d.chosen_prompts())
+    # Every run decoded plain, warm-up included: the longest it should take.
+    assert full.seconds(10.0) == (full.runs * 64 + len(full.ks) * 8) / 10.0
+    assert d.estimate.text() == (
+        f"{full.runs} runs of up to 64 tokens: about 5 min at most, at 10 tok/s plain decoding."
+    )
+    d.quick_check.setChecked(True)
+    assert d.estimate.text() == (
+        "3 runs of up to 24 tokens: under a minute at most, at 10 tok/s plain decoding."
+    )
+    d.set_plain_speed(None)
+    assert d.estimate.text().endswith("the time shows once the first run is measured.")
+
+
+def test_progress_moves_within_a_run_and_says_the_time_left(dialog: TuneDialog) -> None:
+    dialog.set_running(True)
+    dialog.show_progress(CalibrationProgress(6, 20, "k = 2, prompt 2 of 5", 16, 64, 150.0))
+    assert dialog.progress.value() == 6 * RUN_STEPS + RUN_STEPS // 4
+    assert dialog.status.text() == (
+        "Measuring: k = 2, prompt 2 of 5 (16 of 64 tokens)… about 3 min left."
+    )

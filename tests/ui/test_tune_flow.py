@@ -34,7 +34,8 @@ class _Service(QObject):
         super().__init__()
         self.handle = _Handle()
 
-    def calibrate(self, _prompts, _ks) -> _Handle:  # type: ignore[no-untyped-def]
+    def calibrate(self, prompts, ks, max_tokens=64) -> _Handle:  # type: ignore[no-untyped-def]
+        self.asked = (tuple(prompts), tuple(ks), max_tokens)
         return self.handle
 
 
@@ -58,4 +59,21 @@ def test_a_cancelled_sweep_says_so_beside_an_enabled_run(qtbot: QtBot, tmp_path:
     assert dialog.run_button.isEnabled() and not dialog.cancel_button.isVisible()
     assert dialog.status.text() == "Sweep cancelled: nothing was measured."
     assert dialog.summary.text() == "Run a sweep to see the speed of each draft length."
+    dialog.close()
+
+
+def test_a_quick_sweep_asks_the_engine_for_its_short_plan_with_the_guessed_k(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    service = _Service()
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    flow = TuneFlow(service, _Store(), tmp_path / "calibrations.json", parent)  # type: ignore[arg-type]
+    flow.set_pair(PairInfo("/m/target", "/m/draft", "target + draft"))
+    dialog = flow.open(parent, guess_k=5, plain_tps=20.0)
+    assert "at 20 tok/s plain decoding" in dialog.estimate.text()
+    dialog.quick_check.setChecked(True)
+    qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    prompt = dialog.chosen_prompts()[0]
+    assert service.asked == ((prompt,), (0, 5, None), 24)
     dialog.close()
