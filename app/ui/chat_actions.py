@@ -185,9 +185,19 @@ class ChatActionsMixin(_Window):
         if self._pair is None:
             self.show_error(LOAD_FIRST)
             return
-        text, ok = QInputDialog.getMultiLineText(self, "Edit Message", "Message:", m.content)
-        if not ok or not text.strip() or text.strip() == m.content:
+        self.transcript.begin_edit(message_id, m.content)
+
+    @Slot(int, str)
+    def _on_edit_submitted(self, message_id: int, text: str) -> None:
+        m = self.store.message(message_id)
+        if m is None or m.role != "user" or not self._conversation_actions_allowed():
+            return  # the editor stays: the text is kept until the reply ends
+        if self._pair is None:
+            self.show_error(LOAD_FIRST)
             return
+        if not text.strip() or text.strip() == m.content:
+            return
+        self.transcript.end_edit()
         # The edit starts a branch beside the original; both stay reachable.
         self.store.add_message(m.conversation_id, "user", text.strip(), parent_id=m.parent_id)
         self._start_reply(m.conversation_id)

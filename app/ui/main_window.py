@@ -202,6 +202,7 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self.transcript.stats_requested.connect(self._on_stats_requested)
         self.transcript.copy_requested.connect(self._on_copy_requested)
         self.transcript.edit_requested.connect(self._on_edit_requested)
+        self.transcript.edit_submitted.connect(self._on_edit_submitted)
         self.transcript.regenerate_requested.connect(self._on_regenerate_requested)
         self.transcript.delete_requested.connect(self._on_delete_message_requested)
         self.transcript.branch_requested.connect(self._on_branch_requested)

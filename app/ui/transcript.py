@@ -12,6 +12,8 @@ whole reply once. Nothing before the reply is ever touched.
 
 Under each message a footer of links asks for actions on it (copy, edit,
 regenerate, delete, statistics, other branches); the view only emits signals.
+Edit is done in place: :meth:`TranscriptView.begin_edit` lays a wrapping editor
+over the message, and the space under it grows when the editor is taller.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from PySide6.QtGui import (
     QGuiApplication,
     QMouseEvent,
     QPalette,
+    QResizeEvent,
     QTextBlock,
     QTextBlockFormat,
     QTextCharFormat,
@@ -39,6 +42,7 @@ from PySide6.QtWidgets import QTextBrowser, QTextEdit, QWidget
 from app.engine.types import Origin, Segment
 from app.store import StoredMessage
 from app.ui.markdown import COPY_SCHEME, BlockSplitter, Theme, align, render_markdown
+from app.ui.message_editor import MessageEditor
 from app.ui.transcript_style import (
     ACTION_SIGNALS,
     ARROW_TEXT,
@@ -101,6 +105,8 @@ class TranscriptView(QTextBrowser):
     Signals carry the id of the message whose footer link was clicked;
     ``branch_requested`` also carries -1 or +1 for the previous or next branch.
     Links inside replies are never opened: ``link_clicked`` reports them.
+    ``edit_submitted`` carries the id of the message being edited in place and
+    the text as typed; ``edit_cancelled`` its id.
     """
 
     stats_requested = Signal(int)
@@ -111,6 +117,8 @@ class TranscriptView(QTextBrowser):
     branch_requested = Signal(int, int)
     code_copied = Signal(str)
     link_clicked = Signal(QUrl)
+    edit_submitted = Signal(int, str)
+    edit_cancelled = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -131,6 +139,16 @@ class TranscriptView(QTextBrowser):
         self._hover_cursor: QTextCursor | None = None
         self.setMouseTracking(True)
         self.anchorClicked.connect(self._on_anchor_clicked)
+        self._editing: int | None = None  # the message edited in place
+        self._reserved = 0.0  # room added under it for a taller editor
+        self._placing = False
+        self.editor = MessageEditor(self.viewport())
+        self.editor.hide()
+        self.editor.submitted.connect(self._on_editor_submitted)
+        self.editor.cancelled.connect(self._on_editor_cancelled)
+        self.editor.height_changed.connect(self._on_editor_height_changed)
+        self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+        self.document().documentLayout().documentSizeChanged.connect(self._on_scrolled)
 
     @property
     def code_blocks(self) -> tuple[str, ...]:
@@ -180,6 +198,107 @@ class TranscriptView(QTextBrowser):
         self._show_marks()
 
     @property
+    def editing_message(self) -> int | None:
+        """The message edited in place; ``None`` when none is."""
+        return self._editing
+
+    def begin_edit(self, message_id: int, text: str) -> bool:
+        """Lays a wrapping editor prefilled with ``text`` over a shown message.
+
+        It stays until :meth:`end_edit`, or until the view shows other messages.
+
+        Returns:
+            Whether the message is shown (else nothing changes).
+        """
+        if message_id not in self._spans:
+            return False
+        self.end_edit()
+        self._editing = message_id
+        self.editor.start(text)
+        self.editor.show()
+        self._place_editor()
+        self.editor.field.setFocus()
+        return True
+
+    def end_edit(self) -> None:
+        """Takes the in-place editor away and gives back the room it took."""
+        if self._editing is None:
+            return
+        self._placing = True  # giving the room back must not place the editor again
+        try:
+            self._reserve(0.0)
+        finally:
+            self._placing = False
+        self._editing = None
+        self.editor.hide()
+
+    @Slot(str)
+    def _on_editor_submitted(self, text: str) -> None:
+        if self._editing is not None:
+            self.edit_submitted.emit(self._editing, text)
+
+    @Slot()
+    def _on_editor_cancelled(self) -> None:
+        message_id = self._editing
+        self.end_edit()
+        if message_id is not None:
+            self.edit_cancelled.emit(message_id)
+
+    @Slot()
+    def _on_editor_height_changed(self) -> None:
+        self._place_editor()
+
+    @Slot()
+    def _on_scrolled(self) -> None:
+        self._place_editor()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._place_editor()
+
+    def _message_blocks(self) -> tuple[QTextBlock, QTextBlock] | None:
+        """The body block and the last block of the message being edited."""
+        span = self._spans.get(self._editing) if self._editing is not None else None
+        if span is None:
+            return None
+        doc = self.document()
+        return doc.findBlock(span[0]).next(), doc.findBlock(span[1])
+
+    def _reserve(self, room: float) -> None:
+        """Adds ``room`` below the edited message, so the editor hides none of the next."""
+        blocks = self._message_blocks()
+        if blocks is None or room == self._reserved:
+            return
+        last = blocks[1]
+        fmt = last.blockFormat()
+        fmt.setBottomMargin(max(fmt.bottomMargin() - self._reserved + room, 0.0))
+        self._reserved = room
+        QTextCursor(last).setBlockFormat(fmt)
+
+    def _place_editor(self) -> None:
+        """Lays the editor over the edited message's text and footer."""
+        blocks = self._message_blocks()
+        if blocks is None or self._placing:
+            return
+        self._placing = True  # making room relays the document, which asks again
+        try:
+            self._lay_editor(blocks)
+        finally:
+            self._placing = False
+
+    def _lay_editor(self, blocks: tuple[QTextBlock, QTextBlock]) -> None:
+        layout = self.document().documentLayout()
+        body, last = (layout.blockBoundingRect(b) for b in blocks)
+        # Block rectangles leave out margins: the room made below does not count.
+        shown = last.bottom() - body.top()
+        wanted = self.editor.wanted_height()
+        self._reserve(max(wanted - shown, 0.0))
+        left = int(body.left()) - self.horizontalScrollBar().value()
+        top = int(body.top()) - self.verticalScrollBar().value()
+        width = self.viewport().width() - 2 * max(int(body.left()), 0)
+        self.editor.setGeometry(left, top, width, max(wanted, int(shown)))
+
+    @property
     def reply_start(self) -> int | None:
         """Document position where the streaming reply starts; ``None`` between replies."""
         return self._reply.start if self._reply is not None else None
@@ -197,6 +316,7 @@ class TranscriptView(QTextBrowser):
                 siblings; they show a switcher.
         """
         self._clear_highlight()
+        self.end_edit()
         self.clear()
         self._reply = None
         self._code_blocks.clear()

@@ -104,15 +104,41 @@ def test_the_system_prompt_leads_the_history(
     assert [r for r, _ in chat.sent[-1]] == ["system", "user", "assistant", "user"]
 
 
+def _no_dialog(*_args: object, **_kwargs: object) -> tuple[str, bool]:
+    raise AssertionError("a message is edited in place, not in a dialog")
+
+
+def _click_edit(chat, message_id: int):  # type: ignore[no-untyped-def]
+    """Clicks Edit under a message; returns the in-place editor's text field."""
+    from PySide6.QtCore import QUrl
+
+    chat.transcript.anchorClicked.emit(QUrl(f"edit:{message_id}"))
+    return chat.transcript.editor.field
+
+
+def _ctrl_return(qtbot: QtBot, field) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+
+    qtbot.keyClick(field, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+
+
 def test_edit_resends_on_a_branch_and_both_stay_reachable(
     qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from PySide6.QtWidgets import QPlainTextEdit
+
     _send(qtbot, chat, "Original question")
     [c] = chat.store.conversations()
     user = chat.store.messages(c.id)[0]
-    monkeypatch.setattr(QInputDialog, "getMultiLineText", lambda *a, **k: ("Edited question", True))
+    monkeypatch.setattr(QInputDialog, "getMultiLineText", _no_dialog)
+    field = _click_edit(chat, user.id)
+    assert field.isVisible() and field.toPlainText() == "Original question"
+    assert field.lineWrapMode() == QPlainTextEdit.LineWrapMode.WidgetWidth
+    assert chat.transcript.editing_message == user.id
+    field.setPlainText("Edited question")
     with qtbot.waitSignal(chat.service.generation_finished, timeout=10_000):
-        chat._on_edit_requested(user.id)
+        _ctrl_return(qtbot, field)
+    assert not field.isVisible() and chat.transcript.editing_message is None
     assert chat.sent[-1] == [("user", "Edited question")]
     edited = chat.store.messages(c.id)
     assert edited[0].content == "Edited question" and len(edited) == 2
@@ -121,6 +147,56 @@ def test_edit_resends_on_a_branch_and_both_stay_reachable(
     chat._on_branch_requested(edited[0].id, -1)
     assert chat.store.messages(c.id)[0].content == "Original question"
     assert "‹ 1/2 ›" in chat.transcript.toPlainText().replace("\u2002", "")
+
+
+def test_an_edit_cancelled_unchanged_or_emptied_changes_nothing(
+    qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PySide6.QtCore import Qt
+
+    _send(qtbot, chat, "Hello")
+    [c] = chat.store.conversations()
+    user, reply = chat.store.messages(c.id)
+    shown = chat.transcript.toPlainText()
+    monkeypatch.setattr(QInputDialog, "getMultiLineText", _no_dialog)
+    field = _click_edit(chat, user.id)
+    for text in ("Hello", "  \n ", "Hello \n"):  # unchanged, empty, unchanged once stripped
+        field.setPlainText(text)
+        _ctrl_return(qtbot, field)
+        assert field.isVisible()  # the editor stays for another try
+    chat.transcript.editor.save_button.click()
+    qtbot.keyClicks(field, "Goodbye")
+    qtbot.keyClick(field, Qt.Key.Key_Escape)
+    assert not field.isVisible() and not chat.chat.busy
+    assert [m.id for m in chat.store.messages(c.id)] == [user.id, reply.id]
+    assert chat.store.siblings(user.id) == [user.id]
+    assert chat.transcript.toPlainText() == shown and len(chat.sent) == 1
+
+
+def test_edit_waits_while_a_reply_streams(
+    qtbot: QtBot, make_window, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from tests.fakes import _reads_then_replies
+
+    gate = threading.Event()
+    window = make_window(EngineWorker(load=_fake_load, stream=_reads_then_replies(1, gate)))
+    _load(qtbot, window, "/m/target", "/m/draft")
+    monkeypatch.setattr(QInputDialog, "getMultiLineText", _no_dialog)
+    try:
+        window.composer.editor.setPlainText("Hello")
+        window.composer.send_button.click()
+        qtbot.waitUntil(lambda: window.chat.busy, timeout=5_000)
+        [c] = window.store.conversations()
+        user = window.store.messages(c.id)[0]
+        field = _click_edit(window, user.id)
+        assert not field.isVisible() and window.transcript.editing_message is None
+        assert window.statusBar().currentMessage() == "Wait for the reply to finish, or stop it."
+        with qtbot.waitSignal(window.service.generation_finished, timeout=5_000):
+            gate.set()
+    finally:
+        gate.set()
 
 
 def test_regenerate_adds_a_sibling_reply(qtbot: QtBot, chat) -> None:
@@ -204,11 +280,11 @@ def test_edit_and_regenerate_reuse_the_cache_up_to_the_edit_point(
     again = window.store.messages(c.id)[-1]
     assert again.stats is not None and again.stats.reused_tokens == prompt - 1
     # An edit keeps the cache up to where the texts part (the chat template's start).
-    monkeypatch.setattr(
-        QInputDialog, "getMultiLineText", lambda *a, **k: ("Tell me a poem instead", True)
-    )
+    monkeypatch.setattr(QInputDialog, "getMultiLineText", _no_dialog)
+    field = _click_edit(window, user.id)
+    field.setPlainText("Tell me a poem instead")
     with qtbot.waitSignal(window.service.generation_finished, timeout=20_000):
-        window._on_edit_requested(user.id)
+        _ctrl_return(qtbot, field)
     edited = window.store.messages(c.id)[-1]
     assert edited.stats is not None and 0 < edited.stats.reused_tokens < prompt - 1
 

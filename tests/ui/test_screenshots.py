@@ -543,3 +543,42 @@ def test_branch_arrows_screenshots(qtbot: QtBot, mode: str) -> None:
         _grab(view, f"branch-arrows-{mode}")
     finally:
         app.setPalette(light)
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_edit_in_place_screenshots(qtbot: QtBot, mode: str) -> None:
+    """A user message edited in place: long text wraps, the reply below moves down."""
+    from app.store import StoredMessage
+    from app.ui.transcript import TranscriptView
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        view = TranscriptView()
+        qtbot.addWidget(view)
+        view.resize(640, 360)
+        view.show()
+        question = "What is speculative decoding?"
+        answer_text = "A small model drafts; the large one checks."
+        view.show_messages(
+            [
+                StoredMessage(1, 1, "user", question, 0.0),
+                StoredMessage(2, 1, "assistant", answer_text, 0.0),
+            ]
+        )
+        edit = (
+            f"{question} Explain it to someone who knows what a language model is but "
+            "has never heard of drafting, and say when it does not help."
+        )
+        assert view.begin_edit(1, edit)
+        image = _grab(view, f"edit-in-place-{mode}")
+        assert view.editor.field.horizontalScrollBar().maximum() == 0  # it wraps
+        answer = view.cursorRect(view.document().find("A small model drafts")).top()
+        assert view.editor.geometry().bottom() < answer  # the reply shows below the editor
+        assert _colours(image) > 8
+    finally:
+        app.setPalette(light)

@@ -560,3 +560,76 @@ def test_branch_arrows_are_large_enough_to_hit_and_show_a_hover_state(qtbot: QtB
     )
     QApplication.sendEvent(view.viewport(), away)
     assert view.hovered_branch is None and view.extraSelections() == []
+
+
+LONG_EDIT = " ".join(["a long line of words that must wrap inside the editor"] * 16)
+
+
+def test_begin_edit_lays_a_wrapping_editor_over_the_message(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show()
+    view.show_messages(
+        [_message(1, "user", "Short question"), _message(2, "assistant", "An answer.")]
+    )
+    assert view.begin_edit(1, "Short question")
+    editor = view.editor
+    assert editor.isVisible() and view.editing_message == 1
+    assert editor.text() == "Short question" and view.focusWidget() is editor.field
+    # Over the message's text, below its "You" label, as wide as the text.
+    label = view.document().findBlock(0)
+    label_bottom = view.document().documentLayout().blockBoundingRect(label).bottom()
+    assert label_bottom - 1 <= editor.y() < label_bottom + 8
+    assert editor.width() > view.viewport().width() - 40
+    small = editor.height()
+    answer = view.document().find("An answer.")
+    answer_top = view.cursorRect(answer).top()
+    assert editor.geometry().bottom() < answer_top  # room was made: the reply shows
+    # Long text wraps (no sideways scrolling) and the editor grows, within a limit.
+    editor.field.setPlainText(LONG_EDIT)
+    assert not editor.field.horizontalScrollBar().isVisible()
+    assert editor.field.horizontalScrollBar().maximum() == 0
+    assert editor.height() > small + 2 * editor.field.fontMetrics().lineSpacing()
+    assert editor.geometry().bottom() < view.cursorRect(view.document().find("An answer.")).top()
+    editor.field.setPlainText(LONG_EDIT * 10)
+    assert editor.height() < 400
+    view.resize(700, 150)  # the editor is kept over its message as the view scrolls
+    view.verticalScrollBar().setValue(30)
+    assert view.verticalScrollBar().value() == 30
+    assert editor.y() == int(
+        view.document().documentLayout().blockBoundingRect(label.next()).top() - 30
+    )
+
+
+def test_esc_cancels_the_edit_and_leaves_the_view_as_it_was(qtbot: QtBot) -> None:
+    from PySide6.QtCore import Qt
+
+    view = _view(qtbot)
+    view.show()
+    view.show_messages([_message(1, "user", "Hello"), _message(2, "assistant", "Hi.")])
+    before = view.toHtml()
+    view.begin_edit(1, "Hello")
+    qtbot.keyClicks(view.editor.field, " there")
+    with qtbot.waitSignal(view.edit_cancelled) as cancelled:
+        qtbot.keyClick(view.editor.field, Qt.Key.Key_Escape)
+    assert cancelled.args == [1]
+    assert not view.editor.isVisible() and view.editing_message is None
+    assert view.toHtml() == before  # the room made for the editor is given back
+
+
+def test_ctrl_return_submits_the_edit_as_typed(qtbot: QtBot) -> None:
+    from PySide6.QtCore import Qt
+
+    view = _view(qtbot)
+    view.show()
+    view.show_messages([_message(1, "user", "Hello")])
+    assert not view.begin_edit(7, "not shown")
+    view.begin_edit(1, "Hello")
+    qtbot.keyClicks(view.editor.field, " there")
+    with qtbot.waitSignal(view.edit_submitted) as submitted:
+        qtbot.keyClick(view.editor.field, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert submitted.args == [1, "Hello there"]
+    with qtbot.waitSignal(view.edit_submitted) as clicked:
+        view.editor.save_button.click()
+    assert clicked.args == [1, "Hello there"]
+    view.show_messages([_message(1, "user", "Hello there")])  # another view: no editor
+    assert not view.editor.isVisible() and view.editing_message is None
