@@ -151,15 +151,15 @@ class OnboardingView(QWidget):
         self.set_running(False)
         self.progress_label.setText(text)
 
-    def show_loading(self, step: int, steps: int, text: str) -> None:
-        """The pair loads: step ``step`` of ``steps`` done, ``text`` says what runs now.
+    def show_loading(self, fraction: float, text: str) -> None:
+        """The pair loads: ``fraction`` of the load is done (bytes read included).
 
         Replaces whatever the card said before (an earlier failure, a finished
         download); a load cannot be cancelled, so Cancel hides.
         """
         self.set_running(True)
         self.cancel_button.hide()
-        self.progress.setValue(int(1000 * min(max(step, 0), max(steps, 1)) / max(steps, 1)))
+        self.progress.setValue(int(1000 * min(max(fraction, 0.0), 1.0)))
         self.progress_label.setText(f"{text}…")
 
 

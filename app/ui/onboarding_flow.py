@@ -130,7 +130,7 @@ class OnboardingFlow(QObject):
     @Slot(object)
     def _on_load_progressed(self, p: LoadProgress) -> None:
         if self.view is not None:
-            self.view.show_loading(p.step, p.steps, load_text(p))
+            self.view.show_loading(p.fraction, load_text(p))
 
     @Slot(object)
     def _on_tasks_finished(self, paths: tuple[str, ...]) -> None:

@@ -187,6 +187,19 @@ def test_loading_a_pair_replaces_an_earlier_failure_on_the_card(
     assert window.onboarding is None  # and once loaded, the chat takes its place
 
 
+def test_the_cards_bar_moves_with_the_bytes_read(window: MainWindow) -> None:
+    from app.services import LoadProgress
+
+    view = window.onboarding
+    assert view is not None
+    # Step 1 of 2 (the target), a quarter of its bytes read: an eighth of the load.
+    gb = 1 << 30
+    window.service.load_progressed.emit(LoadProgress(0, 2, "Loading t", gb, 4 * gb))
+    assert view.progress.value() == 125
+    window.service.load_progressed.emit(LoadProgress(0, 2, "Loading t", 3 * gb, 4 * gb))
+    assert view.progress.value() == 375
+
+
 def _library_window(make_window, monkeypatch, tmp_path: Path, tiny: TinyModels, last: tuple):  # type: ignore[no-untyped-def]
     from app.services import EngineWorker
     from app.store import Settings

@@ -251,7 +251,7 @@ def test_tune_and_welcome_screenshots(qtbot: QtBot, mode: str) -> None:
         qtbot.addWidget(view)
         view.resize(900, 460)
         view.show_message("Cannot load /models/missing: no such folder.")
-        view.show_loading(1, 3, "Loading the target")
+        view.show_loading(1 / 3, "Loading the target")
         _grab(view, f"welcome-loading-{mode}")
         assert view.progress_label.text() == "Loading the target…"
     finally:
