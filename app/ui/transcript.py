@@ -140,6 +140,9 @@ class TranscriptView(QTextBrowser):
         self.setMouseTracking(True)
         self.anchorClicked.connect(self._on_anchor_clicked)
         self._editing: int | None = None  # the message edited in place
+        self._edit_base = ""  # the text the edit started from
+        # Unsaved edits of messages not shown now: they come back with the message.
+        self._drafts: dict[int, str] = {}
         self._reserved = 0.0  # room added under it for a taller editor
         self._placing = False
         self.editor = MessageEditor(self.viewport())
@@ -205,7 +208,8 @@ class TranscriptView(QTextBrowser):
     def begin_edit(self, message_id: int, text: str) -> bool:
         """Lays a wrapping editor prefilled with ``text`` over a shown message.
 
-        It stays until :meth:`end_edit`, or until the view shows other messages.
+        It stays until :meth:`end_edit`. When the view shows other messages,
+        unsaved text is kept and the editor comes back with the message.
 
         Returns:
             Whether the message is shown (else nothing changes).
@@ -213,8 +217,8 @@ class TranscriptView(QTextBrowser):
         if message_id not in self._spans:
             return False
         self.end_edit()
-        self._editing = message_id
-        self.editor.start(text)
+        self._editing, self._edit_base = message_id, text
+        self.editor.start(self._drafts.pop(message_id, text))
         self.editor.show()
         self._place_editor()
         self.editor.field.setFocus()
@@ -241,6 +245,8 @@ class TranscriptView(QTextBrowser):
     def _on_editor_cancelled(self) -> None:
         message_id = self._editing
         self.end_edit()
+        if message_id is not None:
+            self._drafts.pop(message_id, None)
         if message_id is not None:
             self.edit_cancelled.emit(message_id)
 
@@ -316,6 +322,8 @@ class TranscriptView(QTextBrowser):
                 siblings; they show a switcher.
         """
         self._clear_highlight()
+        if self._editing is not None and self.editor.text() != self._edit_base:
+            self._drafts[self._editing] = self.editor.text()
         self.end_edit()
         self.clear()
         self._reply = None
@@ -335,6 +343,12 @@ class TranscriptView(QTextBrowser):
         cursor.endEditBlock()
         self.setTextCursor(cursor)
         self.ensureCursorVisible()
+        for m in messages:  # a draft the message now says was saved
+            if self._drafts.get(m.id) == m.content:
+                del self._drafts[m.id]
+        unsaved = next((m for m in messages if m.id in self._drafts), None)
+        if unsaved is not None:
+            self.begin_edit(unsaved.id, unsaved.content)
 
     def append_message(
         self,

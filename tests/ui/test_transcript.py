@@ -616,6 +616,29 @@ def test_esc_cancels_the_edit_and_leaves_the_view_as_it_was(qtbot: QtBot) -> Non
     assert view.toHtml() == before  # the room made for the editor is given back
 
 
+def test_an_unsaved_edit_comes_back_with_its_message(qtbot: QtBot) -> None:
+    from PySide6.QtCore import Qt
+
+    view = _view(qtbot)
+    view.show()
+    chat = [_message(1, "user", "Hello"), _message(2, "assistant", "Hi.")]
+    view.show_messages(chat)
+    view.begin_edit(1, "Hello")
+    qtbot.keyClicks(view.editor.field, " there")
+    # Another chat is shown, then this one again: the typed text is not lost.
+    view.show_messages([_message(5, "user", "Other")])
+    assert view.editing_message is None and not view.editor.isVisible()
+    view.show_messages(chat)
+    assert view.editing_message == 1 and view.editor.text() == "Hello there"
+    # A cancelled edit is gone for good; an unchanged one leaves nothing behind.
+    qtbot.keyClick(view.editor.field, Qt.Key.Key_Escape)
+    view.show_messages(chat)
+    assert view.editing_message is None
+    view.begin_edit(1, "Hello")
+    view.show_messages(chat)
+    assert view.editing_message is None
+
+
 def test_ctrl_return_submits_the_edit_as_typed(qtbot: QtBot) -> None:
     from PySide6.QtCore import Qt
 
