@@ -482,10 +482,12 @@ def _kept(path: Path, fuse: bool, loaded: ModelPair | None) -> LoadedModel | Non
     """The model of ``loaded`` that is this very load of ``path``, if any."""
     if loaded is None:
         return None
-    stamp = _stamp(path)
+    stamp = None  # the files' stat calls, made only for a model of this folder
     for model in (loaded.target, loaded.draft):
-        if model is not None and (model.path, model.fused, model.stamp) == (path, fuse, stamp):
-            return model if stamp else None
+        if model is not None and (model.path, model.fused) == (path, fuse):
+            stamp = _stamp(path) if stamp is None else stamp
+            if stamp and stamp == model.stamp:
+                return model
     return None
 
 

@@ -208,9 +208,10 @@ def memory_fit(
             tokens = model_tokens  # the target bounds what the pair can hold
         size = _weights_size(folder)
         weights += size
-        if _key(folder) in in_memory and _key(folder) not in counted:
+        key = _key(folder)
+        if key in in_memory and key not in counted:
             reused += size  # already in memory, and the load keeps it
-            counted.add(_key(folder))
+            counted.add(key)
         try:
             kv += kv_cache_bytes(config, model_tokens)
         except ModelError as exc:
