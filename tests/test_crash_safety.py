@@ -81,6 +81,7 @@ def chatty(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     shutil.copytree(tiny.target, target)
     eos = json.loads((target / "config.json").read_text())["eos_token_id"]
     weights = mx.load(str(target / "model.safetensors"))
+    assert isinstance(weights, dict)
     head = weights["lm_head.weight"]
     # A zero row scores 0, below the best of the other random scores, so greedy never picks it.
     weights["lm_head.weight"] = mx.where(mx.arange(head.shape[0])[:, None] == eos, 0.0, head)

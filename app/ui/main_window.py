@@ -1,14 +1,13 @@
 """Tandem's main window: it lays out the features and passes what each says to the others.
 
 The reply's life is :class:`ChatController`'s, the chat list follows the store,
-and the status bar, menus, presets, first run, chat actions and Tune each live
-in their own module; the window paints and routes.
+and the status bar, menus, presets, first run, chat actions, the chat on show
+and Tune each live in their own module; the window lays out and routes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -28,39 +27,26 @@ from PySide6.QtWidgets import (
 
 from app.engine.costs import K_MAX
 from app.engine.live import LiveStats
-from app.engine.types import GenerationParams
-from app.services import (
-    ChatController,
-    EngineService,
-    HubService,
-    PairInfo,
-    Reply,
-    ReplyEnded,
-    ReplyFailure,
-    ReplyGrowth,
-    ReplyReading,
-    ReplySaved,
-    StoreEvents,
-)
+from app.services import ChatController, EngineService, HubService, PairInfo, StoreEvents
 from app.store import Settings, SettingsFile, Store, pair_key
 from app.store.presets import Preset, PresetsFile
 from app.ui.chat_actions import ChatActionsMixin
 from app.ui.chat_list import ChatList
-from app.ui.composer import STOPPING_TEXT, Composer
+from app.ui.chat_view import ChatViewMixin
+from app.ui.composer import Composer
 from app.ui.editing_keys import EditingKeysFirst
 from app.ui.local_server import LocalServer
 from app.ui.menus import build_menus
 from app.ui.model_bar import ModelBar
 from app.ui.onboarding import LibraryPrompt, OnboardingView
 from app.ui.onboarding_flow import OnboardingFlow
-from app.ui.pair_loading import LOAD_FIRST, PairLoadingMixin
+from app.ui.pair_loading import PairLoadingMixin
 from app.ui.presets_menu import PresetsMenu
 from app.ui.server_panel import ServerPanel
 from app.ui.settings_dialog import SettingsDialog
 from app.ui.speculation_panel import SpeculationPanel
 from app.ui.statusbar import StatusBar
 from app.ui.transcript import TranscriptView
-from app.ui.transcript_style import finish_note, reading_note
 from app.ui.tune_flow import TUNE_KS, TuneFlow
 
 log = logging.getLogger(__name__)
@@ -80,7 +66,7 @@ SERVER_FIELDS = ("server_enabled", "server_host", "server_port", "server_cors_or
 __all__ = ["TUNE_KS", "MainWindow"]
 
 
-class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
+class MainWindow(ChatActionsMixin, PairLoadingMixin, ChatViewMixin, QMainWindow):
     """Conversation list, transcript, composer, model bar and status bar."""
 
     def __init__(
@@ -95,38 +81,34 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self.setWindowTitle("Tandem")
         self.store, self.service = store, service
         self._models_dir = models_dir
-        self._hub: HubService | None = None
         self._settings_file = settings_file
-        self._settings: Settings = settings_file.load()
+        self._init_state()
+        # The window's own reply: Stop reaches it, never the server's.
+        self.chat = ChatController(store, service, self)
+        self._install_editing_keys()
+        self.store_events = StoreEvents(store, self)
+        self._build_widgets()
+        self._build_layout()
+        self._build_features(settings_file.path.parent)
+        self._connect()
+        self._restore()
+
+    def _init_state(self) -> None:
+        """What the window keeps track of: the settings, the pair, the chat on show."""
+        self._hub: HubService | None = None
+        self._settings: Settings = self._settings_file.load()
         self._pair: PairInfo | None = None
         self._conversation_id: int | None = None
         self._pending_system_prompt: str | None = None
         self._context_used: int | None = 0  # None while a reply's prompt is not counted
         self._context_idle = 0  # the count before the reply in flight, should it end uncounted
         self.live = LiveStats(max_positions=K_MAX)  # every position a draft can reach
-        # The window's own reply: Stop reaches it, never the server's.
-        self.chat = ChatController(store, service, self)
+
+    def _install_editing_keys(self) -> None:
         # Ctrl+Backspace edits the focused text field; it never deletes a chat.
         self._editing_keys = EditingKeysFirst(self)
         if (app := QApplication.instance()) is not None:
             app.installEventFilter(self._editing_keys)
-        self.store_events = StoreEvents(store, self)
-        self._build_widgets()
-        self._build_layout()
-        data = settings_file.path.parent
-        self.presets_menu = PresetsMenu(
-            PresetsFile(data / "presets.json"), self.model_bar, self.panel, self
-        )
-        self.tune = TuneFlow(service, store, data / "calibrations.json", self)
-        self.onboarding_flow = OnboardingFlow(
-            self.pages, lambda: self.hub, self.models_dir, service, self
-        )
-        self.local_server = LocalServer(service, self.params, self.status.server, self)
-        self.server, self.server_panel = self.local_server.service, self.local_server.panel
-        self.menus = build_menus(self, self._settings.show_speculation_panel)
-        self.chats.add_actions(list(self.menus.chat_actions))  # the list's context menu
-        self._connect()
-        self._restore()
 
     def _build_widgets(self) -> None:
         self.model_bar = ModelBar(self._settings)
@@ -170,6 +152,20 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         self.pages.addWidget(splitter)
         central_layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
+
+    def _build_features(self, data: Path) -> None:
+        """The features the window composes; ``data`` is where their files live."""
+        self.presets_menu = PresetsMenu(
+            PresetsFile(data / "presets.json"), self.model_bar, self.panel, self
+        )
+        self.tune = TuneFlow(self.service, self.store, data / "calibrations.json", self)
+        self.onboarding_flow = OnboardingFlow(
+            self.pages, lambda: self.hub, self.models_dir, self.service, self
+        )
+        self.local_server = LocalServer(self.service, self.params, self.status.server, self)
+        self.server, self.server_panel = self.local_server.service, self.local_server.panel
+        self.menus = build_menus(self, self._settings.show_speculation_panel)
+        self.chats.add_actions(list(self.menus.chat_actions))  # the list's context menu
 
     def _connect(self) -> None:
         """Wires each feature's signals to what paints or acts on them."""
@@ -283,192 +279,6 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, QMainWindow):
         except OSError as exc:
             log.warning("cannot save settings: %s", exc)
         self.status.showMessage("All conversations deleted and settings reset.", 10_000)
-
-    # The chat shown
-
-    @Slot()
-    def _on_new_conversation_requested(self) -> None:
-        self._conversation_id = None
-        self.chats.clear_selection()
-        self.transcript.show_messages([])
-        self._update_context(0)
-        self.composer.focus()
-
-    @Slot(int)
-    def _on_conversation_selected(self, cid: int) -> None:
-        if cid != self._conversation_id:
-            self._show_conversation(cid)
-
-    @Slot(int, int)
-    def _on_search_hit_selected(self, cid: int, message_id: int) -> None:
-        reply = self.chat.reply
-        streaming_here = reply is not None and reply.conversation_id == cid
-        shown = {m.id for m in self.store.messages(cid)}
-        # The hit may be on another branch: that branch comes on screen, unless a
-        # reply streams into the branch shown.
-        if message_id not in shown and not streaming_here:
-            with contextlib.suppress(ValueError):  # deleted since the search ran
-                self.store.switch_branch(message_id)
-        self._show_conversation(cid)
-        self.transcript.highlight_message(message_id)
-
-    def _show_conversation(self, conversation_id: int, upto: int | None = None) -> None:
-        self._conversation_id = conversation_id
-        reply = self.chat.reply
-        streaming = (
-            reply if reply is not None and reply.conversation_id == conversation_id else None
-        )
-        # The streaming reply, saved so far, is shown below as it streams.
-        messages = [
-            m
-            for m in self.store.messages(conversation_id)
-            if reply is None or m.id != reply.message_id
-        ]
-        if upto is not None:  # a regenerated reply replaces what followed its prompt
-            ids = [m.id for m in messages]
-            messages = messages[: ids.index(upto) + 1] if upto in ids else messages
-        self.transcript.show_messages(messages, self.store.branches(conversation_id))
-        last = next((m.stats for m in reversed(messages) if m.stats is not None), None)
-        self._context_idle = last.context_tokens if last else 0
-        # While a reply streams here, the context is the reply's, not the last one saved.
-        self._context_used = self._context_idle if streaming is None else streaming.context_tokens
-        self._update_context()
-        if streaming is not None:
-            self.transcript.begin_reply()
-            if streaming.reading is not None:
-                self.transcript.show_reading(reading_note(streaming.reading))
-            self.transcript.append_segments(streaming.segments)
-
-    def _update_context(self, used: int | None = None) -> None:
-        """Shows how much of the target's window the conversation fills."""
-        if used is not None:
-            self._context_used = used
-        window = self._pair.context_length if self._pair is not None else None
-        self.status.context.show_usage(self._context_used, window)
-
-    # Chat
-
-    def params(self) -> GenerationParams:
-        s = self._settings
-        return GenerationParams(
-            max_tokens=s.max_tokens,
-            temperature=self.model_bar.temperature(),
-            top_p=s.top_p,
-            top_k=s.top_k,
-            min_p=s.min_p,
-            repetition_penalty=s.repetition_penalty,
-            seed=s.seed,
-            num_draft=self.panel.num_draft(),
-            k_max=K_MAX,  # Auto may plan as far as the slider reaches
-            prompt_lookup=self.model_bar.uses_lookup(),
-        )
-
-    @Slot(str)
-    def _on_send_requested(self, text: str) -> None:
-        if self.service.busy:
-            return
-        if self._pair is None:
-            self.show_error(LOAD_FIRST)
-            return
-        self.hide_error()
-        if self._conversation_id is None:
-            title = " ".join(text.split())[:48]
-            conversation = self.store.create_conversation(
-                title, system_prompt=self._pending_system_prompt
-            )
-            self._conversation_id = conversation.id
-        cid = self._conversation_id
-        self.store.add_message(cid, "user", text)
-        self.composer.clear()
-        self._start_reply(cid)
-        self._save_settings(
-            num_draft=self.panel.fixed_k(),
-            auto_draft=self.panel.auto_draft(),
-            prompt_lookup=self.model_bar.uses_lookup(),
-            temperature=self.model_bar.temperature(),
-        )
-
-    def _start_reply(self, cid: int, parent_id: int | None = None) -> None:
-        """Asks for the conversation's next reply; :meth:`_on_reply_started` shows it."""
-        self.chat.start(cid, self.params(), parent_id)
-
-    @Slot()
-    def _on_stop_requested(self) -> None:
-        self._stop_own_work()
-
-    def _stop_own_work(self) -> None:
-        """Stops the window's reply and calibration; the server's replies run on."""
-        self.chat.cancel()
-        self.tune.cancel()
-
-    @Slot(object)
-    def _on_reply_started(self, reply: Reply) -> None:
-        self.chats.select(reply.conversation_id)
-        self._show_conversation(reply.conversation_id, upto=reply.upto)  # begins the reply
-        self.composer.set_busy(True)
-        self.live.begin_message()
-        # Nothing of the last reply stays on show: this one's figures come as it streams.
-        snapshot = self.live.snapshot()
-        self.status.show_live(snapshot)
-        self.panel.show_live(snapshot)
-
-    @Slot(object)
-    def _on_reply_stopping(self, _reply: Reply) -> None:
-        # The engine stops at its next check; until the end arrives, say Stop was heard.
-        self.composer.show_stopping()
-        self.status.showMessage(STOPPING_TEXT)
-
-    @Slot(object)
-    def _on_reply_reading(self, reading: ReplyReading) -> None:
-        if self._conversation_id == reading.conversation_id:
-            self.transcript.show_reading(reading_note(reading.reading))
-
-    @Slot(object)
-    def _on_reply_grew(self, growth: ReplyGrowth) -> None:
-        if self._conversation_id == growth.conversation_id:
-            self.transcript.append_segments(growth.segments)
-            self._context_used = growth.context_tokens
-            self._update_context()
-        # Batches arrive at most about 30 times a second: one repaint each.
-        self.live.add(growth.rounds, growth.baseline_tps)
-        auto_k = next((r.k for r in reversed(growth.rounds) if r.auto and r.k), None)
-        if auto_k is not None:
-            self.panel.show_auto_k(auto_k)
-        snapshot = self.live.snapshot()
-        self.status.show_live(snapshot)
-        self.panel.show_live(snapshot)
-
-    @Slot(object)
-    def _on_reply_saved(self, saved: ReplySaved) -> None:
-        cid = saved.conversation_id
-        if cid != self._conversation_id:
-            return
-        self.chats.select(cid)
-        if saved.branched:
-            self._show_conversation(cid)  # shows the new branch's switcher
-            return
-        message_id = saved.message.id if saved.message is not None else None
-        stats_id = message_id if saved.stats is not None else None
-        note = finish_note(saved.finish_reason, saved.stats)
-        self.transcript.end_reply(note, stats_id, message_id=message_id)
-
-    @Slot(object)
-    def _on_reply_ended(self, ended: ReplyEnded) -> None:
-        self.composer.set_busy(False)
-        if self.status.currentMessage() == STOPPING_TEXT:
-            self.status.clearMessage()
-        if ended.stats is not None:
-            # The final figures replace the live ones, in the panel as in the status bar.
-            self.live.finish_message(ended.stats)
-            self.panel.show_live(self.live.snapshot())
-            self.status.show_reply_stats(ended.stats)
-        used = ended.context_tokens
-        self._context_used = self._context_idle if used is None else used
-        self._update_context()
-
-    @Slot(object)
-    def _on_reply_failed(self, failure: ReplyFailure) -> None:
-        self.show_error(failure.message)
 
     # Presets
 

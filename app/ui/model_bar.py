@@ -136,7 +136,7 @@ class ModelBar(QWidget):
 
     def request_load(self) -> None:
         """Asks to load the pair shown, as the Load button does."""
-        if self.load_button.isEnabled():
+        if not self.is_loading():
             self._on_load_clicked()
 
     def target(self) -> str:
@@ -184,6 +184,10 @@ class ModelBar(QWidget):
     def set_loading(self, loading: bool) -> None:
         self.load_button.setEnabled(not loading)
         self.load_button.setText("Loading…" if loading else "Load")
+
+    def is_loading(self) -> bool:
+        """Whether a load is under way (Load is then disabled)."""
+        return not self.load_button.isEnabled()
 
 
 def _min_width(row: QLayout) -> int:

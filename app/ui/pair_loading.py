@@ -90,7 +90,7 @@ class PairLoadingMixin(_Window):
 
     def update_library_prompt(self) -> None:
         """Offers the library's pairs while nothing is loaded or loading, else hides them."""
-        idle = self._pair is None and self.model_bar.load_button.isEnabled()
+        idle = self._pair is None and not self.model_bar.is_loading()
         library = self._library() if idle and self.onboarding_flow.view is None else []
         if not library:
             self.library_prompt.hide()

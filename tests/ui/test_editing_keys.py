@@ -21,9 +21,12 @@ def test_ctrl_backspace_in_the_message_field_deletes_a_word_not_the_chat(
     _load(qtbot, window, "/models/fake")
     _send(qtbot, window, "keep this chat")
     asked: list[object] = []
-    monkeypatch.setattr(
-        QMessageBox, "question", lambda *a: asked.append(a) or QMessageBox.StandardButton.Yes
-    )
+
+    def question(*a: object) -> QMessageBox.StandardButton:
+        asked.append(a)
+        return QMessageBox.StandardButton.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", question)
     window.activateWindow()
     editor = window.composer.editor
     editor.setFocus()

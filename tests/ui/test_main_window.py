@@ -840,11 +840,11 @@ class _TimedReply:
         return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config=config))  # type: ignore[arg-type]  # no weights
 
     def stream(self, _pair, _messages, _params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
-        from app.engine.types import Chunk, Finished, RoundStat
+        from app.engine.types import Chunk, Finished, FinishReason, RoundStat
 
         gates, self.gates = self.gates, []
         origins = (Origin.DRAFT,) * 3 + (Origin.CORRECTION,)
-        reason = "stop"
+        reason: FinishReason = "stop"
         for i in range(3):
             if gates:
                 gates.pop(0).wait(10)

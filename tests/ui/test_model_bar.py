@@ -53,3 +53,16 @@ def test_the_pair_fields_show_their_whole_placeholders(
         assert advance <= text_room(edit), (width, edit.placeholderText())
     assert bar.is_one_row() == (width >= bar.one_row_width())
     assert bar.temp_spin.geometry().right() <= bar.width()
+
+
+def test_a_load_under_way_says_so_and_takes_no_second_request(qtbot: QtBot) -> None:
+    bar = ModelBar(Settings(target="/models/target"))
+    qtbot.addWidget(bar)
+    bar.set_loading(True)
+    assert bar.is_loading()
+    with qtbot.assertNotEmitted(bar.load_requested):
+        bar.request_load()
+    bar.set_loading(False)
+    assert not bar.is_loading()
+    with qtbot.waitSignal(bar.load_requested):
+        bar.request_load()

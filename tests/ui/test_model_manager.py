@@ -8,6 +8,7 @@ from PySide6.QtCore import QItemSelectionModel, Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
+from app.hub import ModelInfo
 from app.ui.model_manager import ModelManagerDialog
 from tests.conftest import TinyModels
 
@@ -30,10 +31,14 @@ def _dialog(qtbot: QtBot, models: Path, tmp_path: Path) -> ModelManagerDialog:
     return dialog
 
 
+def _info(dialog: ModelManagerDialog, row: int) -> ModelInfo:
+    info = dialog.library.info_at(row)
+    assert info is not None
+    return info
+
+
 def _select(dialog: ModelManagerDialog, name: str) -> None:
-    row = next(
-        r for r in range(dialog.library.rowCount()) if dialog.library.info_at(r).name == name
-    )
+    row = next(r for r in range(dialog.library.rowCount()) if _info(dialog, r).name == name)
     dialog.table.selectionModel().select(
         dialog.library.index(row, 0),
         QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows,
@@ -42,7 +47,7 @@ def _select(dialog: ModelManagerDialog, name: str) -> None:
 
 def test_lists_the_library_with_problems(qtbot: QtBot, library: Path, tmp_path: Path) -> None:
     dialog = _dialog(qtbot, library, tmp_path)
-    names = [dialog.library.info_at(r).name for r in range(dialog.library.rowCount())]
+    names = [_info(dialog, r).name for r in range(dialog.library.rowCount())]
     assert names == ["broken", "tiny-foreign", "tiny-llama", "tiny-small"]
     broken = dialog.library.index(0, 1).data()
     assert broken.startswith("⚠") and "config.json" in broken
@@ -113,7 +118,7 @@ def test_import_adds_the_model_to_the_list(
             assert dialog.progress.isVisible() and dialog.cancel_button.isVisible()
         assert not dialog.progress.isVisible()
         assert dialog.progress_label.text() == "Added tiny"
-        names = [dialog.library.info_at(r).name for r in range(dialog.library.rowCount())]
+        names = [_info(dialog, r).name for r in range(dialog.library.rowCount())]
         assert "tiny" in names
     finally:
         assert hub.shutdown()
@@ -403,12 +408,8 @@ def test_a_float32_model_shows_its_dtype_and_counts_read_alike(
 
     dialog = _dialog(qtbot, library, tmp_path)
     columns = dialog.library.COLUMNS
-    row = next(
-        r
-        for r in range(dialog.library.rowCount())
-        if dialog.library.info_at(r).name == "tiny-llama"
-    )
-    info = dialog.library.info_at(row)
+    row = next(r for r in range(dialog.library.rowCount()) if _info(dialog, r).name == "tiny-llama")
+    info = _info(dialog, row)
     assert info.quantization is None  # the tiny models are plain float32
     assert dialog.library.index(row, columns.index("Quantization")).data() == "float32"
     # A 0.63 B model reads as the Hub's download counts and the pair check's sizes do.

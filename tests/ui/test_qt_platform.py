@@ -56,7 +56,12 @@ def test_tandem_prints_the_line_instead_of_starting_qt(
     monkeypatch.setattr(qt_platform, "_xcb_plugin", lambda: _plugin(tmp_path))
     monkeypatch.setattr(qt_platform.ctypes, "CDLL", _refuse)
     started: list[object] = []
-    monkeypatch.setattr(application, "run_app", lambda *a, **k: started.append(a) or 0)
+
+    def run_app(*a: object, **_k: object) -> int:
+        started.append(a)
+        return 0
+
+    monkeypatch.setattr(application, "run_app", run_app)
     assert cli.main(["--data-dir", str(tmp_path)]) == 2
     assert started == []
     err = capsys.readouterr().err

@@ -133,8 +133,9 @@ def test_the_window_starts_the_server_with_the_web_origins(
     window = make_window()
     started: list[ServerConfig] = []
 
-    async def start(config: ServerConfig) -> None:
+    async def start(config: ServerConfig) -> str:
         started.append(config)
+        return ""  # the real start returns its URL; apply_now does not use it
 
     import asyncio
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,12 @@ def test_clear_all_data_asks_first(
     cleared: list[bool] = []
     dialog.clear_data_requested.connect(lambda: cleared.append(True))
 
-    def answer(button):  # type: ignore[no-untyped-def]
-        return lambda _p, _t, text, *_a: (asked.append(text), button)[1]
+    def answer(button: QMessageBox.StandardButton) -> Callable[..., QMessageBox.StandardButton]:
+        def warning(_p: object, _t: str, text: str, *_a: object) -> QMessageBox.StandardButton:
+            asked.append(text)
+            return button
+
+        return warning
 
     monkeypatch.setattr(QMessageBox, "warning", answer(QMessageBox.StandardButton.Cancel))
     qtbot.mouseClick(dialog.clear_button, Qt.MouseButton.LeftButton)

@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from app.engine.types import Origin, Segment, Stats
 from app.store import StoredMessage
-from app.ui import transcript as transcript_module
+from app.ui import transcript_writer as transcript_module
 from app.ui.markdown import BlockSplitter, align, render_markdown
 from app.ui.transcript import ORIGIN_COLORS, TranscriptView
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QImage, QStandardItemModel
 from pytestqt.qtbot import QtBot
 
 from app.engine.calibrate import (
@@ -193,7 +193,9 @@ def test_too_few_recent_prompts_selects_the_built_in_set(qtbot: QtBot) -> None:
     qtbot.addWidget(d)
     assert d.prompt_combo.currentData() == "builtin"
     assert d.chosen_prompts() == BUILTIN
-    assert not d.prompt_combo.model().item(0).isEnabled()
+    model = d.prompt_combo.model()
+    assert isinstance(model, QStandardItemModel)
+    assert not model.item(0).isEnabled()
 
 
 def test_progress_moves_the_bar(dialog: TuneDialog) -> None:
