@@ -6,7 +6,8 @@
 # 70b:1b at miss 0; PART c: the pairs Auto fell short on in part b, after its costs became
 # medians of recent rounds; PART probe: one draft step timed several ways
 # (tools/draft_step_probe.py); PARTs a1, a2 and b1: part a in two processes and 32b:0.5b at
-# miss 0.1, each within one device call (run 6). Every configuration is warmed up over a full-length reply first, so
+# miss 0.1, each within one device call (run 6); PARTs r8a, r8b, r8c, r8d and r8mlx: run 8
+# (timed rounds price no width, blended round costs, plain bursts until a try). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -45,6 +46,22 @@ a2)
   ;;
 b1)
   run 32b-0.5b-miss0.1 --synthetic 32b:0.5b --miss 0.1 --ks 0,12,14,15,auto --impls plain,tandem
+  ;;
+r8a)  # run 8: the 32B and 8B pairs with the final code
+  run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,12,14,15,auto --impls plain,tandem
+  run 8b-1b --synthetic 8b:1b --miss 0,0.28 --ks 0,8,15,auto --impls plain,tandem
+  ;;
+r8b)  # run 8: the 70B pair at three miss rates, one build
+  run 70b-1b --synthetic 70b:1b --miss 0,0.1,0.28 --ks 0,8,14,15,auto --impls plain,tandem
+  ;;
+r8c)  # run 8: 70b:1b at miss 0 and 0.1 again, six repeats (rounds of one shape spread by a third)
+  run 70b-1b-r6 --synthetic 70b:1b --miss 0,0.1 --ks 0,14,15,auto --impls plain,tandem --repeats 6
+  ;;
+r8d)  # run 8, last: 70b:1b at miss 0.1 and 0 after stale widths are measured afresh
+  run 70b-1b-stale --synthetic 70b:1b --miss 0.1,0 --ks 0,14,15,auto --impls plain,tandem
+  ;;
+r8mlx)  # run 8: mlx-lm's loop at its default k = 3 beside Auto on 70b:1b at miss 0
+  run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,15,auto --impls plain,tandem,mlx-lm --mlx-lm-ks 3
   ;;
 mlx)
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,4,15,auto --mlx-lm-ks 3 --ttft

@@ -41,7 +41,9 @@ class Run:
     accepted: int
     target_calls: int
     ks: tuple[int, ...] = ()
-    rounds: tuple[tuple[int, int, float], ...] = ()  # (k, width, ms) of each drafting round
+    # (k, width, ms, timed, ms from the first token to its arrival) of each round;
+    # plain rounds (k = 0) come too, so the gaps between rounds can be read.
+    rounds: tuple[tuple[int, int, float, int, float], ...] = ()
 
     @property
     def tps(self) -> float:
@@ -63,7 +65,7 @@ class Row:
     target_calls: int = 0
     ks: list[int] = field(default_factory=list)
     speedup: float | None = None
-    rounds: list[tuple[int, int, float]] = field(default_factory=list)
+    rounds: list[tuple[int, int, float, int, float]] = field(default_factory=list)
     learned: dict[str, Any] | None = None  # the decoder's costs after the runs
 
     @property
@@ -155,8 +157,15 @@ def run_tandem(
         max_tokens=max_tokens, temperature=temp, num_draft=k, prompt_lookup=lookup, k_max=k_max
     )
     rounds = (r for r in decoder.generate(prompt, params) if not isinstance(r, Prefill))
-    out, secs, first = _timed(rounds, max_tokens, lambda r: len(r.tokens))
+    arrived: list[float] = []
+
+    def count(r: Round) -> int:
+        arrived.append(time.perf_counter())
+        return len(r.tokens)
+
+    out, secs, first = _timed(rounds, max_tokens, count)
     tokens = [t for r in out for t in r.tokens][:max_tokens]
+    t0 = arrived[0] if arrived else 0.0
     return Run(
         tokens,
         secs,
@@ -165,7 +174,10 @@ def run_tandem(
         sum(r.accepted for r in out),
         len(out),
         tuple(r.k for r in out if r.k),
-        tuple((r.k, r.width, round(r.seconds * 1e3, 2)) for r in out if r.k),
+        tuple(
+            (r.k, r.width, round(r.seconds * 1e3, 2), int(r.timed), round((at - t0) * 1e3, 2))
+            for r, at in zip(out, arrived, strict=True)
+        ),
     )
 
 

@@ -14,13 +14,25 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
-from app.engine.costs import K_MAX, CostModel, CostProfile, Plan, expected_tokens, plan_round
+from app.engine.costs import (
+    K_MAX,
+    PLAIN_BURST,
+    CostModel,
+    CostProfile,
+    Plan,
+    expected_tokens,
+    plan_round,
+)
 
 PRIOR = 0.6  # acceptance assumed before any round
 PRIOR_WEIGHT = 4.0  # rounds of evidence the prior is worth
 EVIDENCE = 8.0  # drafted positions seen before Auto may conclude that drafting does not pay
 EXPLORE_EVERY = 16  # fewest rounds between two tries of a longer draft
 EXPLORE_BUDGET = 0.02  # share of decoding time that tries of longer drafts may cost
+# Longest plain burst: a burst runs until the budget allows the next try, and
+# its last step is not pipelined, so long bursts lose less; a change of k from
+# the window still waits at most this many tokens.
+PLAIN_BURST_MAX = 256
 
 
 class Ema:
@@ -115,6 +127,9 @@ class DraftLength:
         self.explore_every = explore_every
         self._since_explore = 0
         self._explored = 0
+        # Seconds tries may still cost: the budget's share of the time run since
+        # the last try, less what was charged for switching back to drafting.
+        self._credit = 0.0
 
     def choose(self) -> Plan:
         """The plan of the next round."""
@@ -135,40 +150,55 @@ class DraftLength:
             w = next((w for w in missing if w >= best.k + 1), missing[-1])
             plan = replace(best, k=min(best.k or 4, w - 1), width=w)
         else:
-            plan = self._explore(profile, rates, best) or best
+            plan = self._explore(profile, rates, best)
         return plan
 
-    def _explore(self, profile: CostProfile, rates: Sequence[float], best: Plan) -> Plan | None:
+    def charge(self, seconds: float) -> None:
+        """Counts what switching back to drafting cost beside its round (the draft's catch-up).
+
+        It comes out of the exploration budget, so tries that need a long
+        catch-up come less often.
+        """
+        self._credit -= max(0.0, seconds)
+
+    def _explore(self, profile: CostProfile, rates: Sequence[float], best: Plan) -> Plan:
         """Now and then a longer draft, so the acceptance of far positions stays known.
 
         Shorter drafts teach nothing new: a round of k observes every position up
         to its first rejection. Tries spread over (best k, k_max] and are spaced
         so that they cost at most :data:`EXPLORE_BUDGET` of the time. While Auto
         decodes plainly, the try is the best drafting plan, as soon as the
-        budget allows: a plain burst is many rounds long, and without tries the
-        acceptance and the round costs that ruled drafting out would never
-        change again.
+        budget allows: without tries the acceptance and the round costs that
+        ruled drafting out would never change again. Until then, the plain
+        burst lasts as long as the budget needs to allow it.
         """
         self._since_explore += 1
         plain = best.k == 0
-        if not plain and self._since_explore < self.explore_every:
-            return None
+        trial = self._trial(profile, rates, best)
+        loss = max(0.0, 1.0 - trial.rate / best.rate) * trial.seconds if trial else 0.0
+        due = plain or self._since_explore >= self.explore_every
+        if trial is not None and due and self._credit >= loss:
+            # The try takes this plan's place: only the plans before it ran.
+            self._credit = 0.0
+            self._since_explore = 0
+            self._explored += 1
+            return replace(trial, explore=True)
+        if plain and best.seconds > 0:
+            step = best.seconds / best.tokens
+            need = (loss - self._credit) / (EXPLORE_BUDGET * step) if trial else 0.0
+            burst = min(max(PLAIN_BURST, int(need) + 1), PLAIN_BURST_MAX)
+            best = replace(best, tokens=float(burst), seconds=burst * step)
+        self._credit += EXPLORE_BUDGET * best.seconds
+        return best
+
+    def _trial(self, profile: CostProfile, rates: Sequence[float], best: Plan) -> Plan | None:
+        """The next try: the best drafting plan while plain, else a longer draft."""
         longer = [k for k in _spread(self.k_max) if k > best.k]
         if not longer or best.rate <= 0:
             return None
-        if plain:
-            trial = plan_round(profile, rates, self.k_max, plain=False)
-        else:
-            trial = plan_round(profile, rates, self.k_max, longer[self._explored % len(longer)])
-        if trial is None:
-            return None
-        loss = max(0.0, 1.0 - trial.rate / best.rate) * trial.seconds
-        # The try takes this plan's place: only the plans before it ran.
-        if (self._since_explore - 1) * EXPLORE_BUDGET * best.seconds < loss:
-            return None
-        self._since_explore = 0
-        self._explored += 1
-        return replace(trial, explore=True)
+        if best.k == 0:
+            return plan_round(profile, rates, self.k_max, plain=False)
+        return plan_round(profile, rates, self.k_max, longer[self._explored % len(longer)])
 
     def observe(self, k: int, accepted: int) -> None:
         """Records a round: ``k`` proposed, the first ``accepted`` kept."""

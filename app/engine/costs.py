@@ -32,9 +32,17 @@ FILE_VERSION = 1
 WARMUP_SAMPLES = 1  # the first forward of a new width builds kernels; it is not counted
 SAMPLES = 1  # counted forwards per width before it counts as measured (rounds refine it)
 WINDOW = 7  # recent samples a running cost is the median of
-# Rounds a width must have run before its own cost replaces its forward plus the
-# fixed cost: the median of three ignores one stalled round, of one or two not.
+# Rounds a width must have run before its own cost counts at all: the median of
+# three ignores one stalled round, of one or two not.
 ROUND_SAMPLES = 3
+# Rounds of evidence the shared fixed cost is worth against a width's own rounds.
+# Rounds of one shape spread by a third on a busy host, so a few of them at one
+# width must not price it out; many that agree do.
+ROUND_PRIOR = 4.0
+# Rounds at other widths after which a width's own cost no longer counts. Costs
+# drift on a busy host: a width priced up in a slow spell would otherwise stay
+# priced up, unvisited, for good; now it is tried again and measured afresh.
+ROUND_STALE = 32
 
 
 def expected_tokens(accept: Sequence[float], k: int) -> float:
@@ -76,6 +84,8 @@ class CostProfile:
         rounds: ``rounds[m - 1]`` is what a drafting round whose verification has
             ``m`` rows took beside its draft steps, learned from the rounds that
             ran at that width; ``None`` where none ran.
+        round_samples: ``round_samples[m - 1]`` is how many rounds back
+            ``rounds[m - 1]`` (a stored value without a count weighs as a full window).
     """
 
     verify: tuple[float | None, ...]
@@ -86,6 +96,7 @@ class CostProfile:
     measured_at: float = 0.0
     overhead: float = 0.0
     rounds: tuple[float | None, ...] = ()
+    round_samples: tuple[int, ...] = ()
 
     @property
     def widths(self) -> int:
@@ -131,14 +142,18 @@ class CostProfile:
     def round_seconds(self, m: int) -> float | None:
         """A drafting round verifying ``m`` rows, draft steps aside.
 
-        Where rounds ran at that width, what they took; elsewhere the measured
-        forward plus the fixed cost. Rounds see what a lone forward does not (the
-        key lengths of a growing conversation, the sync, whatever reads them).
+        The measured forward plus a fixed cost: the one every round shows, or
+        where rounds ran at that width, a blend of it and theirs, weighted by how
+        many ran (:data:`ROUND_PRIOR`). Rounds see what a lone forward does not
+        (the key lengths of a growing conversation, the sync, whatever reads them).
         """
-        if 1 <= m <= len(self.rounds) and (seen := self.rounds[m - 1]) is not None:
-            return seen
         v = self.estimate(m)
-        return None if v is None else v + self.overhead
+        if v is None:
+            return None
+        if 1 <= m <= len(self.rounds) and (seen := self.rounds[m - 1]) is not None:
+            n = self.round_samples[m - 1] if m <= len(self.round_samples) else WINDOW
+            return v + (n * (seen - v) + ROUND_PRIOR * self.overhead) / (n + ROUND_PRIOR)
+        return v + self.overhead
 
     def padded_round(self, m: int) -> tuple[float, int] | None:
         """The cheapest round verifying at least ``m`` rows, and its width.
@@ -162,7 +177,12 @@ class CostProfile:
         return t / step if t is not None and step else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "verify": list(self.verify), "rounds": list(self.rounds)}
+        return {
+            **asdict(self),
+            "verify": list(self.verify),
+            "rounds": list(self.rounds),
+            "round_samples": list(self.round_samples),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostProfile:
@@ -177,6 +197,7 @@ class CostProfile:
             measured_at=float(data.get("measured_at", 0.0)),
             overhead=max(0.0, float(data.get("overhead", 0.0))),
             rounds=tuple(None if r is None else float(r) for r in data.get("rounds", ())),
+            round_samples=tuple(int(n) for n in data.get("round_samples", ())),
         )
 
 
@@ -280,11 +301,17 @@ class _Samples:
     value: float | None = None
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     stored: bool = False  # the value came from a stored profile
+    weight: int = 0  # samples a stored value stands for
 
     @property
     def settled(self) -> bool:
-        """Whether enough samples back the value to outweigh an estimate."""
+        """Whether enough samples back the value to count beside an estimate."""
         return self.stored or len(self.recent) >= ROUND_SAMPLES
+
+    @property
+    def count(self) -> int:
+        """Samples behind the value: the recent ones, or what a stored value stands for."""
+        return max(len(self.recent), self.weight if self.stored else 0)
 
     def __post_init__(self) -> None:
         if self.value is not None and not self.recent:
@@ -329,6 +356,8 @@ class CostModel:
         self._overhead = _Samples(seen=WARMUP_SAMPLES)
         # The first round at a width may build kernels: not counted, as for forwards.
         self._rounds = [_Samples() for _ in range(self.widths)]
+        self._round_clock = 0  # rounds observed so far
+        self._round_last = [0] * self.widths  # the clock at each width's last round
         self._context = 0
         self._cached: CostProfile | None = None
         if profile is None:
@@ -340,9 +369,11 @@ class CostModel:
             self._draft = _Samples(WARMUP_SAMPLES + SAMPLES, profile.draft_step)
         if profile.overhead > 0:
             self._overhead = _Samples(WARMUP_SAMPLES + SAMPLES, profile.overhead)
+        counts = profile.round_samples
         for i, r in enumerate(profile.rounds[: self.widths]):
             if r is not None:
-                self._rounds[i] = _Samples(WARMUP_SAMPLES + SAMPLES, r, stored=True)
+                n = counts[i] if i < len(counts) else WINDOW
+                self._rounds[i] = _Samples(WARMUP_SAMPLES + SAMPLES, r, stored=True, weight=n)
         self._context = profile.context
 
     @property
@@ -397,7 +428,12 @@ class CostModel:
         rest = seconds - k * (c or 0.0)
         if rest <= 0:
             return
+        if self._round_clock - self._round_last[width - 1] > ROUND_STALE:
+            # Stale: measured afresh, not mixed with what a slow spell left.
+            self._rounds[width - 1] = _Samples(seen=WARMUP_SAMPLES)
         self._rounds[width - 1].add(rest)
+        self._round_clock += 1
+        self._round_last[width - 1] = self._round_clock
         if (v := self._verify[width - 1].value) is not None:
             self._overhead.add(max(0.0, rest - v))
         self._cached = None
@@ -405,6 +441,10 @@ class CostModel:
     def profile(self) -> CostProfile:
         """What is known now, as a value."""
         if self._cached is None:
+            rounds = [
+                (r, r.settled and self._round_clock - last <= ROUND_STALE)
+                for r, last in zip(self._rounds, self._round_last, strict=True)
+            ]
             self._cached = CostProfile(
                 verify=tuple(s.value for s in self._verify),
                 draft_step=self._draft.value,
@@ -413,7 +453,8 @@ class CostModel:
                 mlx=self._mlx,
                 measured_at=time.time(),
                 overhead=self._overhead.value or 0.0,
-                rounds=tuple(r.value if r.settled else None for r in self._rounds),
+                rounds=tuple(r.value if fresh else None for r, fresh in rounds),
+                round_samples=tuple(r.count if fresh else 0 for r, fresh in rounds),
             )
         return self._cached
 

@@ -24,7 +24,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 
 from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength, Ema
-from app.engine.costs import K_MAX, PLAIN_BURST, CostModel, Plan
+from app.engine.costs import K_MAX, CostModel, Plan
 from app.engine.lookup import PromptLookup
 from app.engine.sampling import contexts_for, log_probs, penalize
 from app.engine.types import AcceptRule, GenerationParams, Origin, Reading
@@ -64,6 +64,9 @@ class Round:
     draft_seconds: float
     auto: bool = False  # k was chosen by the adaptive controller
     width: int = 0  # rows of the verification (k + 1 plus any padding)
+    # The round waited for its draft before verifying, to split the two costs:
+    # it took longer than rounds of its shape take, so it prices no width.
+    timed: bool = False
 
 
 def _target_round(tokens: tuple[int, ...], seconds: float) -> Round:
@@ -455,17 +458,34 @@ class Decoder:
                     return
             yield from self._speculate_rounds(seq, params, can_draft, can_lookup, wanted, rounds)
 
-    def _catch_up(self, seq: list[int], params: GenerationParams) -> Generator[Round, None, None]:
+    def _catch_up(
+        self,
+        seq: list[int],
+        params: GenerationParams,
+        lookup: PromptLookup | None = None,
+        auto: bool = False,
+    ) -> Generator[Round, None, float]:
         """Feeds the draft what it lacks, a chunk at a time, the target decoding plainly between.
 
-        Ends once the draft can draft, or when the reply is cancelled.
+        Ends once the draft can draft, or when the reply is cancelled. The plain
+        steps between extend ``lookup`` and are marked ``auto`` as asked.
+
+        Returns:
+            The seconds spent feeding the draft.
         """
+        spent = 0.0
         while not self._draft_ready(seq):
+            start = time.perf_counter()
             self._feed_draft(seq)
+            spent += time.perf_counter() - start
             if self._stopped():
-                return
+                return spent
             if not self._draft_ready(seq):
-                yield self._single_step(seq, params)
+                rnd = self._single_step(seq, params)
+                if lookup is not None:
+                    lookup.extend(list(rnd.tokens))
+                yield replace(rnd, auto=auto)
+        return spent
 
     def _draft_ready(self, seq: list[int]) -> bool:
         """Whether a round can draft now: the draft holds ``seq[:-1]`` but for a short tail.
@@ -510,7 +530,7 @@ class Decoder:
             plan = lengths.choose()
             if plan.k == 0:
                 # Auto found that drafting does not pay: plain decoding for a while.
-                for rnd in self._plain(seq, params, limit=PLAIN_BURST):
+                for rnd in self._plain(seq, params, limit=max(1, round(plan.tokens))):
                     if lookup is not None:
                         lookup.extend(list(rnd.tokens))
                     yield replace(rnd, auto=True)
@@ -518,10 +538,8 @@ class Decoder:
             if can_draft and not self._draft_ready(seq):
                 # Plain bursts leave the draft behind; it catches up only when a
                 # round drafts (a try, say), not after every burst.
-                for rnd in self._catch_up(seq, params):
-                    if lookup is not None:
-                        lookup.extend(list(rnd.tokens))
-                    yield replace(rnd, auto=num_draft is None)
+                # What switching back to drafting cost comes out of Auto's budget.
+                lengths.charge((yield from self._catch_up(seq, params, lookup, num_draft is None)))
                 if self._stopped():
                     return
                 started = time.perf_counter()
@@ -545,7 +563,7 @@ class Decoder:
                     return  # cancelled before verifying
                 rnd = spoken
                 lengths.observe(rnd.k, rnd.accepted)
-                if rnd.k and not proposed:  # lookup rounds cost no draft steps
+                if rnd.k and not proposed and not rnd.timed:  # lookup rounds cost no draft steps
                     last = (rnd, started)
                 if num_draft is None:
                     rnd = replace(rnd, auto=True)
@@ -774,6 +792,7 @@ class Decoder:
             seconds=time.perf_counter() - start,
             draft_seconds=draft_seconds,
             width=width,
+            timed=timed,
         )
 
     def _propose(

@@ -136,7 +136,7 @@ def test_several_miss_rates_share_one_target_and_keep_a_file_each(tmp_path: Path
         rows = {row["k"]: row for row in data["rows"]}
         acceptance[m] = rows["4"]["acceptance"]
         # Each drafting round's k, width and time, and the costs the decoder learned.
-        assert rows["4"]["rounds"] and all(w >= k + 1 for k, w, _ in rows["4"]["rounds"])
+        assert rows["4"]["rounds"] and all(w >= k + 1 for k, w, *_ in rows["4"]["rounds"])
         assert rows["auto"]["learned"]["rounds"]
     assert acceptance["0"] == 1.0 and acceptance["0.5"] < 1.0
 

@@ -161,7 +161,34 @@ def test_a_widths_own_round_cost_counts_from_its_third_round() -> None:
     assert model.profile().rounds[15] is None
     assert model.profile().round_seconds(16) == pytest.approx(0.082 + model.profile().overhead)
     model.observe_round(15, 16, 0.030 + 0.091)
-    assert model.profile().round_seconds(16) == pytest.approx(0.091)
+    # Three rounds count, blended with the fixed cost every round shows.
+    overhead = model.profile().overhead
+    blend = 0.082 + (3 * (0.091 - 0.082) + costs.ROUND_PRIOR * overhead) / (3 + costs.ROUND_PRIOR)
+    assert model.profile().round_seconds(16) == pytest.approx(blend)
+
+
+def test_a_few_slow_rounds_at_a_width_do_not_price_it_out_and_many_do() -> None:
+    model = CostModel(profile=_profile(CUDA_70B, 2.0))
+    for _ in range(20):  # rounds of k = 14 in 15 rows: 28 ms of drafts, 81 + 10 ms beside
+        model.observe_round(14, 15, 0.028 + 0.091)
+    fair = model.profile().round_seconds(16)
+    assert fair is not None
+    assert fair == pytest.approx(0.082 + 0.010, abs=1e-6)
+    for _ in range(4):  # a busy spell: the first rounds at 16 rows take 60 ms more
+        model.observe_round(15, 16, 0.030 + 0.092 + 0.060)
+        model.observe_round(14, 15, 0.028 + 0.091)
+    # Less than half of it counts: one busy spell does not steer Auto off a width.
+    busy = model.profile().round_seconds(16)
+    assert busy is not None and busy < fair + 0.030
+    for _ in range(20):  # it stays: the width really costs more than the others
+        model.observe_round(15, 16, 0.030 + 0.092 + 0.060)
+    wide, narrow = model.profile().round_seconds(16), model.profile().round_seconds(15)
+    assert wide is not None and narrow is not None and wide - narrow > 0.035
+    # A stored profile keeps how many rounds back each width's cost.
+    again = CostModel(
+        profile=CostProfile.from_dict(json.loads(json.dumps(model.profile().as_dict())))
+    )
+    assert again.profile().round_seconds(16) == pytest.approx(model.profile().round_seconds(16))
 
 
 def test_while_plain_auto_tries_its_best_draft_as_the_budget_allows() -> None:
@@ -180,6 +207,45 @@ def test_while_plain_auto_tries_its_best_draft_as_the_budget_allows() -> None:
     spent = sum(p.seconds for p in plans)
     loss = sum(p.seconds * (1 - p.rate / plain.rate) for p in tries)
     assert loss <= 0.03 * spent
+
+
+def test_a_width_priced_up_in_a_slow_spell_is_measured_afresh_later() -> None:
+    model = CostModel(profile=_profile(CUDA_70B, 2.0))
+    for _ in range(10):  # a slow spell while Auto ran 16 rows: 60 ms more than now
+        model.observe_round(15, 16, 0.030 + 0.092 + 0.060)
+    slow = model.profile().round_seconds(16)
+    assert slow is not None and slow > 0.140
+    for _ in range(costs.ROUND_STALE + 1):  # then it ran 15 rows, in better times
+        model.observe_round(14, 15, 0.028 + 0.091)
+    # Width 16's own rounds are stale: its forward and the fixed cost price it again.
+    assert model.profile().rounds[15] is None
+    assert model.profile().round_seconds(16) == pytest.approx(0.082 + 0.010, abs=1e-6)
+    for _ in range(4):  # back at 16 rows: the new rounds count, the slow ones no more
+        model.observe_round(15, 16, 0.030 + 0.092)
+    assert model.profile().rounds[15] == pytest.approx(0.092)
+
+
+def test_plain_bursts_last_until_a_try_is_due_and_a_catch_up_delays_the_next() -> None:
+    from app.engine.adaptive import EXPLORE_BUDGET, PLAIN_BURST_MAX
+
+    auto = DraftLength(16, costs=CostModel(profile=_profile(CUDA_70B, 6.0)))
+    for _ in range(40):  # no draft survives: a try is dear
+        auto.observe(16, 0)
+    plans = [auto.choose() for _ in range(40)]
+    bursts, tries = [p for p in plans if p.k == 0], [p for p in plans if p.k]
+    # One burst runs until the budget allows the next try, not 32 tokens at a time:
+    # each burst's last step is not pipelined.
+    assert tries and len(bursts) <= 2 * len(tries) + 1
+    assert min(p.tokens for p in bursts) > costs.PLAIN_BURST
+    plain = bursts[0].rate
+    loss = sum(p.seconds * (1 - p.rate / plain) for p in tries)
+    assert loss <= 1.5 * EXPLORE_BUDGET * sum(p.seconds for p in plans)
+    # Catching the draft up for a try counts too: the next try waits longer.
+    while not auto.choose().k:
+        pass
+    auto.charge(1.0)  # a second: about a thousand plain tokens
+    after = [auto.choose() for _ in range(3)]
+    assert [(p.k, p.tokens) for p in after] == [(0, PLAIN_BURST_MAX)] * 3
 
 
 def test_tries_of_longer_drafts_are_marked_to_be_timed() -> None:

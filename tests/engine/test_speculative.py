@@ -13,6 +13,7 @@ import pytest
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
 from app.engine import speculative as spec
+from app.engine.costs import PLAIN_BURST
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.sampling import log_probs, penalize
 from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
@@ -694,8 +695,35 @@ def test_plain_bursts_leave_the_draft_behind_until_a_round_drafts(models, monkey
     gen.close()
     assert got[:300] == want
     feeds = [i for i, e in enumerate(log) if e == "feed"][1:]  # after the prompt's
-    assert log.count(0) >= 6 * spec.PLAIN_BURST  # bursts ran: a draft left behind each
+    assert log.count(0) >= 6 * PLAIN_BURST  # bursts ran: a draft left behind each
     # Each later feed (if a try came) is right before a drafting round, never after a burst.
     for i in feeds:
         plain_after = next(j for j, e in enumerate(log[i:]) if isinstance(e, int) and e > 0)
-        assert plain_after < spec.PLAIN_BURST
+        assert plain_after < PLAIN_BURST
+
+
+def test_a_round_that_waits_for_its_draft_prices_no_width(models, monkeypatch) -> None:
+    import time
+
+    pair = models["noisy"]
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    real = spec.Decoder._time_draft
+
+    def time_draft(self, proposal, timed, start):  # type: ignore[no-untyped-def]
+        if timed:
+            time.sleep(0.3)  # the sync after drafting, much exaggerated
+        return real(self, proposal, timed, start)
+
+    monkeypatch.setattr(spec.Decoder, "_time_draft", time_draft)
+    seen: list[float] = []
+    observe = decoder.costs.observe_round
+
+    def observe_round(k: int, width: int, seconds: float) -> None:
+        seen.append(seconds)
+        observe(k, width, seconds)
+
+    monkeypatch.setattr(decoder.costs, "observe_round", observe_round)
+    _, rounds = _tokens(decoder, PROMPT_IDS, 120, num_draft=3)
+    assert sum(r.timed for r in rounds) >= 2 and sum(not r.timed and r.k > 0 for r in rounds) >= 8
+    # Rounds of their shape do not sync: what one that did took is no sample of them.
+    assert seen and max(seen) < 0.3
