@@ -9,9 +9,11 @@ window and the transcript only paint what it says.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -175,6 +177,7 @@ class ChatController(QObject):
         self._reply: Reply | None = None
         self._pair: PairInfo | None = None
         self._saved_at = 0.0
+        self._saving = False
         service.prompt_progressed.connect(self._on_prompt_progressed)
         service.tokens_generated.connect(self._on_tokens_generated)
         service.generation_finished.connect(self._on_generation_finished)
@@ -184,6 +187,22 @@ class ChatController(QObject):
     def reply(self) -> Reply | None:
         """The reply in flight, or ``None``."""
         return self._reply
+
+    @property
+    def saving(self) -> bool:
+        """Whether the store is being written with the reply (store changes it causes then).
+
+        A view that repaints on store changes leaves these to the reply's own signals.
+        """
+        return self._saving
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        self._saving = True
+        try:
+            yield
+        finally:
+            self._saving = False
 
     @property
     def busy(self) -> bool:
@@ -302,18 +321,23 @@ class ChatController(QObject):
         if self._store.conversation(reply.conversation_id) is None:
             return
         try:
-            if reply.message_id is None:
-                saved = self._add(reply, self._pair, finish_reason="error")
-                self._reply = replace(reply, message_id=saved.id)
-            else:
-                self._store.update_message(
-                    reply.message_id,
-                    content=reply.text,
-                    finish_reason="error",
-                    segments=reply.segments,
-                )
+            with self._writing():
+                self._save_so_far(reply)
         except (sqlite3.Error, ValueError) as exc:  # the final save tries again
             log.warning("cannot save the reply so far: %s", exc)
+
+    def _save_so_far(self, reply: Reply) -> None:
+        """Adds the reply so far, or replaces its text once it was added."""
+        if reply.message_id is None:
+            saved = self._add(reply, self._pair, finish_reason="error")
+            self._reply = replace(reply, message_id=saved.id)
+        else:
+            self._store.update_message(
+                reply.message_id,
+                content=reply.text,
+                finish_reason="error",
+                segments=reply.segments,
+            )
 
     @Slot(object)
     def _on_generation_finished(self, result: GenerationResult) -> None:
@@ -343,7 +367,10 @@ class ChatController(QObject):
         assert reply is not None
         self._reply = None
         self._handle = None
-        self._save_final(reply, reason, pair, stats, origins)
+        with self._writing():
+            saved = self._save_final(reply, reason, pair, stats, origins)
+        if saved is not None:
+            self.saved.emit(saved)
         # A reply withdrawn before it ran has empty stats: its prompt was never counted.
         counted = stats is not None and stats.prompt_tokens > 0
         context = stats.context_tokens if stats is not None and counted else reply.context_tokens
@@ -356,10 +383,11 @@ class ChatController(QObject):
         pair: PairInfo | None,
         stats: Stats | None,
         origins: tuple[Origin, ...],
-    ) -> None:
+    ) -> ReplySaved | None:
+        """Writes the ended reply; what was saved (``None``: its chat is gone)."""
         cid = reply.conversation_id
         if self._store.conversation(cid) is None:  # deleted while it streamed
-            return
+            return None
         saved = None
         details: dict[str, Any] = {"finish_reason": reason, "stats": stats, "origins": origins}
         if reply.message_id is not None and self._store.message(reply.message_id) is not None:
@@ -370,7 +398,7 @@ class ChatController(QObject):
         elif reply.segments or reason != "error":
             saved = self._add(reply, pair, **details)
         branched = saved is not None and len(self._store.siblings(saved.id)) > 1
-        self.saved.emit(ReplySaved(cid, saved, reason, stats, branched))
+        return ReplySaved(cid, saved, reason, stats, branched)
 
     def _add(self, reply: Reply, pair: PairInfo | None, **details: Any) -> StoredMessage:
         """Adds the reply after the message it answers, with the pair that wrote it."""

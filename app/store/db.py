@@ -124,9 +124,10 @@ class StoreChange:
     """What one write changed, as the store tells its listeners once it is committed.
 
     Attributes:
-        kind: ``"conversation"`` (added, renamed, its system prompt or branch
-            shown), ``"deleted"`` (the conversation is gone) or ``"messages"``
-            (a message added, updated or deleted).
+        kind: ``"conversation"`` (added, renamed or its system prompt),
+            ``"deleted"`` (the conversation is gone) or ``"messages"`` (a message
+            added, updated or deleted, or another branch shown: what the
+            conversation shows changed).
         conversation_ids: The conversations it touched.
     """
 
@@ -537,7 +538,7 @@ class Store:
                 "UPDATE conversations SET head_id = ? WHERE id = ?",
                 (self._leaf(cid, message_id), cid),
             )
-        self._changed("conversation", cid)
+        self._changed("messages", cid)  # other messages are on show
 
     def delete_message(self, message_id: int) -> None:
         """Deletes a message and everything below it; an unknown one is ignored.

@@ -41,7 +41,6 @@ class ChatActionsMixin(_Window):
         _pair: PairInfo | None
 
         def show_error(self, message: str) -> None: ...
-        def _show_conversation(self, conversation_id: int, upto: int | None = None) -> None: ...
         def _start_reply(self, cid: int, parent_id: int | None = None) -> None: ...
 
     @Slot()
@@ -225,8 +224,7 @@ class ChatActionsMixin(_Window):
             QMessageBox.StandardButton.Cancel,
         )
         if answer == QMessageBox.StandardButton.Yes:
-            self.store.delete_message(message_id)
-            self._show_conversation(m.conversation_id)
+            self.store.delete_message(message_id)  # the chat on show follows the store
 
     @Slot(int, int)
     def _on_branch_requested(self, message_id: int, delta: int) -> None:
@@ -236,10 +234,7 @@ class ChatActionsMixin(_Window):
         if message_id not in siblings:
             return
         target = siblings[(siblings.index(message_id) + delta) % len(siblings)]
-        self.store.switch_branch(target)
-        m = self.store.message(target)
-        if m is not None:
-            self._show_conversation(m.conversation_id)
+        self.store.switch_branch(target)  # the chat on show follows the store
 
     @Slot(int)
     def _on_stats_requested(self, message_id: int) -> StatsPopover | None:

@@ -15,6 +15,7 @@ from PySide6.QtCore import Slot
 from app.engine.costs import K_MAX
 from app.engine.types import GenerationParams
 from app.services import Reply, ReplyEnded, ReplyFailure, ReplyGrowth, ReplyReading, ReplySaved
+from app.store import StoreChange
 from app.ui.composer import STOPPING_TEXT
 from app.ui.pair_loading import LOAD_FIRST
 from app.ui.transcript_style import finish_note, reading_note
@@ -91,6 +92,21 @@ class ChatViewMixin(_Window):
                 self.store.switch_branch(message_id)
         self._show_conversation(cid)
         self.transcript.highlight_message(message_id)
+
+    @Slot(object)
+    def _on_store_changed(self, change: StoreChange) -> None:
+        """Repaints the chat on show when what it shows changed (a message, the branch).
+
+        The reply's own saves are left to the reply's signals: it paints itself as
+        it streams, and its end is painted once it is saved.
+        """
+        cid = self._conversation_id
+        if change.kind != "messages" or cid is None or cid not in change.conversation_ids:
+            return
+        reply = self.chat.reply
+        if self.chat.saving or (reply is not None and reply.conversation_id == cid):
+            return
+        self._show_conversation(cid)
 
     def _show_conversation(self, conversation_id: int, upto: int | None = None) -> None:
         self._conversation_id = conversation_id

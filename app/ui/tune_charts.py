@@ -8,7 +8,6 @@ tokens as a multiple of one plain step. The k Auto picks is marked on both.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from PySide6.QtCharts import QChart, QChartView, QLineSeries, QScatterSeries, QValueAxis
 from PySide6.QtCore import QMargins, QPointF, Qt
@@ -18,13 +17,6 @@ from PySide6.QtWidgets import QHBoxLayout, QWidget
 from app.engine.calibrate import CalibrationResult
 from app.engine.costs import Plan
 
-if TYPE_CHECKING:
-    from PySide6.QtWidgets import QDialog
-
-    _Dialog = QDialog
-else:
-    _Dialog = object
-
 TPS_COLOR = QColor("#1f77b4")
 ACCEPT_COLOR = QColor("#ff7f0e")
 BEST_COLOR = QColor("#2ca02c")
@@ -33,26 +25,25 @@ PICK_COLOR = QColor("#d62728")
 COST_COLOR = QColor("#8c564b")
 
 
-class TuneChartsMixin(_Dialog):
-    """The Tune dialog's charts: built once, then redrawn for each result.
+class TuneCharts(QWidget):
+    """Tune's two charts side by side: built once, then redrawn for each result.
 
-    The series, axes and views stay attributes of the dialog, so what a chart
-    shows can be read from it.
+    The series, axes and views are attributes, so what a chart shows can be
+    read from it. One widget holds both, so the PNG export shows them together.
+
+    Args:
+        k_max: The longest draft the speed chart shows before any result.
     """
 
-    if TYPE_CHECKING:
-        k_max: int
-
-    def _build_charts(self) -> None:
-        """Builds both charts into :attr:`charts`."""
+    def __init__(self, k_max: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.k_max = k_max
         self._build_chart()
         self._build_cost_chart()
-        # Both charts in one widget, so the PNG export shows them side by side.
-        self.charts = QWidget()
-        charts = QHBoxLayout(self.charts)
-        charts.setContentsMargins(0, 0, 0, 0)
-        charts.addWidget(self.chart_view, 3)
-        charts.addWidget(self.cost_view, 2)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.chart_view, 3)
+        row.addWidget(self.cost_view, 2)
 
     def _build_chart(self) -> None:
         self.chart = QChart()
@@ -169,7 +160,7 @@ class TuneChartsMixin(_Dialog):
         self.steps_axis.setRange(0, steps_max * 1.15 if steps_max > 0 else 2.0)
         self.steps_axis.applyNiceNumbers()
 
-    def _plot(self, r: CalibrationResult, plan: Plan | None) -> None:
+    def plot(self, r: CalibrationResult, plan: Plan | None) -> None:
         """Draws ``r`` on both charts; ``plan`` is the k Auto picks from it."""
         self.tps_series.replace([QPointF(p.k, p.tps) for p in r.points if p.k is not None])
         self.acceptance_series.replace(

@@ -38,7 +38,7 @@ from app.engine.calibrate import (
 )
 from app.engine.calibrate import recent_prompts as distinct_recent
 from app.engine.costs import K_MAX, Plan
-from app.ui.tune_charts import TuneChartsMixin
+from app.ui.tune_charts import TuneCharts
 
 RECENT, BUILTIN = "recent", "builtin"
 
@@ -74,7 +74,7 @@ def _preview(prompts: list[str]) -> str:
     return "\n".join(f"• {line[:80]}{'…' if len(line) > 80 else ''}" for line in lines)
 
 
-class TuneDialog(TuneChartsMixin, QDialog):
+class TuneDialog(QDialog):
     """Runs a sweep over the draft length k and shows tok/s, acceptance and costs per k.
 
     Args:
@@ -161,7 +161,7 @@ class TuneDialog(TuneChartsMixin, QDialog):
         running.addWidget(self.progress, 1)
         running.addWidget(self.cancel_button)
 
-        self._build_charts()
+        self.charts = TuneCharts(self.k_max)
         self.plan_label = QLabel("")
         self.plan_label.setWordWrap(True)
         self.plan_label.setAccessibleName("What Auto picks")
@@ -281,7 +281,7 @@ class TuneDialog(TuneChartsMixin, QDialog):
         """Plots ``r`` and offers its best k."""
         self.calibration = r
         plan = r.auto_plan
-        self._plot(r, plan)
+        self.charts.plot(r, plan)
         self.plan_label.setText(plan_text(plan))
         self.status.setText(
             f"Done: {len(r.points)} settings × {r.prompts} prompts, {r.max_tokens} tokens each."

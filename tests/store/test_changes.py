@@ -34,7 +34,7 @@ def test_every_write_says_what_it_changed(tmp_path: Path) -> None:
         StoreChange("conversation", (cid,)),
         StoreChange("conversation", (cid,)),
         StoreChange("messages", (cid,)),
-        StoreChange("conversation", (cid,)),
+        StoreChange("messages", (cid,)),  # another branch on show
         StoreChange("messages", (cid,)),
         StoreChange("conversation", (copy.id,)),
         StoreChange("conversation", (imported,)),

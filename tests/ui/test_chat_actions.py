@@ -35,7 +35,7 @@ def chat(qtbot: QtBot, make_window):  # type: ignore[no-untyped-def]
 
 def test_search_finds_chats_by_their_messages(qtbot: QtBot, chat) -> None:
     _send(qtbot, chat, "Tell me about lighthouses")
-    chat._on_new_conversation_requested()
+    chat.chats.new_requested.emit()
     _send(qtbot, chat, "A recipe for pancakes")
     assert chat.chats.conversations.rowCount() == 2
     chat.chats.search_edit.setText("lighthou")
@@ -49,10 +49,11 @@ def test_search_finds_chats_by_their_messages(qtbot: QtBot, chat) -> None:
 def test_rename_and_duplicate(qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch) -> None:
     _send(qtbot, chat, "Hello")
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Greetings", True))
-    chat._on_rename_conversation_requested()
+    actions = {a.text(): a for a in chat.menus.chat_actions}  # File menu and list menu
+    actions["&Rename Chat…"].trigger()
     [c] = chat.store.conversations()
     assert c.title == "Greetings"
-    chat._on_duplicate_conversation_requested()
+    actions["D&uplicate Chat"].trigger()
     titles = sorted(c.title for c in chat.store.conversations())
     assert titles == ["Greetings", "Greetings (copy)"]
     copy = next(c for c in chat.store.conversations() if c.title.endswith("(copy)"))
@@ -98,7 +99,8 @@ def test_the_system_prompt_leads_the_history(
     monkeypatch.setattr(
         QInputDialog, "getMultiLineText", lambda *a, **k: ("Answer in French.", True)
     )
-    chat._on_system_prompt_requested()
+    actions = {a.text(): a for a in chat.menus.chat_actions}  # File menu and list menu
+    actions["S&ystem Prompt…"].trigger()
     _send(qtbot, chat, "Second")
     assert chat.sent[-1][0] == ("system", "Answer in French.")
     assert [r for r, _ in chat.sent[-1]] == ["system", "user", "assistant", "user"]
@@ -144,7 +146,7 @@ def test_edit_resends_on_a_branch_and_both_stay_reachable(
     assert edited[0].content == "Edited question" and len(edited) == 2
     assert len(chat.store.siblings(edited[0].id)) == 2
     assert "‹ 2/2 ›" in chat.transcript.toPlainText().replace("\u2002", "")
-    chat._on_branch_requested(edited[0].id, -1)
+    chat.transcript.branch_requested.emit(edited[0].id, -1)
     assert chat.store.messages(c.id)[0].content == "Original question"
     assert "‹ 1/2 ›" in chat.transcript.toPlainText().replace("\u2002", "")
 
@@ -204,7 +206,7 @@ def test_regenerate_adds_a_sibling_reply(qtbot: QtBot, chat) -> None:
     [c] = chat.store.conversations()
     user, reply = chat.store.messages(c.id)
     with qtbot.waitSignal(chat.service.generation_finished, timeout=10_000):
-        chat._on_regenerate_requested(reply.id)
+        chat.transcript.regenerate_requested.emit(reply.id)
     assert chat.sent[-1] == [("user", "Hello")]
     user2, reply2 = chat.store.messages(c.id)
     assert user2.id == user.id and reply2.id != reply.id
@@ -216,14 +218,38 @@ def test_delete_and_copy_a_message(qtbot: QtBot, chat, monkeypatch: pytest.Monke
     _send(qtbot, chat, "Hello")
     [c] = chat.store.conversations()
     user, reply = chat.store.messages(c.id)
-    chat._on_copy_requested(reply.id)
+    chat.transcript.copy_requested.emit(reply.id)
     assert QApplication.clipboard().text() == reply.content
     monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Cancel)
-    chat._on_delete_message_requested(reply.id)
+    chat.transcript.delete_requested.emit(reply.id)
     assert len(chat.store.messages(c.id)) == 2
     monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
-    chat._on_delete_message_requested(reply.id)
+    chat.transcript.delete_requested.emit(reply.id)
     assert [m.id for m in chat.store.messages(c.id)] == [user.id]
+
+
+def test_the_chat_on_show_follows_the_store_whoever_writes_it(qtbot: QtBot, chat) -> None:
+    _send(qtbot, chat, "Hello")
+    [c] = chat.store.conversations()
+    user, reply = chat.store.messages(c.id)
+    answer = reply.content.strip()
+    assert answer in chat.transcript.toPlainText()
+    # A write from anywhere (another view, the server) repaints what it changed.
+    other = chat.store.add_message(c.id, "assistant", "Another answer", parent_id=user.id)
+    assert "Another answer" in chat.transcript.toPlainText()
+    chat.store.switch_branch(reply.id)
+    shown = chat.transcript.toPlainText()
+    assert answer in shown and "Another answer" not in shown
+    chat.store.delete_message(reply.id)
+    assert "Another answer" in chat.transcript.toPlainText()
+    chat.store.delete_message(other.id)
+    left = chat.transcript.toPlainText()
+    assert "Hello" in left and answer not in left and "Another answer" not in left
+    # Another chat's writes leave this one as it is.
+    painted = chat.transcript.toPlainText()
+    elsewhere = chat.store.create_conversation("Elsewhere").id
+    chat.store.add_message(elsewhere, "user", "Not here")
+    assert chat.transcript.toPlainText() == painted
 
 
 def test_presets_apply_save_and_delete(qtbot: QtBot, chat, tmp_path: Path) -> None:
@@ -252,7 +278,7 @@ def test_conversation_list_moves_with_the_keyboard(qtbot: QtBot, chat) -> None:
     from PySide6.QtCore import Qt
 
     _send(qtbot, chat, "Older chat")
-    chat._on_new_conversation_requested()
+    chat.chats.new_requested.emit()
     _send(qtbot, chat, "Newer chat")
     chat.chats.select_row(0)
     assert "Newer chat" in chat.transcript.toPlainText()
@@ -276,7 +302,7 @@ def test_edit_and_regenerate_reuse_the_cache_up_to_the_edit_point(
     prompt = reply.stats.prompt_tokens
     # Regenerating sends the same prompt: all of it but the last token is cached.
     with qtbot.waitSignal(window.service.generation_finished, timeout=20_000):
-        window._on_regenerate_requested(reply.id)
+        window.transcript.regenerate_requested.emit(reply.id)
     again = window.store.messages(c.id)[-1]
     assert again.stats is not None and again.stats.reused_tokens == prompt - 1
     # An edit keeps the cache up to where the texts part (the chat template's start).

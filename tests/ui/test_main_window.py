@@ -144,7 +144,7 @@ def test_delete_conversation_after_confirmation(
     window = make_window(EngineWorker(load=_fake_load, stream=_scripted(3)))
     _load(qtbot, window, "/models/fake")
     _send(qtbot, window, "first")
-    window._on_new_conversation_requested()
+    window.chats.new_requested.emit()
     _send(qtbot, window, "second")
     assert window.chats.conversations.rowCount() == 2
 
@@ -215,9 +215,8 @@ def test_model_manager_loads_the_chosen_pair(
 ) -> None:
 
     window = make_window()
-    models = tmp_path / "models"
+    models = window.models_dir()
     shutil.copytree(tiny.target, models / "tiny-llama")
-    window._models_dir = models
     dialog = window.open_model_manager()
     assert dialog.isVisible()
     dialog.table.selectRow(0)
@@ -325,7 +324,8 @@ def test_reply_is_coloured_by_origin_and_keeps_its_colours(qtbot: QtBot, make_wi
     reply = window.store.messages(conversation.id)[1]
     assert "".join(t for _, t in reply.segments) == reply.content
     # Shown again from the store, with the same colours; the toggle turns them off.
-    window._show_conversation(conversation.id)
+    window.chats.new_requested.emit()  # away, and back to the chat
+    window.chats.select(conversation.id)
     assert background_of("r1t2") == ORIGIN_COLORS[Origin.CORRECTION]
     window.panel.colour_check.setChecked(False)
     assert background_of("r1t2") is None
@@ -421,23 +421,21 @@ def test_rounds_auto_did_not_plan_leave_the_k_label_alone(qtbot: QtBot, make_win
 def test_stats_link_opens_the_replys_statistics(qtbot: QtBot, make_window) -> None:
     from PySide6.QtCore import QUrl
 
+    from app.ui.stats_popover import StatsPopover
+
     window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
     _load(qtbot, window, "/m/target", "/m/draft")
     _send(qtbot, window, "Hello")
     [conversation] = window.store.conversations()
     reply = window.store.messages(conversation.id)[1]
-    opened: list[object] = []
-    window.transcript.stats_requested.connect(
-        lambda mid: opened.append(window._on_stats_requested(mid))
-    )
     window.transcript.anchorClicked.emit(QUrl(f"stats:{reply.id}"))
-    [popover] = opened
-    rows = dict(popover.rows)  # type: ignore[attr-defined]
+    [popover] = window.findChildren(StatsPopover)
+    rows = dict(popover.rows)
     assert rows["Acceptance"] == "50% (6 of 12)"
     assert rows["Tokens per target call"] == "2.50"
     assert rows["Speed-up"] == "5.00× plain"
     assert rows["Pair"] == "target + draft"
-    popover.close()  # type: ignore[attr-defined]
+    popover.close()
 
 
 def test_hiding_the_panel_stops_gauge_updates(qtbot: QtBot, make_window) -> None:
@@ -474,7 +472,7 @@ def test_tune_runs_a_sweep_saves_the_best_k_and_charts_it(
     assert list(TUNE_KS) == [p.k for p in result.points]
     # Costs of verifying 1 … 17 tokens were measured first, and charted.
     assert result.profile is not None and result.profile.widths == 17 and result.k_max == 16
-    assert dialog.cost_series.count() == 17
+    assert dialog.charts.cost_series.count() == 17
     assert dialog.plan_label.text().startswith("Auto picks k = ")
     key = pair_key(str(tiny.target), str(tiny.copy))
     assert window._settings.best_k == {key: result.best_k}
@@ -504,12 +502,12 @@ def test_tune_reopens_with_the_pairs_last_result(qtbot: QtBot, make_window, tmp_
     _load(qtbot, window, "/m/target", "/m/draft")
     dialog = window.open_tune_dialog()
     assert dialog.calibration == PROFILED
-    assert dialog.cost_series.count() == 17
+    assert dialog.charts.cost_series.count() == 17
     assert dialog.plan_label.text().startswith("Auto picks k = 7: 8 tokens verify for 1.7 steps")
     dialog.close()
     _load(qtbot, window, "/m/other", "/m/draft")  # another pair: nothing to show yet
     other = window.open_tune_dialog()
-    assert other.calibration is None and other.cost_series.count() == 0
+    assert other.calibration is None and other.charts.cost_series.count() == 0
 
 
 def test_a_calibrated_pair_keeps_auto_on_with_its_best_k_as_the_fixed_one(
@@ -610,24 +608,27 @@ def test_clear_all_data_deletes_conversations_and_resets_settings(
     _load(qtbot, window, "/m/target", "/m/draft")
     _send(qtbot, window, "Hello")
     assert window.store.conversations()
-    window._on_clear_data_requested()
+    dialog = window.open_settings()
+    dialog.clear_data_requested.emit()  # Clear All Data…, confirmed
+    dialog.close()
     assert window.store.conversations() == [] and window.chats.conversations.rowCount() == 0
     assert SettingsFile(tmp_path / "settings.json").load().target is None
 
 
 def test_context_indicator_fills_and_warns(qtbot: QtBot, make_window, monkeypatch) -> None:
-    from app.services import PairInfo
+    from app.services import PairInfo, ReplyEnded
 
     window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
     _load(qtbot, window, "/m/target", "/m/draft")
     assert window.status.context.text() == ""  # the fake pair has no known window
-    window._pair = PairInfo("/m/target", "/m/draft", "t + d", context_length=1000)
-    window._update_context(120)
+    # The engine says the pair's window; replies end with the conversation filling it.
+    window.service.pair_loaded.emit(PairInfo("/m/target", "/m/draft", "t + d", context_length=1000))
+    window.chat.ended.emit(ReplyEnded(request_id=1, stats=None, context_tokens=120))
     assert window.status.context.text() == "Context 120 / 1,000"
     assert "12%" in window.status.context.toolTip()
-    window._update_context(900)
+    window.chat.ended.emit(ReplyEnded(request_id=2, stats=None, context_tokens=900))
     assert "start a new chat" in window.status.context.toolTip()
-    window._on_new_conversation_requested()
+    window.chats.new_requested.emit()
     assert window.status.context.text() == "Context 0 / 1,000"
 
 
@@ -686,7 +687,7 @@ def test_a_regenerated_reply_saved_as_it_grows_is_a_new_branch(
     seen: list[list] = []  # the replies in the database after each batch was handled
     window.service.tokens_generated.connect(lambda _b: seen.append(_assistant_rows(window)))
     with qtbot.waitSignal(window.service.generation_finished, timeout=5_000):
-        window._on_regenerate_requested(old.id)
+        window.transcript.regenerate_requested.emit(old.id)
     assert seen and all(len(rows) == 2 and rows[0] == old for rows in seen)
     streaming = seen[-1][1]
     assert streaming.parent_id == old.parent_id and streaming.finish_reason == "error"
@@ -758,12 +759,12 @@ def test_a_remote_pair_shows_acceptance_as_not_reported(qtbot: QtBot, make_windo
     from app.services import PairInfo
 
     window = make_window()
-    window._on_pair_loaded(
+    window.service.pair_loaded.emit(
         PairInfo("http://127.0.0.1:9#kind=mlx-lm", None, "remote: m @ 127.0.0.1:9")
     )
     assert window.panel.gauge.summary() == "Acceptance not reported"
     assert not window.panel.tune_button.isEnabled()
-    window._on_pair_loaded(PairInfo("/m/target", "/m/draft", "target + draft"))
+    window.service.pair_loaded.emit(PairInfo("/m/target", "/m/draft", "target + draft"))
     assert window.panel.gauge.summary().startswith("No drafting yet")
     assert window.panel.tune_button.isEnabled()
 
@@ -866,6 +867,8 @@ def test_one_speed_for_a_reply_everywhere_and_final_replaces_live(
 
     from PySide6.QtCore import QUrl
 
+    from app.ui.stats_popover import StatsPopover
+
     engine = _TimedReply()
     window = make_window(EngineWorker(load=engine.load, stream=engine.stream, flush_interval=0.0))
     _load(qtbot, window, "/m/target", "/m/draft")
@@ -893,15 +896,11 @@ def test_one_speed_for_a_reply_everywhere_and_final_replaces_live(
     [conversation] = window.store.conversations()
     reply = window.store.messages(conversation.id)[1]
     assert reply.finish_reason == ("cancelled" if stop else "stop")
-    opened: list[object] = []
-    window.transcript.stats_requested.connect(
-        lambda mid: opened.append(window._on_stats_requested(mid))
-    )
     window.transcript.anchorClicked.emit(QUrl(f"stats:{reply.id}"))
-    [popover] = opened
-    rows = dict(popover.rows)  # type: ignore[attr-defined]
+    [popover] = window.findChildren(StatsPopover)
+    rows = dict(popover.rows)
     assert (rows["Speed"], rows["Speed-up"]) == ("6.7 tok/s", "1.67× plain")
-    popover.close()  # type: ignore[attr-defined]
+    popover.close()
 
 
 def test_the_status_bar_shows_the_reply_in_flight_not_the_last_one(
@@ -976,8 +975,8 @@ def test_the_empty_reply_says_how_far_the_prompt_is_read(qtbot: QtBot, make_wind
     qtbot.waitUntil(lambda: window.transcript.toPlainText().endswith(note), timeout=5_000)
     # Shown again when the chat is opened again while the prompt is still read.
     cid = window.store.conversations()[0].id
-    window._on_new_conversation_requested()
-    window._show_conversation(cid)
+    window.chats.new_requested.emit()
+    window.chats.select(cid)
     assert window.transcript.toPlainText().endswith(note)
     with qtbot.waitSignal(window.service.generation_finished, timeout=5_000):
         gate.set()

@@ -31,7 +31,7 @@ def test_an_unreachable_remote_engine_leaves_no_encoding_in_any_field(
 ) -> None:
     window = make_window(EngineWorker(load=_fake_load))
     with qtbot.waitSignal(window.service.failed, timeout=10_000):
-        window._on_pair_chosen(UNREACHABLE, "")
+        window.library_prompt.load_requested.emit(UNREACHABLE, "")  # Load Last Pair
     assert window.model_bar.target_edit.text() == "http://127.0.0.1:9"
     assert "#" not in window.status.pair.text()
     assert "kind=" not in window.error_banner.text()

@@ -165,7 +165,7 @@ def test_tune_dialog_screenshot_with_a_cuda_like_curve(qtbot: QtBot) -> None:
     assert image.save(str(path))
     assert path.stat().st_size > 10_000
     assert _colours(image) > 8  # a real dialog, not a blank frame
-    assert dialog.cost_series.count() == 17 and dialog.pick_series.isVisible()
+    assert dialog.charts.cost_series.count() == 17 and dialog.charts.pick_series.isVisible()
 
 
 def _grab(widget, name: str) -> QImage:  # type: ignore[no-untyped-def]

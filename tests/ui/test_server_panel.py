@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
@@ -139,11 +140,12 @@ def test_the_path_column_shows_a_chat_path_whole_and_its_tooltip_any_path(
 
 
 def test_the_panel_switches_the_server_on_and_off_and_settings_remember(
-    qtbot: QtBot, make_window: Callable[[], MainWindow], monkeypatch
+    qtbot: QtBot, make_window: Callable[[], MainWindow], monkeypatch, tmp_path: Path
 ) -> None:
     import asyncio
 
     from app.server.security import ServerConfig
+    from app.store import SettingsFile
     from app.ui.server_panel import START_TEXT, STOP_TEXT
 
     window = make_window()
@@ -170,11 +172,12 @@ def test_the_panel_switches_the_server_on_and_off_and_settings_remember(
     qtbot.mouseClick(panel.switch_button, Qt.MouseButton.LeftButton)
     assert panel.url_label.text() == "http://127.0.0.1:8080/v1"
     assert panel.switch_button.text() == STOP_TEXT
-    assert window._settings_file.load().server_enabled  # as if ticked in Settings
+    saved = SettingsFile(tmp_path / "settings.json")  # the file the window was made with
+    assert saved.load().server_enabled  # as if ticked in Settings
     assert window.status.server.isVisibleTo(window)
     qtbot.mouseClick(panel.switch_button, Qt.MouseButton.LeftButton)
     assert panel.url_label.text() == "not running" and panel.switch_button.text() == START_TEXT
-    assert not window._settings_file.load().server_enabled
+    assert not saved.load().server_enabled
 
 
 def test_a_server_that_cannot_start_says_why_in_the_panel(

@@ -8,6 +8,7 @@ from pathlib import Path
 import keyring
 import pytest
 from keyring.backend import KeyringBackend
+from PySide6.QtWidgets import QDialogButtonBox
 from pytestqt.qtbot import QtBot
 
 from app.server import api_key
@@ -50,6 +51,13 @@ def _dialog(qtbot: QtBot, tmp_path: Path, settings: Settings | None = None) -> S
     return dialog
 
 
+def _click_ok(dialog: SettingsDialog) -> None:
+    """Clicks the dialog's OK button."""
+    box = dialog.findChild(QDialogButtonBox)
+    assert box is not None
+    box.button(QDialogButtonBox.StandardButton.Ok).click()
+
+
 def test_server_is_off_by_default(qtbot: QtBot, tmp_path: Path) -> None:
     dialog = _dialog(qtbot, tmp_path)
     assert not dialog.server_check.isChecked()
@@ -66,7 +74,7 @@ def test_server_fields_come_back_and_the_key_goes_to_the_keychain(
     dialog.server_port.setValue(9001)
     dialog.server_key.setText("sekret")
     with qtbot.waitSignal(dialog.settings_changed) as blocker:
-        dialog._on_ok_clicked()
+        _click_ok(dialog)
     s: Settings = blocker.args[0]
     assert (s.server_enabled, s.server_host, s.server_port) == (True, "0.0.0.0", 9001)
     assert memory_keyring.items == {("Tandem", "server-api-key"): "sekret"}
@@ -80,7 +88,7 @@ def test_non_loopback_without_a_key_is_refused(
     dialog.server_check.setChecked(True)
     dialog.server_host.setText("192.168.1.5")
     with qtbot.assertNotEmitted(dialog.settings_changed):
-        dialog._on_ok_clicked()
+        _click_ok(dialog)
     assert "set an API key" in dialog.error_label.text()
     assert memory_keyring.items == {}
 
@@ -116,17 +124,20 @@ def test_web_origins_are_kept_and_a_wildcard_is_refused(
     dialog.server_check.setChecked(True)
     dialog.server_origins.setText(" https://app.example ,, http://localhost:5173 ")
     with qtbot.waitSignal(dialog.settings_changed) as blocker:
-        dialog._on_ok_clicked()
+        _click_ok(dialog)
     assert blocker.args[0].server_cors_origins == "https://app.example, http://localhost:5173"
     again = _dialog(qtbot, tmp_path, blocker.args[0])
     again.server_origins.setText("*")
     with qtbot.assertNotEmitted(again.settings_changed):
-        again._on_ok_clicked()
+        _click_ok(again)
     assert "must be a full origin" in again.error_label.text()
 
 
 def test_the_window_starts_the_server_with_the_web_origins(
-    qtbot: QtBot, make_window: Callable[[], MainWindow], memory_keyring: MemoryKeyring
+    qtbot: QtBot,
+    make_window: Callable[[], MainWindow],
+    memory_keyring: MemoryKeyring,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app.server.security import ServerConfig
 
@@ -140,8 +151,13 @@ def test_the_window_starts_the_server_with_the_web_origins(
     import asyncio
 
     window.server.start = start  # type: ignore[method-assign]
-    window._save_settings(server_enabled=True, server_cors_origins="https://app.example")
     # The app runs this on its qasync loop; here a plain loop runs it once.
-    asyncio.run(window.local_server.apply_now(window._settings))
+    monkeypatch.setattr(
+        window.local_server, "apply", lambda s: asyncio.run(window.local_server.apply_now(s))
+    )
+    dialog = window.open_settings()
+    dialog.server_check.setChecked(True)
+    dialog.server_origins.setText("https://app.example")
+    _click_ok(dialog)
     assert started[0].cors_origins == ("https://app.example",)
     assert started[0].host == "127.0.0.1"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QDialogButtonBox, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app.store import Settings
@@ -21,6 +21,13 @@ def _dialog(qtbot: QtBot, tmp_path: Path, settings: Settings | None = None) -> S
     return dialog
 
 
+def _click_ok(dialog: SettingsDialog) -> None:
+    """Clicks the dialog's OK button."""
+    box = dialog.findChild(QDialogButtonBox)
+    assert box is not None
+    box.button(QDialogButtonBox.StandardButton.Ok).click()
+
+
 def test_edits_come_back_as_settings(qtbot: QtBot, tmp_path: Path) -> None:
     dialog = _dialog(qtbot, tmp_path, Settings(temperature=0.3, best_k={"a|b": 3}))
     assert dialog.temperature.value() == pytest.approx(0.3)
@@ -32,7 +39,7 @@ def test_edits_come_back_as_settings(qtbot: QtBot, tmp_path: Path) -> None:
     dialog.max_tokens.setValue(2048)
     dialog.seed.setText("7")
     with qtbot.waitSignal(dialog.settings_changed) as blocker:
-        dialog._on_ok_clicked()
+        _click_ok(dialog)
     s: Settings = blocker.args[0]
     assert (s.target, s.draft, s.top_p, s.top_k, s.max_tokens, s.seed) == (
         "/models/t",
@@ -51,7 +58,7 @@ def test_a_bad_seed_is_explained_and_nothing_is_saved(qtbot: QtBot, tmp_path: Pa
     dialog.seed.setText("seven")
     emitted: list[object] = []
     dialog.settings_changed.connect(emitted.append)
-    dialog._on_ok_clicked()
+    _click_ok(dialog)
     assert emitted == [] and dialog.isVisible()
     assert dialog.error_label.text().startswith("The seed must be a whole number")
 

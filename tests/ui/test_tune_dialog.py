@@ -54,64 +54,79 @@ def test_result_is_charted_with_the_best_k_marked(dialog: TuneDialog) -> None:
     assert dialog.windowTitle() == "Tune Draft Length"
     assert not dialog.use_button.isEnabled()  # nothing to use before a result
     dialog.show_result(RESULT)
-    assert _points(dialog.tps_series) == [(0, 40), (1, 55), (2, 68), (4, 80), (6, 74), (8, 80)]
+    assert _points(dialog.charts.tps_series) == [
+        (0, 40),
+        (1, 55),
+        (2, 68),
+        (4, 80),
+        (6, 74),
+        (8, 80),
+    ]
     # Plain decoding drafts nothing, so acceptance starts at k = 1.
-    accept = dialog.acceptance_series.points()
+    accept = dialog.charts.acceptance_series.points()
     assert [p.x() for p in accept] == [1, 2, 4, 6, 8]
     assert [p.y() for p in accept] == pytest.approx([90, 85, 80, 72, 65])
-    assert _points(dialog.best_series) == [(4, 80)]
-    assert dialog.best_series.name() == "best k = 4"
-    assert _points(dialog.auto_series) == [(3.5, 77)]
-    assert dialog.auto_series.isVisible()
-    assert dialog.auto_series.name() == "auto, mean k 3.5"
+    assert _points(dialog.charts.best_series) == [(4, 80)]
+    assert dialog.charts.best_series.name() == "best k = 4"
+    assert _points(dialog.charts.auto_series) == [(3.5, 77)]
+    assert dialog.charts.auto_series.isVisible()
+    assert dialog.charts.auto_series.name() == "auto, mean k 3.5"
     assert "best k = 4" in dialog.summary.text()
     assert "2.00× plain" in dialog.summary.text()
-    assert "best k = 4" in dialog.chart.title()
-    assert (dialog.k_axis.min(), dialog.k_axis.max()) == (-0.5, 8.5)  # k = 0 … 8, whole
-    assert dialog.tps_axis.max() >= 80
+    assert "best k = 4" in dialog.charts.chart.title()
+    assert (dialog.charts.k_axis.min(), dialog.charts.k_axis.max()) == (
+        -0.5,
+        8.5,
+    )  # k = 0 … 8, whole
+    assert dialog.charts.tps_axis.max() >= 80
     assert dialog.use_button.isEnabled() and dialog.png_button.isEnabled()
     # A result without a cost profile has no curve and no pick, and says so.
-    assert dialog.cost_series.count() == 0 and dialog.predicted_series.count() == 0
-    assert not dialog.pick_series.isVisible() and not dialog.cost_pick_series.isVisible()
+    assert dialog.charts.cost_series.count() == 0 and dialog.charts.predicted_series.count() == 0
+    assert (
+        not dialog.charts.pick_series.isVisible() and not dialog.charts.cost_pick_series.isVisible()
+    )
     assert "No cost profile" in dialog.plan_label.text()
-    assert "not measured" in dialog.cost_chart.title()
+    assert "not measured" in dialog.charts.cost_chart.title()
 
 
 def test_the_cost_curve_the_prediction_and_autos_pick_are_charted(qtbot: QtBot) -> None:
     d = TuneDialog(PROFILED.pair, RECENT, BUILTIN)
     qtbot.addWidget(d)
-    assert d.k_axis.max() == 16.5  # k runs to 16 before any result
+    assert d.charts.k_axis.max() == 16.5  # k runs to 16 before any result
     d.show_result(PROFILED)
     # The verify cost of m = 1 … k_max + 1 tokens, as a multiple of one plain step.
-    cost = _points(d.cost_series)
+    cost = _points(d.charts.cost_series)
     assert len(cost) == K_MAX + 1 == 17
     assert [m for m, _ in cost] == list(range(1, 18))
     assert [s for _, s in cost] == pytest.approx(CUDA_STEPS)
-    assert (d.m_axis.min(), d.m_axis.max()) == (0.5, 17.5)
-    assert d.steps_axis.max() >= 5.7
+    assert (d.charts.m_axis.min(), d.charts.m_axis.max()) == (0.5, 17.5)
+    assert d.charts.steps_axis.max() >= 5.7
     # Predicted tok/s of every fixed k, next to the measured ones.
     plans = PROFILED.predicted()
-    predicted = _points(d.predicted_series)
+    predicted = _points(d.charts.predicted_series)
     assert [k for k, _ in predicted] == list(range(1, 17))
     assert [r for _, r in predicted] == pytest.approx([p.rate for p in plans])
-    assert len(_points(d.tps_series)) == 12
-    assert d.tps_axis.max() >= max(p.rate for p in plans)
+    assert len(_points(d.charts.tps_series)) == 12
+    assert d.charts.tps_axis.max() >= max(p.rate for p in plans)
     # Auto drafts 7: 8 tokens are one tile, and cost 1.7 steps where 7 cost 5.7.
     plan = PROFILED.auto_plan
     assert plan is not None and (plan.k, plan.width) == (7, 8)
-    assert _points(d.pick_series) == [(7, pytest.approx(plan.rate))]
-    assert d.pick_series.isVisible() and d.pick_series.name() == "Auto picks 7"
-    assert _points(d.cost_pick_series) == [(8, pytest.approx(1.7))]
-    assert d.cost_pick_series.isVisible() and d.cost_pick_series.name() == "Auto verifies 8"
+    assert _points(d.charts.pick_series) == [(7, pytest.approx(plan.rate))]
+    assert d.charts.pick_series.isVisible() and d.charts.pick_series.name() == "Auto picks 7"
+    assert _points(d.charts.cost_pick_series) == [(8, pytest.approx(1.7))]
+    assert (
+        d.charts.cost_pick_series.isVisible()
+        and d.charts.cost_pick_series.name() == "Auto verifies 8"
+    )
     assert d.plan_label.text().startswith("Auto picks k = 7: 8 tokens verify for 1.7 steps")
     assert f"about {plan.rate:.0f} tok/s predicted" in d.plan_label.text()
-    assert d.cost_chart.title() == "Verify cost"
+    assert d.charts.cost_chart.title() == "Verify cost"
 
 
 def test_a_stored_result_is_shown_as_the_last_sweep(dialog: TuneDialog) -> None:
     dialog.show_last_result(PROFILED)
     assert dialog.calibration == PROFILED
-    assert dialog.cost_series.count() == K_MAX + 1
+    assert dialog.charts.cost_series.count() == K_MAX + 1
     assert dialog.status.text().startswith("Last sweep of this pair")
     assert dialog.use_button.isEnabled() and dialog.json_button.isEnabled()
 
@@ -136,8 +151,8 @@ def test_plain_decoding_as_best_is_said_plainly(dialog: TuneDialog) -> None:
         max_tokens=5,
     )
     dialog.show_result(slow)
-    assert _points(dialog.best_series) == [(0, 50)]
-    assert not dialog.auto_series.isVisible()  # no auto point was measured
+    assert _points(dialog.charts.best_series) == [(0, 50)]
+    assert not dialog.charts.auto_series.isVisible()  # no auto point was measured
     assert "plain decoding is fastest" in dialog.summary.text()
 
 
@@ -168,7 +183,7 @@ def test_export_png_writes_an_image(dialog: TuneDialog, tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     image = QImage(str(path))
     # Both charts, side by side.
-    assert image.width() >= dialog.chart_view.width() + dialog.cost_view.width()
+    assert image.width() >= dialog.charts.chart_view.width() + dialog.charts.cost_view.width()
     assert image.height() > 100
 
 
