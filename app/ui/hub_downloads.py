@@ -7,52 +7,156 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, Slot
-from PySide6.QtWidgets import QFileDialog, QListWidgetItem
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.hub import human_count, human_size
 from app.keychain import stored_token
 from app.services.hub_service import HubFailure, HubSearchResult, HubService, Kind
 from app.services.hub_tasks import GroupProgress, HubTaskGroup
 
-if TYPE_CHECKING:
-    from PySide6.QtWidgets import QDialog, QLabel, QLineEdit, QListWidget, QProgressBar, QPushButton
-
-    _Dialog = QDialog
-else:
-    _Dialog = object
-
 RepoRole = Qt.ItemDataRole.UserRole + 3
 REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
-class HubDownloadsMixin(_Dialog):
-    """Search the Hub, download or import a model, keep the Hub token."""
+class HubPanel(QWidget):
+    """Searches the Hub, downloads or imports a model, keeps the Hub token.
 
-    if TYPE_CHECKING:
-        hub: HubService | None
-        draft: str
-        _downloads: HubTaskGroup | None
-        _as_draft: bool
-        _search: int | None
-        _models_dir: Path
-        search_edit: QLineEdit
-        search_button: QPushButton
-        results: QListWidget
-        download_button: QPushButton
-        import_button: QPushButton
-        import_folder_button: QPushButton
-        progress: QProgressBar
-        file_progress: QProgressBar
-        progress_label: QLabel
-        cancel_button: QPushButton
-        token_edit: QLineEdit
-        token_button: QPushButton
+    Searches, downloads and imports run on the hub thread; the panel only shows
+    them, and says through :attr:`model_added` when a model has landed.
 
-        def refresh(self) -> None: ...
-        def _update_pair(self) -> None: ...
+    Args:
+        hub: The Hub service; ``None`` leaves search, download and import off.
+        models_dir: Tandem's models folder, where downloads and imports go.
+        parent: The owning widget.
+
+    Signals:
+        model_added: A downloaded or imported model's folder, and whether it
+            should become the draft.
+    """
+
+    model_added = Signal(str, bool)
+
+    def __init__(
+        self, hub: HubService | None, models_dir: Path, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.hub = hub
+        # Downloads and imports, one at a time; a draft's download becomes the draft.
+        self._downloads = HubTaskGroup(hub, models_dir, self) if hub is not None else None
+        self._as_draft = False
+        self._search: int | None = None
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search mlx-community, or type a repo id (org/name)")
+        self.search_edit.setAccessibleName("Search the Hugging Face Hub")
+        self.search_edit.setClearButtonEnabled(True)
+        self.search_button = QPushButton("Search")
+        self.results = QListWidget()
+        self.results.setAccessibleName("Search results")
+        self.results.setMaximumHeight(120)
+        self.results.hide()
+        self.search_edit.returnPressed.connect(self._on_search_clicked)
+        self.search_edit.textChanged.connect(self._on_search_text_changed)
+        self.search_button.clicked.connect(self._on_search_clicked)
+        self.results.currentItemChanged.connect(self._on_result_changed)
+        self.results.itemActivated.connect(self._on_download_clicked)
+        self.download_button = QPushButton("Download")
+        self.import_button = QPushButton("Import GGUF…")
+        self.import_folder_button = QPushButton("Import Folder…")
+        self.progress = QProgressBar()
+        self.progress.setAccessibleName("Download or import progress")
+        self.file_progress = QProgressBar()
+        self.file_progress.setAccessibleName("Progress of the current file")
+        self.file_progress.setRange(0, 1000)
+        self.progress_label = QLabel()
+        self.cancel_button = QPushButton("Cancel")
+        self.token_edit = QLineEdit()
+        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token_edit.setPlaceholderText("Hugging Face token (kept in the keychain)")
+        self.token_edit.setAccessibleName("Hugging Face token")
+        self.token_button = QPushButton("Save Token")
+        self.download_button.clicked.connect(self._on_download_clicked)
+        self.import_button.clicked.connect(self._on_import_clicked)
+        self.import_folder_button.clicked.connect(self._on_import_folder_clicked)
+        self.cancel_button.clicked.connect(self._on_cancel_clicked)
+        self.token_button.clicked.connect(self._on_save_token_clicked)
+        for b in (self.download_button, self.import_button, self.import_folder_button):
+            b.setEnabled(hub is not None)
+        self.search_button.setEnabled(hub is not None)
+        if hub is not None and self._downloads is not None:
+            self._downloads.progressed.connect(self._on_download_progressed)
+            self._downloads.finished.connect(self._on_download_finished)
+            self._downloads.failed.connect(self._on_download_failed)
+            hub.searched.connect(self._on_hub_searched)
+            hub.failed.connect(self._on_hub_failed)
+        self._set_running(False)
+        self._init_token()
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        layout = QVBoxLayout(self)
+        # No margins: the rows sit in the dialog's layout as if they were its own.
+        layout.setContentsMargins(0, 0, 0, 0)
+        search_row = QHBoxLayout()
+        search_row.addWidget(self.search_edit, 1)
+        search_row.addWidget(self.search_button)
+        search_row.addWidget(self.download_button)
+        search_row.addWidget(self.import_button)
+        search_row.addWidget(self.import_folder_button)
+        layout.addLayout(search_row)
+        layout.addWidget(self.results)
+        hub_row = QHBoxLayout()
+        hub_row.addWidget(self.progress_label, 1)
+        hub_row.addWidget(self.file_progress, 1)
+        hub_row.addWidget(self.progress, 1)
+        hub_row.addWidget(self.cancel_button)
+        layout.addLayout(hub_row)
+        token_row = QHBoxLayout()
+        token_row.addWidget(self.token_edit, 1)
+        token_row.addWidget(self.token_button)
+        layout.addLayout(token_row)
+
+    def busy(self) -> bool:
+        """Whether a download or import runs (one at a time)."""
+        return self._downloads is not None and self._downloads.running
+
+    def start_task(self, kind: Kind, source: str, q_bits: int | None = None) -> None:
+        """Downloads or imports one model into Tandem's folder.
+
+        Args:
+            kind: What to do with ``source``.
+            source: A repo id, a GGUF file or an MLX model folder.
+            q_bits: Quantize a GGUF import to this many bits (``None``: as it is).
+        """
+        assert self._downloads is not None
+        self._downloads.start([(kind, source)], q_bits)
+        self.progress.setRange(0, 0)
+        self.progress_label.setText(f"Starting {Path(source).name}…")
+        self._set_running(True)
+
+    def download_draft(self, repo_id: str) -> None:
+        """Downloads a draft, which :attr:`model_added` then offers as the draft.
+
+        Does nothing without a hub or while another download or import runs.
+
+        Args:
+            repo_id: The draft's Hub repo id.
+        """
+        if self.hub is not None and not self.busy():
+            self.start_task("download", repo_id)
+            self._as_draft = True  # becomes the draft once downloaded
 
     def _init_token(self) -> None:
         from app.keychain import TokenStoreError, get_token, keyring_status
@@ -73,6 +177,7 @@ class HubDownloadsMixin(_Dialog):
         if stored:
             self.token_edit.setPlaceholderText("A token is stored in the keychain")
 
+    @Slot()
     def _on_save_token_clicked(self) -> None:
         from app.keychain import TokenStoreError, delete_token, set_token
 
@@ -105,10 +210,17 @@ class HubDownloadsMixin(_Dialog):
         text = self.search_edit.text().strip()
         return text if REPO_ID.match(text) else None
 
-    @Slot()
     def _update_download_button(self) -> None:
-        ready = self.hub is not None and not self._downloading()
+        ready = self.hub is not None and not self.busy()
         self.download_button.setEnabled(ready and self._repo_to_download() is not None)
+
+    @Slot(str)
+    def _on_search_text_changed(self, _text: str) -> None:
+        self._update_download_button()
+
+    @Slot(QListWidgetItem, QListWidgetItem)
+    def _on_result_changed(self, _item: QListWidgetItem | None, _previous: object) -> None:
+        self._update_download_button()
 
     @Slot()
     def _on_search_clicked(self) -> None:
@@ -140,33 +252,23 @@ class HubDownloadsMixin(_Dialog):
         )
         self._update_download_button()
 
-    def _downloading(self) -> bool:
-        """Whether a download or import runs (one at a time)."""
-        return self._downloads is not None and self._downloads.running
-
-    def start_task(self, kind: Kind, source: str, q_bits: int | None = None) -> None:
-        """Downloads or imports one model into Tandem's folder."""
-        assert self._downloads is not None
-        self._downloads.start([(kind, source)], q_bits)
-        self.progress.setRange(0, 0)
-        self.progress_label.setText(f"Starting {Path(source).name}…")
-        self._set_running(True)
-
     @Slot()
     def _on_download_clicked(self) -> None:
         repo = self._repo_to_download()
-        if repo is not None and self.hub is not None and not self._downloading():
+        if repo is not None and self.hub is not None and not self.busy():
             self.start_task("download", repo)
 
     @Slot()
     def _on_import_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import GGUF", "", "GGUF files (*.gguf)")
+        path, _ = QFileDialog.getOpenFileName(
+            self.window(), "Import GGUF", "", "GGUF files (*.gguf)"
+        )
         if path:
             self.start_task("import-gguf", path)
 
     @Slot()
     def _on_import_folder_clicked(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Import an MLX model folder")
+        path = QFileDialog.getExistingDirectory(self.window(), "Import an MLX model folder")
         if path:
             self.start_task("import-folder", path)
 
@@ -196,11 +298,8 @@ class HubDownloadsMixin(_Dialog):
         [path] = paths
         self._set_running(False)
         self.progress_label.setText(f"Added {Path(path).name}")
-        if self._as_draft:
-            self._as_draft = False
-            self.draft = path
-            self._update_pair()
-        self.refresh()
+        as_draft, self._as_draft = self._as_draft, False
+        self.model_added.emit(path, as_draft)
 
     @Slot(object)
     def _on_hub_failed(self, failure: HubFailure) -> None:

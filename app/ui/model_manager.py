@@ -19,11 +19,9 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMessageBox,
-    QProgressBar,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -42,12 +40,9 @@ from app.hub import (
 )
 from app.hub.catalog import catalog_drafts, installed, load_catalog, suggest_drafts
 from app.remote import target_name
-from app.services.hub_service import (
-    HubService,
-)
-from app.services.hub_tasks import HubTaskGroup
+from app.services.hub_service import HubService
 from app.ui.empty_hint import HintTableView
-from app.ui.hub_downloads import HubDownloadsMixin
+from app.ui.hub_downloads import HubPanel
 from app.ui.memory_bar import MemoryBar
 from app.ui.remote_dialog import RemoteEngineDialog
 
@@ -117,7 +112,7 @@ class ModelLibraryModel(QAbstractTableModel):
         return self._items[row] if 0 <= row < len(self._items) else None
 
 
-class ModelManagerDialog(HubDownloadsMixin, QDialog):
+class ModelManagerDialog(QDialog):
     """Lists the local library; picks a target and a draft; checks the pair."""
 
     pair_chosen = Signal(str, str)  # target, draft ("" for none)
@@ -133,12 +128,8 @@ class ModelManagerDialog(HubDownloadsMixin, QDialog):
         loaded: tuple[str, ...] = (),
     ) -> None:
         super().__init__(parent)
-        self.hub = hub
         # The pair in memory stays there while a new one loads: the memory bar counts it.
         self._loaded = tuple(Path(p) for p in loaded if p)
-        # Downloads and imports, one at a time; a draft's download becomes the draft.
-        self._downloads = HubTaskGroup(hub, models_dir, self) if hub is not None else None
-        self._as_draft = False
         self.setWindowTitle("Models")
         self.resize(900, 480)
         self._models_dir = models_dir
@@ -190,53 +181,9 @@ class ModelManagerDialog(HubDownloadsMixin, QDialog):
         self.remote_button.clicked.connect(self._on_remote_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
 
-        # Searches, downloads and imports run on the hub thread; the dialog only shows them.
-        self.search_edit = QLineEdit()
-        self.search_edit.setPlaceholderText("Search mlx-community, or type a repo id (org/name)")
-        self.search_edit.setAccessibleName("Search the Hugging Face Hub")
-        self.search_edit.setClearButtonEnabled(True)
-        self.search_button = QPushButton("Search")
-        self.results = QListWidget()
-        self.results.setAccessibleName("Search results")
-        self.results.setMaximumHeight(120)
-        self.results.hide()
-        self._search: int | None = None
-        self.search_edit.returnPressed.connect(self._on_search_clicked)
-        self.search_edit.textChanged.connect(self._update_download_button)
-        self.search_button.clicked.connect(self._on_search_clicked)
-        self.results.currentItemChanged.connect(self._update_download_button)
-        self.results.itemActivated.connect(self._on_download_clicked)
-        self.download_button = QPushButton("Download")
-        self.import_button = QPushButton("Import GGUF…")
-        self.import_folder_button = QPushButton("Import Folder…")
-        self.progress = QProgressBar()
-        self.progress.setAccessibleName("Download or import progress")
-        self.file_progress = QProgressBar()
-        self.file_progress.setAccessibleName("Progress of the current file")
-        self.file_progress.setRange(0, 1000)
-        self.progress_label = QLabel()
-        self.cancel_button = QPushButton("Cancel")
-        self.token_edit = QLineEdit()
-        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
-        self.token_edit.setPlaceholderText("Hugging Face token (kept in the keychain)")
-        self.token_edit.setAccessibleName("Hugging Face token")
-        self.token_button = QPushButton("Save Token")
-        self.download_button.clicked.connect(self._on_download_clicked)
-        self.import_button.clicked.connect(self._on_import_clicked)
-        self.import_folder_button.clicked.connect(self._on_import_folder_clicked)
-        self.cancel_button.clicked.connect(self._on_cancel_clicked)
-        self.token_button.clicked.connect(self._on_save_token_clicked)
-        for b in (self.download_button, self.import_button, self.import_folder_button):
-            b.setEnabled(hub is not None)
-        self.search_button.setEnabled(hub is not None)
-        if hub is not None and self._downloads is not None:
-            self._downloads.progressed.connect(self._on_download_progressed)
-            self._downloads.finished.connect(self._on_download_finished)
-            self._downloads.failed.connect(self._on_download_failed)
-            hub.searched.connect(self._on_hub_searched)
-            hub.failed.connect(self._on_hub_failed)
-        self._set_running(False)
-        self._init_token()
+        # The Hub half says when a model lands; the dialog rescans and updates the pair.
+        self.hub_panel = HubPanel(hub, models_dir)
+        self.hub_panel.model_added.connect(self._on_model_added)
 
         buttons = QHBoxLayout()
         for b in (self.target_button, self.draft_button, self.no_draft_button):
@@ -261,24 +208,7 @@ class ModelManagerDialog(HubDownloadsMixin, QDialog):
         verdict.addStretch(1)
         pair_row.addLayout(verdict, 1)
         layout.addLayout(pair_row)
-        search_row = QHBoxLayout()
-        search_row.addWidget(self.search_edit, 1)
-        search_row.addWidget(self.search_button)
-        search_row.addWidget(self.download_button)
-        search_row.addWidget(self.import_button)
-        search_row.addWidget(self.import_folder_button)
-        layout.addLayout(search_row)
-        layout.addWidget(self.results)
-        hub_row = QHBoxLayout()
-        hub_row.addWidget(self.progress_label, 1)
-        hub_row.addWidget(self.file_progress, 1)
-        hub_row.addWidget(self.progress, 1)
-        hub_row.addWidget(self.cancel_button)
-        layout.addLayout(hub_row)
-        token_row = QHBoxLayout()
-        token_row.addWidget(self.token_edit, 1)
-        token_row.addWidget(self.token_button)
-        layout.addLayout(token_row)
+        layout.addWidget(self.hub_panel)
         self.refresh()
         self._update_pair()
 
@@ -363,9 +293,15 @@ class ModelManagerDialog(HubDownloadsMixin, QDialog):
         if kind == "local":
             self.draft = value
             self._update_pair()
-        elif self.hub is not None and not self._downloading():
-            self.start_task("download", value)
-            self._as_draft = True  # becomes the draft once downloaded
+        else:
+            self.hub_panel.download_draft(value)
+
+    @Slot(str, bool)
+    def _on_model_added(self, path: str, as_draft: bool) -> None:
+        if as_draft:
+            self.draft = path
+            self._update_pair()
+        self.refresh()
 
     @Slot()
     def _on_use_as_draft_clicked(self) -> None:

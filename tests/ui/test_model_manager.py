@@ -111,13 +111,15 @@ def test_import_adds_the_model_to_the_list(
         dialog = ModelManagerDialog(library, hf_cache_dir=tmp_path / "hf", hub=hub)
         qtbot.addWidget(dialog)
         dialog.show()
-        assert dialog.import_button.isEnabled()
+        assert dialog.hub_panel.import_button.isEnabled()
         gguf = _gguf(tiny, tmp_path)
         with qtbot.waitSignal(hub.finished, timeout=30_000):
-            dialog.start_task("import-gguf", str(gguf))
-            assert dialog.progress.isVisible() and dialog.cancel_button.isVisible()
-        assert not dialog.progress.isVisible()
-        assert dialog.progress_label.text() == "Added tiny"
+            dialog.hub_panel.start_task("import-gguf", str(gguf))
+            assert (
+                dialog.hub_panel.progress.isVisible() and dialog.hub_panel.cancel_button.isVisible()
+            )
+        assert not dialog.hub_panel.progress.isVisible()
+        assert dialog.hub_panel.progress_label.text() == "Added tiny"
         names = [_info(dialog, r).name for r in range(dialog.library.rowCount())]
         assert "tiny" in names
     finally:
@@ -132,11 +134,11 @@ def test_failed_download_says_why(qtbot: QtBot, library: Path, tmp_path: Path) -
         dialog = ModelManagerDialog(library, hf_cache_dir=tmp_path / "hf", hub=hub)
         qtbot.addWidget(dialog)
         with qtbot.waitSignal(hub.failed, timeout=30_000):
-            dialog.start_task("download", "mlx-community/Nope-4bit")
-        assert "no network" in dialog.progress_label.text()
-        assert dialog.import_button.isEnabled()
-        dialog.search_edit.setText("mlx-community/Nope-4bit")
-        assert dialog.download_button.isEnabled()  # free to try again
+            dialog.hub_panel.start_task("download", "mlx-community/Nope-4bit")
+        assert "no network" in dialog.hub_panel.progress_label.text()
+        assert dialog.hub_panel.import_button.isEnabled()
+        dialog.hub_panel.search_edit.setText("mlx-community/Nope-4bit")
+        assert dialog.hub_panel.download_button.isEnabled()  # free to try again
     finally:
         assert hub.shutdown()
 
@@ -151,8 +153,10 @@ def test_token_field_explains_a_missing_keychain(
     keyring.set_keyring(fail.Keyring())
     try:
         dialog = _dialog(qtbot, library, tmp_path)
-        assert not dialog.token_edit.isEnabled()
-        assert dialog.token_edit.placeholderText().startswith("Token storage is unavailable:")
+        assert not dialog.hub_panel.token_edit.isEnabled()
+        assert dialog.hub_panel.token_edit.placeholderText().startswith(
+            "Token storage is unavailable:"
+        )
     finally:
         keyring.set_keyring(previous)
 
@@ -217,8 +221,10 @@ def test_draft_list_offers_the_catalog_draft_of_a_downloaded_target(
     shutil.copytree(library / "tiny-llama", library / "mlx-community--Qwen3-8B-4bit")
     started: list[tuple[str, str]] = []
     dialog = _dialog(qtbot, library, tmp_path)
-    dialog.hub = object()  # type: ignore[assignment]  # only needs to be present
-    monkeypatch.setattr(dialog, "start_task", lambda kind, source: started.append((kind, source)))
+    dialog.hub_panel.hub = object()  # type: ignore[assignment]  # only needs to be present
+    monkeypatch.setattr(
+        dialog.hub_panel, "start_task", lambda kind, source: started.append((kind, source))
+    )
     _select(dialog, "mlx-community--Qwen3-8B-4bit")
     qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
     rows = [dialog.draft_list.item(i) for i in range(dialog.draft_list.count())]
@@ -248,39 +254,42 @@ def test_search_lists_repos_and_downloads_the_chosen_one(
     from app.services import HubSearchResult
 
     dialog, hub = _hub_dialog(qtbot, library, tmp_path)
-    assert not dialog.download_button.isEnabled() and not dialog.results.isVisible()
-    dialog.search_edit.setText("qwen 0.5b")
-    qtbot.mouseClick(dialog.search_button, Qt.MouseButton.LeftButton)
+    assert (
+        not dialog.hub_panel.download_button.isEnabled()
+        and not dialog.hub_panel.results.isVisible()
+    )
+    dialog.hub_panel.search_edit.setText("qwen 0.5b")
+    qtbot.mouseClick(dialog.hub_panel.search_button, Qt.MouseButton.LeftButton)
     assert hub.started == [("search", "qwen 0.5b", None)]
-    assert dialog.progress_label.text() == "Searching for “qwen 0.5b”…"
+    assert dialog.hub_panel.progress_label.text() == "Searching for “qwen 0.5b”…"
     repos = (
         RepoInfo("mlx-community/Qwen2.5-0.5B-Instruct-4bit", 1_234_567, 10, False, ()),
         RepoInfo("mlx-community/Llama-3.2-1B-Instruct-4bit", 900, 3, True, ()),
     )
     hub.searched.emit(HubSearchResult(99, "stale", ()))  # another search's answer
-    assert not dialog.results.isVisible()
+    assert not dialog.hub_panel.results.isVisible()
     hub.searched.emit(HubSearchResult(1, "qwen 0.5b", repos))
-    assert dialog.results.isVisible() and dialog.results.count() == 2
-    assert dialog.progress_label.text() == "2 models found"
-    assert dialog.results.item(0).text().endswith("1.2 M downloads")
-    assert "license must be accepted" in dialog.results.item(1).text()
-    dialog.results.setCurrentRow(0)
-    assert dialog.download_button.isEnabled()
-    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    assert dialog.hub_panel.results.isVisible() and dialog.hub_panel.results.count() == 2
+    assert dialog.hub_panel.progress_label.text() == "2 models found"
+    assert dialog.hub_panel.results.item(0).text().endswith("1.2 M downloads")
+    assert "license must be accepted" in dialog.hub_panel.results.item(1).text()
+    dialog.hub_panel.results.setCurrentRow(0)
+    assert dialog.hub_panel.download_button.isEnabled()
+    qtbot.mouseClick(dialog.hub_panel.download_button, Qt.MouseButton.LeftButton)
     assert hub.started[-1] == ("download", "mlx-community/Qwen2.5-0.5B-Instruct-4bit", None)
-    assert not dialog.download_button.isEnabled()  # one download at a time
+    assert not dialog.hub_panel.download_button.isEnabled()  # one download at a time
 
 
 def test_a_typed_repo_id_downloads_without_a_search(
     qtbot: QtBot, library: Path, tmp_path: Path
 ) -> None:
     dialog, hub = _hub_dialog(qtbot, library, tmp_path)
-    dialog.search_edit.setText("some-org/Some.Model-4bit")
-    assert dialog.download_button.isEnabled()
-    dialog.search_edit.setText("not a repo id")
-    assert not dialog.download_button.isEnabled()
-    dialog.search_edit.setText("some-org/Some.Model-4bit")
-    qtbot.keyClick(dialog.search_edit, Qt.Key.Key_Return)
+    dialog.hub_panel.search_edit.setText("some-org/Some.Model-4bit")
+    assert dialog.hub_panel.download_button.isEnabled()
+    dialog.hub_panel.search_edit.setText("not a repo id")
+    assert not dialog.hub_panel.download_button.isEnabled()
+    dialog.hub_panel.search_edit.setText("some-org/Some.Model-4bit")
+    qtbot.keyClick(dialog.hub_panel.search_edit, Qt.Key.Key_Return)
     assert hub.started == [("download", "some-org/Some.Model-4bit", None)]
 
 
@@ -288,29 +297,29 @@ def test_a_failed_search_says_why(qtbot: QtBot, library: Path, tmp_path: Path) -
     from app.services import HubFailure
 
     dialog, hub = _hub_dialog(qtbot, library, tmp_path)
-    dialog.search_edit.setText("llama")
-    dialog.search_button.click()
+    dialog.hub_panel.search_edit.setText("llama")
+    dialog.hub_panel.search_button.click()
     hub.failed.emit(HubFailure(1, "No network: the Hugging Face Hub cannot be reached."))
-    assert dialog.progress_label.text().startswith("No network")
-    assert not dialog.progress.isVisible()
+    assert dialog.hub_panel.progress_label.text().startswith("No network")
+    assert not dialog.hub_panel.progress.isVisible()
 
 
 def test_download_shows_the_file_and_the_total(qtbot: QtBot, library: Path, tmp_path: Path) -> None:
     from app.services import HubProgress
 
     dialog, hub = _hub_dialog(qtbot, library, tmp_path)
-    dialog.start_task("download", "org/m")
-    assert dialog.progress.isVisible() and not dialog.file_progress.isVisible()
+    dialog.hub_panel.start_task("download", "org/m")
+    assert dialog.hub_panel.progress.isVisible() and not dialog.hub_panel.file_progress.isVisible()
     gb = 1000**3
     hub.progressed.emit(
         HubProgress(1, "model.safetensors", 3 * gb, 4 * gb, "model.safetensors", gb, 2 * gb)
     )
-    assert dialog.file_progress.isVisible()
-    assert dialog.file_progress.value() == 500
-    assert dialog.file_progress.format() == "model.safetensors %p%"
-    assert dialog.progress.value() == 750
-    assert dialog.progress.format() == "3.0 GB of 4.0 GB"
-    assert dialog.progress_label.text() == "Downloading model.safetensors"
+    assert dialog.hub_panel.file_progress.isVisible()
+    assert dialog.hub_panel.file_progress.value() == 500
+    assert dialog.hub_panel.file_progress.format() == "model.safetensors %p%"
+    assert dialog.hub_panel.progress.value() == 750
+    assert dialog.hub_panel.progress.format() == "3.0 GB of 4.0 GB"
+    assert dialog.hub_panel.progress_label.text() == "Downloading model.safetensors"
 
 
 def test_remote_engine_is_chosen_as_a_url_target(

@@ -92,8 +92,8 @@ def test_the_hub_token_is_in_no_log_and_no_data_file(
         window = make_window(EngineWorker(load=_fake_load, stream=_scripted(5)))
         # The token is saved as a user would, from the Models window.
         dialog = window.open_model_manager()
-        dialog.token_edit.setText(TOKEN)
-        qtbot.mouseClick(dialog.token_button, Qt.MouseButton.LeftButton)
+        dialog.hub_panel.token_edit.setText(TOKEN)
+        qtbot.mouseClick(dialog.hub_panel.token_button, Qt.MouseButton.LeftButton)
         assert memory.store == {("Tandem", "huggingface"): TOKEN}
 
         # A download fails with an error that quotes the token.
@@ -102,11 +102,11 @@ def test_the_hub_token_is_in_no_log_and_no_data_file(
 
         monkeypatch.setattr(app.hub.downloads, "download_model", refused)
         with qtbot.waitSignal(window.hub.failed, timeout=10_000) as failed:
-            dialog.start_task("download", "mlx-community/private-model")
+            dialog.hub_panel.start_task("download", "mlx-community/private-model")
         shown = (
             "Failed: 401 Unauthorized for mlx-community/private-model: Authorization: Bearer ***"
         )
-        assert failed.args[0].message == shown == dialog.progress_label.text()
+        assert failed.args[0].message == shown == dialog.hub_panel.progress_label.text()
         logging.getLogger("app.test").error("the Hub refused %s", TOKEN)
 
         # A chat, so the database and settings are written too.
