@@ -30,7 +30,7 @@ from app.engine.live import LiveStats
 from app.services import ChatController, EngineService, HubService, PairInfo, StoreEvents
 from app.store import Settings, SettingsFile, Store, pair_key
 from app.store.presets import Preset, PresetsFile
-from app.ui.chat_actions import ChatActionsMixin
+from app.ui.chat_actions import ChatActions, ChatHost
 from app.ui.chat_list import ChatList
 from app.ui.chat_view import ChatViewMixin
 from app.ui.composer import Composer
@@ -66,7 +66,7 @@ SERVER_FIELDS = ("server_enabled", "server_host", "server_port", "server_cors_or
 __all__ = ["TUNE_KS", "MainWindow"]
 
 
-class MainWindow(ChatActionsMixin, PairLoadingMixin, ChatViewMixin, QMainWindow):
+class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
     """Conversation list, transcript, composer, model bar and status bar."""
 
     def __init__(
@@ -103,6 +103,10 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, ChatViewMixin, QMainWindow)
         self._context_used: int | None = 0  # None while a reply's prompt is not counted
         self._context_idle = 0  # the count before the reply in flight, should it end uncounted
         self.live = LiveStats(max_positions=K_MAX)  # every position a draft can reach
+
+    def _forget_conversation(self) -> None:
+        """Shows no chat: the one on show was deleted, another may be picked next."""
+        self._conversation_id = None
 
     def _install_editing_keys(self) -> None:
         # Ctrl+Backspace edits the focused text field; it never deletes a chat.
@@ -164,13 +168,29 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, ChatViewMixin, QMainWindow)
         )
         self.local_server = LocalServer(self.service, self.params, self.status.server, self)
         self.server, self.server_panel = self.local_server.service, self.local_server.panel
+        self.chat_actions = ChatActions(
+            self.store,
+            self.chat,
+            self.service,
+            self.transcript,
+            self.chats,
+            ChatHost(
+                conversation_id=lambda: self._conversation_id,
+                pair_loaded=lambda: self._pair is not None,
+                show_error=self.show_error,
+                start_reply=self._start_reply,
+                show_status=self.status.showMessage,
+                forget_conversation=self._forget_conversation,
+            ),
+            self,
+        )
         self.menus = build_menus(self, self._settings.show_speculation_panel)
         self.chats.add_actions(list(self.menus.chat_actions))  # the list's context menu
 
     def _connect(self) -> None:
         """Wires each feature's signals to what paints or acts on them."""
         self.chats.new_requested.connect(self._on_new_conversation_requested)
-        self.chats.delete_requested.connect(self._on_delete_conversation_requested)
+        self.chats.delete_requested.connect(self.chat_actions._on_delete_conversation_requested)
         self.chats.conversation_selected.connect(self._on_conversation_selected)
         self.chats.search_hit_selected.connect(self._on_search_hit_selected)
         self.store_events.changed.connect(self._on_store_changed)
@@ -196,13 +216,13 @@ class MainWindow(ChatActionsMixin, PairLoadingMixin, ChatViewMixin, QMainWindow)
         self.onboarding_flow.models_requested.connect(self.open_model_manager)
         self.library_prompt.load_requested.connect(self._on_pair_chosen)
         self.library_prompt.models_requested.connect(self.open_model_manager)
-        self.transcript.stats_requested.connect(self._on_stats_requested)
-        self.transcript.copy_requested.connect(self._on_copy_requested)
-        self.transcript.edit_requested.connect(self._on_edit_requested)
-        self.transcript.edit_submitted.connect(self._on_edit_submitted)
-        self.transcript.regenerate_requested.connect(self._on_regenerate_requested)
-        self.transcript.delete_requested.connect(self._on_delete_message_requested)
-        self.transcript.branch_requested.connect(self._on_branch_requested)
+        self.transcript.stats_requested.connect(self.chat_actions._on_stats_requested)
+        self.transcript.copy_requested.connect(self.chat_actions._on_copy_requested)
+        self.transcript.edit_requested.connect(self.chat_actions._on_edit_requested)
+        self.transcript.edit_submitted.connect(self.chat_actions._on_edit_submitted)
+        self.transcript.regenerate_requested.connect(self.chat_actions._on_regenerate_requested)
+        self.transcript.delete_requested.connect(self.chat_actions._on_delete_message_requested)
+        self.transcript.branch_requested.connect(self.chat_actions._on_branch_requested)
         self.transcript.code_copied.connect(
             lambda _code: self.status.showMessage("Code copied.", 3_000)
         )

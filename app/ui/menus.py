@@ -106,18 +106,21 @@ def build_menus(w: MainWindow, panel_shown: bool) -> Menus:
 
     file_menu = bar.addMenu("&File")
     _action(w, file_menu, "&New Chat", w._on_new_conversation_requested, keys.New)
+    acts = w.chat_actions  # the chat actions the window composed
     chat_actions = (
-        _action(w, file_menu, "&Rename Chat…", w._on_rename_conversation_requested),
-        _action(w, file_menu, "D&uplicate Chat", w._on_duplicate_conversation_requested, "Ctrl+D"),
-        _action(w, file_menu, "S&ystem Prompt…", w._on_system_prompt_requested),
-        _action(w, file_menu, "&Export Chat…", w._on_export_conversation_requested, "Ctrl+E"),
+        _action(w, file_menu, "&Rename Chat…", acts._on_rename_conversation_requested),
         _action(
-            w, file_menu, "&Delete Chat…", w._on_delete_conversation_requested, "Ctrl+Backspace"
+            w, file_menu, "D&uplicate Chat", acts._on_duplicate_conversation_requested, "Ctrl+D"
+        ),
+        _action(w, file_menu, "S&ystem Prompt…", acts._on_system_prompt_requested),
+        _action(w, file_menu, "&Export Chat…", acts._on_export_conversation_requested, "Ctrl+E"),
+        _action(
+            w, file_menu, "&Delete Chat…", acts._on_delete_conversation_requested, "Ctrl+Backspace"
         ),
     )
     file_menu.addSeparator()
-    _action(w, file_menu, "Export &All Chats…", w._on_export_all_requested)
-    _action(w, file_menu, "&Import Chats…", w._on_import_requested)
+    _action(w, file_menu, "Export &All Chats…", acts._on_export_all_requested)
+    _action(w, file_menu, "&Import Chats…", acts._on_import_requested)
     file_menu.addSeparator()
     _action(w, file_menu, "&Models…", w.open_model_manager, "Ctrl+Shift+M")
     file_menu.addSeparator()

@@ -64,10 +64,10 @@ def test_export_then_import_brings_the_chat_back(qtbot: QtBot, chat, tmp_path: P
     _send(qtbot, chat, "Hello there")
     [c] = chat.store.conversations()
     md, js = tmp_path / "chat.md", tmp_path / "all.json"
-    assert chat.export_conversations(md, [c.id], as_json=False)
+    assert chat.chat_actions.export_conversations(md, [c.id], as_json=False)
     assert md.read_text().startswith("# Hello there") and "Hello there" in md.read_text()
-    assert chat.export_conversations(js, None, as_json=True)
-    ids = chat.import_conversations(js)
+    assert chat.chat_actions.export_conversations(js, None, as_json=True)
+    ids = chat.chat_actions.import_conversations(js)
     assert len(ids) == 1 and len(chat.store.conversations()) == 2
     assert [m.content for m in chat.store.messages(ids[0])] == [
         m.content for m in chat.store.messages(c.id)
@@ -77,10 +77,10 @@ def test_export_then_import_brings_the_chat_back(qtbot: QtBot, chat, tmp_path: P
 def test_a_bad_import_says_why_and_adds_nothing(chat, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "something else"}))
-    assert chat.import_conversations(bad) == []
+    assert chat.chat_actions.import_conversations(bad) == []
     assert chat.error_banner.text().startswith("Could not import bad.json:")
     assert chat.store.conversations() == []
-    assert chat.import_conversations(tmp_path / "missing.json") == []
+    assert chat.chat_actions.import_conversations(tmp_path / "missing.json") == []
 
 
 def test_export_to_an_unwritable_place_says_why(qtbot: QtBot, chat, tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_export_to_an_unwritable_place_says_why(qtbot: QtBot, chat, tmp_path: Pa
     [c] = chat.store.conversations()
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert not chat.export_conversations(blocker / "x.md", [c.id], as_json=False)
+    assert not chat.chat_actions.export_conversations(blocker / "x.md", [c.id], as_json=False)
     assert chat.error_banner.text().startswith("Could not export to x.md")
 
 
