@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from PySide6.QtWidgets import QMainWindow
 
     from app.engine.live import LiveStats
-    from app.services import ChatController, EngineService, PairInfo
+    from app.services import ChatController, EngineService
     from app.store import Settings, Store
     from app.ui.chat_list import ChatList
     from app.ui.composer import Composer
     from app.ui.model_bar import ModelBar
+    from app.ui.pair_loading import PairLoading
     from app.ui.speculation_panel import SpeculationPanel
     from app.ui.statusbar import StatusBar
     from app.ui.transcript import TranscriptView
@@ -55,7 +56,7 @@ class ChatViewMixin(_Window):
         panel: SpeculationPanel
         status: StatusBar
         _settings: Settings
-        _pair: PairInfo | None
+        pair_loading: PairLoading
         _conversation_id: int | None
         _pending_system_prompt: str | None
         _context_used: int | None
@@ -139,7 +140,8 @@ class ChatViewMixin(_Window):
         """Shows how much of the target's window the conversation fills."""
         if used is not None:
             self._context_used = used
-        window = self._pair.context_length if self._pair is not None else None
+        pair = self.pair_loading.pair
+        window = pair.context_length if pair is not None else None
         self.status.context.show_usage(self._context_used, window)
 
     # Sending and the reply
@@ -164,7 +166,7 @@ class ChatViewMixin(_Window):
     def _on_send_requested(self, text: str) -> None:
         if self.service.busy:
             return
-        if self._pair is None:
+        if self.pair_loading.pair is None:
             self.show_error(LOAD_FIRST)
             return
         self.hide_error()

@@ -1,7 +1,7 @@
 """Tandem's main window: it lays out the features and passes what each says to the others.
 
 The reply's life is :class:`ChatController`'s, the chat list follows the store,
-and the status bar, menus, presets, first run, chat actions, the chat on show
+and the status bar, menus, presets, first run, pair loading, chat actions, the chat on show
 and Tune each live in their own module; the window lays out and routes.
 """
 
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.costs import K_MAX
 from app.engine.live import LiveStats
-from app.services import ChatController, EngineService, HubService, PairInfo, StoreEvents
+from app.services import ChatController, EngineService, HubService, StoreEvents
 from app.store import Settings, SettingsFile, Store, pair_key
 from app.store.presets import Preset, PresetsFile
 from app.ui.chat_actions import ChatActions, ChatHost
@@ -38,9 +38,10 @@ from app.ui.editing_keys import EditingKeysFirst
 from app.ui.local_server import LocalServer
 from app.ui.menus import build_menus
 from app.ui.model_bar import ModelBar
+from app.ui.model_manager import ModelManagerDialog
 from app.ui.onboarding import LibraryPrompt, OnboardingView
 from app.ui.onboarding_flow import OnboardingFlow
-from app.ui.pair_loading import PairLoadingMixin
+from app.ui.pair_loading import PairLoading, PairLoadingHost
 from app.ui.presets_menu import PresetsMenu
 from app.ui.server_panel import ServerPanel
 from app.ui.settings_dialog import SettingsDialog
@@ -66,7 +67,7 @@ SERVER_FIELDS = ("server_enabled", "server_host", "server_port", "server_cors_or
 __all__ = ["TUNE_KS", "MainWindow"]
 
 
-class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
+class MainWindow(ChatViewMixin, QMainWindow):
     """Conversation list, transcript, composer, model bar and status bar."""
 
     def __init__(
@@ -94,10 +95,8 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
         self._restore()
 
     def _init_state(self) -> None:
-        """What the window keeps track of: the settings, the pair, the chat on show."""
-        self._hub: HubService | None = None
+        """What the window keeps track of: the settings and the chat on show."""
         self._settings: Settings = self._settings_file.load()
-        self._pair: PairInfo | None = None
         self._conversation_id: int | None = None
         self._pending_system_prompt: str | None = None
         self._context_used: int | None = 0  # None while a reply's prompt is not counted
@@ -176,11 +175,34 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
             self.chats,
             ChatHost(
                 conversation_id=lambda: self._conversation_id,
-                pair_loaded=lambda: self._pair is not None,
+                pair_loaded=lambda: self.pair_loading.pair is not None,
                 show_error=self.show_error,
                 start_reply=self._start_reply,
                 show_status=self.status.showMessage,
                 forget_conversation=self._forget_conversation,
+            ),
+            self,
+        )
+        self.pair_loading = PairLoading(
+            self.service,
+            self.store,
+            self._models_dir,
+            self.model_bar,
+            self.status,
+            self.panel,
+            self.chat,
+            self.tune,
+            self.live,
+            self.onboarding_flow,
+            self.library_prompt,
+            PairLoadingHost(
+                settings=lambda: self._settings,
+                save_settings=self._save_settings,
+                show_error=self.show_error,
+                hide_error=self.hide_error,
+                error_text=self.error_banner.text,
+                stop_own_work=self._stop_own_work,
+                update_context=self._update_context,
             ),
             self,
         )
@@ -203,8 +225,9 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
         self.chat.failed.connect(self._on_reply_failed)
         self.composer.send_requested.connect(self._on_send_requested)
         self.composer.stop_requested.connect(self._on_stop_requested)
-        self.model_bar.load_requested.connect(self._on_load_requested)
-        self.model_bar.models_requested.connect(self.open_model_manager)
+        loading = self.pair_loading
+        self.model_bar.load_requested.connect(loading._on_load_requested)
+        self.model_bar.models_requested.connect(loading._on_models_requested)
         self.presets_menu.applied.connect(self._on_preset_applied)
         self.presets_menu.failed.connect(self.show_error)
         self.panel.draft_length_changed.connect(self._on_draft_length_changed)
@@ -212,10 +235,10 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
         self.panel.tune_requested.connect(self.open_tune_dialog)
         self.tune.busy_changed.connect(self.composer.set_busy)
         self.tune.best_k_found.connect(self._on_best_k_found)
-        self.onboarding_flow.pair_ready.connect(self._on_pair_chosen)
-        self.onboarding_flow.models_requested.connect(self.open_model_manager)
-        self.library_prompt.load_requested.connect(self._on_pair_chosen)
-        self.library_prompt.models_requested.connect(self.open_model_manager)
+        self.onboarding_flow.pair_ready.connect(loading._on_pair_chosen)
+        self.onboarding_flow.models_requested.connect(loading._on_models_requested)
+        self.library_prompt.load_requested.connect(loading._on_pair_chosen)
+        self.library_prompt.models_requested.connect(loading._on_models_requested)
         self.transcript.stats_requested.connect(self.chat_actions._on_stats_requested)
         self.transcript.copy_requested.connect(self.chat_actions._on_copy_requested)
         self.transcript.edit_requested.connect(self.chat_actions._on_edit_requested)
@@ -228,9 +251,9 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
         )
         self.local_server.failed.connect(self.show_error)
         self.server_panel.switch_requested.connect(self._on_server_switch_requested)
-        self.service.load_progressed.connect(self._on_load_progressed)
-        self.service.pair_loaded.connect(self._on_pair_loaded)
-        self.service.failed.connect(self._on_failed)
+        self.service.load_progressed.connect(loading._on_load_progressed)
+        self.service.pair_loaded.connect(loading._on_pair_loaded)
+        self.service.failed.connect(loading._on_failed)
 
     def _restore(self) -> None:
         """Geometry, the last chat, the server if it was on, or the first-run view."""
@@ -242,14 +265,38 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
             self.chats.select_row(0)
         if self._settings.server_enabled:
             QTimer.singleShot(0, self.apply_server_settings)  # once the event loop runs
-        if not self.model_bar.target() and not self._library():
+        if not self.model_bar.target() and not self.pair_loading.library():
             self.show_onboarding()
-        self.update_library_prompt()
+        self.pair_loading.update_library_prompt()
 
     @property
     def onboarding(self) -> OnboardingView | None:
         """The first-run view while it is shown."""
         return self.onboarding_flow.view
+
+    # Models and the pair, which :class:`PairLoading` loads and keeps
+
+    @property
+    def hub(self) -> HubService:
+        """The downloads and imports thread, started on first use."""
+        return self.pair_loading.hub
+
+    def set_hub(self, hub: HubService) -> None:
+        """Uses ``hub`` for downloads and imports (tests pass a fake)."""
+        self.pair_loading.set_hub(hub)
+
+    def models_dir(self) -> Path:
+        """Tandem's models folder: the one given, else the default one."""
+        return self.pair_loading.models_dir()
+
+    def show_onboarding(self) -> OnboardingView:
+        """Shows the first-run view in place of the chat, with the pair for this machine."""
+        return self.pair_loading.show_onboarding()
+
+    @Slot()
+    def open_model_manager(self) -> ModelManagerDialog:
+        """Opens the library as a window-modal sheet."""
+        return self.pair_loading.open_model_manager()
 
     # Settings and the local server
 
@@ -359,10 +406,11 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
     @Slot()
     def open_tune_dialog(self) -> Any:
         """Opens the draft-length calibration for the loaded pair."""
-        if self._pair is None:
+        pair = self.pair_loading.pair
+        if pair is None:
             self.show_error("Load a model pair first, then tune its draft length.")
             return None
-        if self._pair.draft is None and not self.model_bar.uses_lookup():
+        if pair.draft is None and not self.model_bar.uses_lookup():
             self.show_error("Tuning needs a draft model: load a pair with a draft.")
             return None
         dialog = self.tune.open(self, self.panel.fixed_k(), self.live.snapshot().baseline_tps)
@@ -371,9 +419,10 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
 
     @Slot(int)
     def _on_best_k_found(self, k: int) -> None:
-        if self._pair is not None:
+        pair = self.pair_loading.pair
+        if pair is not None:
             best = dict(self._settings.best_k)
-            best[pair_key(self._pair.target, self._pair.draft)] = k
+            best[pair_key(pair.target, pair.draft)] = k
             self._save_settings(best_k=best)
 
     # Errors
@@ -410,6 +459,5 @@ class MainWindow(PairLoadingMixin, ChatViewMixin, QMainWindow):
         if self.chat.busy:
             self.chat.save_partial()  # the reply may not get to end before the app quits
         self._stop_own_work()
-        if self._hub is not None:
-            self._hub.shutdown()
+        self.pair_loading.shutdown()
         super().closeEvent(event)

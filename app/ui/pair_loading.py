@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Slot
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtWidgets import QWidget
 
 from app.errors import ModelError
 from app.remote import is_remote_target, target_name
@@ -16,8 +19,6 @@ from app.ui.onboarding import OnboardingView
 from app.ui.statusbar.load_progress import load_text
 
 if TYPE_CHECKING:
-    from PySide6.QtWidgets import QLabel, QMainWindow
-
     from app.engine.live import LiveStats
     from app.hub.library import ModelInfo
     from app.services import ChatController, EngineService
@@ -29,44 +30,95 @@ if TYPE_CHECKING:
     from app.ui.statusbar import StatusBar
     from app.ui.tune_flow import TuneFlow
 
-    _Window = QMainWindow
-else:
-    _Window = object
-
 LOAD_FIRST = "Load a target model first: choose its folder above and press Load."
 
 
-class PairLoadingMixin(_Window):
-    """The main window's model library, first run and pair loading."""
+@dataclass(frozen=True)
+class PairLoadingHost:
+    """What pair loading asks of the window it serves, and what it tells it.
 
-    if TYPE_CHECKING:
-        store: Store
-        service: EngineService
-        chat: ChatController
-        tune: TuneFlow
-        live: LiveStats
-        model_bar: ModelBar
-        panel: SpeculationPanel
-        status: StatusBar
-        onboarding_flow: OnboardingFlow
-        library_prompt: LibraryPrompt
-        error_banner: QLabel
-        _hub: HubService | None
-        _models_dir: Path | None
-        _pair: PairInfo | None
-        _settings: Settings
+    Attributes:
+        settings: The window's settings as they are now.
+        save_settings: Saves these changes to the settings.
+        show_error: Shows one line of trouble in the window.
+        hide_error: Hides the line of trouble.
+        error_text: The line of trouble on show, or the last one shown.
+        stop_own_work: Stops the window's reply in flight, keeping its text so far.
+        update_context: Shows how much of the loaded target's window the chat fills.
+    """
 
-        def show_error(self, message: str) -> None: ...
-        def hide_error(self) -> None: ...
-        def _stop_own_work(self) -> None: ...
-        def _update_context(self, used: int | None = None) -> None: ...
-        def _save_settings(self, **changes: object) -> None: ...
+    settings: Callable[[], Settings]
+    save_settings: Callable[..., None]
+    show_error: Callable[[str], None]
+    hide_error: Callable[[], None]
+    error_text: Callable[[], str]
+    stop_own_work: Callable[[], None]
+    update_context: Callable[[], None]
+
+
+class PairLoading(QObject):
+    """The window's model library, first run and pair loading; it owns the loaded pair."""
+
+    def __init__(
+        self,
+        service: EngineService,
+        store: Store,
+        models_dir: Path | None,
+        model_bar: ModelBar,
+        status: StatusBar,
+        panel: SpeculationPanel,
+        chat: ChatController,
+        tune: TuneFlow,
+        live: LiveStats,
+        onboarding_flow: OnboardingFlow,
+        library_prompt: LibraryPrompt,
+        host: PairLoadingHost,
+        parent: QWidget,
+    ) -> None:
+        """Loads pairs on ``service`` for the window ``parent``, which also owns its dialogs.
+
+        Args:
+            service: The engine that loads the pair.
+            store: Where the pair's lifetime figures live.
+            models_dir: Tandem's models folder; the default one when ``None``.
+            model_bar: The target and draft choice and its Load button.
+            status: The status bar, which shows the pair and the load's progress.
+            panel: The speculation panel, shown the loaded pair's figures.
+            chat: The window's replies, told the loaded pair.
+            tune: The draft-length calibration, told the loaded pair.
+            live: The live figures, reset for each pair.
+            onboarding_flow: The first-run view, closed once a pair loads.
+            library_prompt: The library's pairs offered while nothing is loaded.
+            host: What pair loading asks of the window.
+            parent: The window: the owner of this, the Hub thread and the dialogs.
+        """
+        super().__init__(parent)
+        self._service = service
+        self._store = store
+        self._models_dir = models_dir
+        self._model_bar = model_bar
+        self._status = status
+        self._panel = panel
+        self._chat = chat
+        self._tune = tune
+        self._live = live
+        self._onboarding_flow = onboarding_flow
+        self._library_prompt = library_prompt
+        self._host = host
+        self._window = parent
+        self._hub: HubService | None = None
+        self._pair: PairInfo | None = None
+
+    @property
+    def pair(self) -> PairInfo | None:
+        """The loaded pair, or ``None`` while nothing is loaded."""
+        return self._pair
 
     @property
     def hub(self) -> HubService:
         """The downloads and imports thread, started on first use."""
         if self._hub is None:
-            self.set_hub(HubService(self))
+            self.set_hub(HubService(self._window))
         assert self._hub is not None
         return self._hub
 
@@ -74,12 +126,18 @@ class PairLoadingMixin(_Window):
         """Uses ``hub`` for downloads and imports (tests pass a fake)."""
         self._hub = hub
 
+    def shutdown(self) -> None:
+        """Stops the downloads and imports thread, if it was ever started."""
+        if self._hub is not None:
+            self._hub.shutdown()
+
     def models_dir(self) -> Path:
+        """Tandem's models folder: the one given, else the default one."""
         from app.hub import default_models_dir
 
         return self._models_dir or default_models_dir()
 
-    def _library(self) -> list[ModelInfo]:
+    def library(self) -> list[ModelInfo]:
         """The library's usable models."""
         from app.hub import scan_library
 
@@ -90,10 +148,10 @@ class PairLoadingMixin(_Window):
 
     def update_library_prompt(self) -> None:
         """Offers the library's pairs while nothing is loaded or loading, else hides them."""
-        idle = self._pair is None and not self.model_bar.is_loading()
-        library = self._library() if idle and self.onboarding_flow.view is None else []
+        idle = self._pair is None and not self._model_bar.is_loading()
+        library = self.library() if idle and self._onboarding_flow.view is None else []
         if not library:
-            self.library_prompt.hide()
+            self._library_prompt.hide()
             return
         from app.hub.catalog import load_catalog, recommend_local
         from app.hub.fit import usable_memory_bytes
@@ -106,25 +164,25 @@ class PairLoadingMixin(_Window):
             catalog = load_catalog()
         except ModelError:
             catalog = []
-        last = (self._settings.target or "", self._settings.draft or "")
+        settings = self._host.settings()
+        last = (settings.target or "", settings.draft or "")
         remote = is_remote_target(last[0]) if last[0] else False
         known = bool(last[0]) and (remote or Path(last[0]).expanduser().is_dir())
-        self.library_prompt.show_choices(
+        self._library_prompt.show_choices(
             len(library), last if known else None, recommend_local(library, catalog, usable)
         )
 
     def show_onboarding(self) -> OnboardingView:
         """Shows the first-run view in place of the chat, with the pair for this machine."""
-        return self.onboarding_flow.show()
+        return self._onboarding_flow.show()
 
-    @Slot()
     def open_model_manager(self) -> ModelManagerDialog:
         """Opens the library as a window-modal sheet."""
         dialog = ModelManagerDialog(
             self.models_dir(),
-            target=self.model_bar.target(),
-            draft=self.model_bar.draft(),
-            parent=self,
+            target=self._model_bar.target(),
+            draft=self._model_bar.draft(),
+            parent=self._window,
             hub=self.hub,
             loaded=self._loaded_folders(),
         )
@@ -139,62 +197,66 @@ class PairLoadingMixin(_Window):
             return ()
         return (info.target, info.draft) if info.draft else (info.target,)
 
+    @Slot()
+    def _on_models_requested(self) -> None:
+        self.open_model_manager()
+
     @Slot(str, str)
     def _on_pair_chosen(self, target: str, draft: str) -> None:
-        self.model_bar.set_pair(target, draft)
+        self._model_bar.set_pair(target, draft)
         self._on_load_requested(target, draft)
 
     @Slot(str, str)
     def _on_load_requested(self, target: str, draft: str) -> None:
         # The window's reply in flight stops first; its text so far is kept as usual.
-        self._stop_own_work()
-        self.hide_error()
-        self.library_prompt.hide()
-        self.model_bar.set_loading(True)
-        self.status.pair.show_loading(f"Loading {target_name(target)}")
-        self.status.load_progress.start()
-        self.service.load_pair(target, draft or None)
+        self._host.stop_own_work()
+        self._host.hide_error()
+        self._library_prompt.hide()
+        self._model_bar.set_loading(True)
+        self._status.pair.show_loading(f"Loading {target_name(target)}")
+        self._status.load_progress.start()
+        self._service.load_pair(target, draft or None)
 
     @Slot(object)
     def _on_load_progressed(self, p: LoadProgress) -> None:
-        self.status.load_progress.show_progress(p)
-        self.status.pair.show_loading(load_text(p))
+        self._status.load_progress.show_progress(p)
+        self._status.pair.show_loading(load_text(p))
 
     @Slot(object)
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self._pair = info
-        self.model_bar.set_loading(False)
-        self.status.load_progress.finish()
-        self.status.pair.show_pair(info)
-        self.chat.set_pair(info)
-        self.tune.set_pair(info)
-        self.onboarding_flow.close()
-        self.library_prompt.hide()
-        if self.error_banner.text() == LOAD_FIRST:  # sent while nothing was loaded
-            self.hide_error()
-        self.live.reset_pair()
-        self.live.set_lifetime(*self.store.pair_totals(info.target, info.draft))
+        self._model_bar.set_loading(False)
+        self._status.load_progress.finish()
+        self._status.pair.show_pair(info)
+        self._chat.set_pair(info)
+        self._tune.set_pair(info)
+        self._onboarding_flow.close()
+        self._library_prompt.hide()
+        if self._host.error_text() == LOAD_FIRST:  # sent while nothing was loaded
+            self._host.hide_error()
+        self._live.reset_pair()
+        self._live.set_lifetime(*self._store.pair_totals(info.target, info.draft))
         remote = info.target.startswith(("http://", "https://"))
-        self.panel.show_pair(self.live.snapshot(), remote)
-        self._update_context()
-        best = self._settings.best_k.get(pair_key(info.target, info.draft))
+        self._panel.show_pair(self._live.snapshot(), remote)
+        self._host.update_context()
+        best = self._host.settings().best_k.get(pair_key(info.target, info.draft))
         if best is not None:  # the calibrated k is this pair's fixed k; Auto stays as it is
-            self.panel.set_fixed_k(best)
-        self._save_settings(target=info.target, draft=info.draft)
+            self._panel.set_fixed_k(best)
+        self._host.save_settings(target=info.target, draft=info.draft)
 
     @Slot(object)
     def _on_failed(self, failure: EngineFailure) -> None:
         if failure.unloaded:  # out of memory: the engine dropped the pair
             self._pair = None
-            self.tune.set_pair(None)
-            self.status.pair.show_pair(None)
-            self._update_context()
+            self._tune.set_pair(None)
+            self._status.pair.show_pair(None)
+            self._host.update_context()
         if failure.stage == "load":
-            self.model_bar.set_loading(False)
-            self.status.load_progress.finish()
-            self.status.pair.show_pair(self._pair)
-            self.onboarding_flow.show_message(failure.message)
-            self.show_error(failure.message)
+            self._model_bar.set_loading(False)
+            self._status.load_progress.finish()
+            self._status.pair.show_pair(self._pair)
+            self._onboarding_flow.show_message(failure.message)
+            self._host.show_error(failure.message)
         if failure.unloaded or failure.stage == "load":
             self.update_library_prompt()
         # A reply's failure is the controller's, a calibration's Tune's: each says its own.
