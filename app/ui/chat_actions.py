@@ -74,6 +74,14 @@ class ChatActions(QObject):
         self._chats = chats
         self._host = host
         self._dialogs = parent
+        chats.delete_requested.connect(self._on_delete_conversation_requested)
+        transcript.stats_requested.connect(self._on_stats_requested)
+        transcript.copy_requested.connect(self._on_copy_requested)
+        transcript.edit_requested.connect(self._on_edit_requested)
+        transcript.edit_submitted.connect(self._on_edit_submitted)
+        transcript.regenerate_requested.connect(self._on_regenerate_requested)
+        transcript.delete_requested.connect(self._on_delete_message_requested)
+        transcript.branch_requested.connect(self._on_branch_requested)
 
     @Slot()
     def _on_delete_conversation_requested(self) -> None:

@@ -212,7 +212,6 @@ class MainWindow(ChatViewMixin, QMainWindow):
     def _connect(self) -> None:
         """Wires each feature's signals to what paints or acts on them."""
         self.chats.new_requested.connect(self._on_new_conversation_requested)
-        self.chats.delete_requested.connect(self.chat_actions._on_delete_conversation_requested)
         self.chats.conversation_selected.connect(self._on_conversation_selected)
         self.chats.search_hit_selected.connect(self._on_search_hit_selected)
         self.store_events.changed.connect(self._on_store_changed)
@@ -225,9 +224,6 @@ class MainWindow(ChatViewMixin, QMainWindow):
         self.chat.failed.connect(self._on_reply_failed)
         self.composer.send_requested.connect(self._on_send_requested)
         self.composer.stop_requested.connect(self._on_stop_requested)
-        loading = self.pair_loading
-        self.model_bar.load_requested.connect(loading._on_load_requested)
-        self.model_bar.models_requested.connect(loading._on_models_requested)
         self.presets_menu.applied.connect(self._on_preset_applied)
         self.presets_menu.failed.connect(self.show_error)
         self.panel.draft_length_changed.connect(self._on_draft_length_changed)
@@ -235,25 +231,11 @@ class MainWindow(ChatViewMixin, QMainWindow):
         self.panel.tune_requested.connect(self.open_tune_dialog)
         self.tune.busy_changed.connect(self.composer.set_busy)
         self.tune.best_k_found.connect(self._on_best_k_found)
-        self.onboarding_flow.pair_ready.connect(loading._on_pair_chosen)
-        self.onboarding_flow.models_requested.connect(loading._on_models_requested)
-        self.library_prompt.load_requested.connect(loading._on_pair_chosen)
-        self.library_prompt.models_requested.connect(loading._on_models_requested)
-        self.transcript.stats_requested.connect(self.chat_actions._on_stats_requested)
-        self.transcript.copy_requested.connect(self.chat_actions._on_copy_requested)
-        self.transcript.edit_requested.connect(self.chat_actions._on_edit_requested)
-        self.transcript.edit_submitted.connect(self.chat_actions._on_edit_submitted)
-        self.transcript.regenerate_requested.connect(self.chat_actions._on_regenerate_requested)
-        self.transcript.delete_requested.connect(self.chat_actions._on_delete_message_requested)
-        self.transcript.branch_requested.connect(self.chat_actions._on_branch_requested)
         self.transcript.code_copied.connect(
             lambda _code: self.status.showMessage("Code copied.", 3_000)
         )
         self.local_server.failed.connect(self.show_error)
         self.server_panel.switch_requested.connect(self._on_server_switch_requested)
-        self.service.load_progressed.connect(loading._on_load_progressed)
-        self.service.pair_loaded.connect(loading._on_pair_loaded)
-        self.service.failed.connect(loading._on_failed)
 
     def _restore(self) -> None:
         """Geometry, the last chat, the server if it was on, or the first-run view."""

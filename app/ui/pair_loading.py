@@ -108,6 +108,15 @@ class PairLoading(QObject):
         self._window = parent
         self._hub: HubService | None = None
         self._pair: PairInfo | None = None
+        model_bar.load_requested.connect(self._on_load_requested)
+        model_bar.models_requested.connect(self._on_models_requested)
+        onboarding_flow.pair_ready.connect(self._on_pair_chosen)
+        onboarding_flow.models_requested.connect(self._on_models_requested)
+        library_prompt.load_requested.connect(self._on_pair_chosen)
+        library_prompt.models_requested.connect(self._on_models_requested)
+        service.load_progressed.connect(self._on_load_progressed)
+        service.pair_loaded.connect(self._on_pair_loaded)
+        service.failed.connect(self._on_failed)
 
     @property
     def pair(self) -> PairInfo | None:
