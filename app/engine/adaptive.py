@@ -174,10 +174,10 @@ class DraftLength:
         """
         self._since_explore += 1
         plain = best.k == 0
-        trial = self._trial(profile, rates, best)
-        loss = max(0.0, 1.0 - trial.rate / best.rate) * trial.seconds if trial else 0.0
         due = plain or self._since_explore >= self.explore_every
-        if trial is not None and due and self._credit >= loss:
+        trial = self._trial(profile, rates, best) if due else None  # no planning while not due
+        loss = max(0.0, 1.0 - trial.rate / best.rate) * trial.seconds if trial else 0.0
+        if trial is not None and self._credit >= loss:
             # The try takes this plan's place: only the plans before it ran.
             self._credit = 0.0
             self._since_explore = 0
