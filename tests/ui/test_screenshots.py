@@ -5,6 +5,8 @@ They are written to ``build/screenshots/`` (ignored by git).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -168,6 +170,21 @@ def test_tune_dialog_screenshot_with_a_cuda_like_curve(qtbot: QtBot) -> None:
     assert dialog.charts.cost_series.count() == 17 and dialog.charts.pick_series.isVisible()
 
 
+@contextlib.contextmanager
+def _palette(mode: str) -> Iterator[QApplication]:
+    """The app in ``mode`` ("light" or "dark") for a screenshot, light again after it."""
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    OUT.mkdir(parents=True, exist_ok=True)
+    light = app.palette()
+    try:
+        if mode == "dark":
+            app.setPalette(dark_palette())
+        yield app
+    finally:
+        app.setPalette(light)
+
+
 def _grab(widget, name: str) -> QImage:  # type: ignore[no-untyped-def]
     """Shows ``widget``, lets it lay out, saves it as ``name``.png and returns the image."""
     widget.show()
@@ -189,13 +206,7 @@ def test_reply_figures_screenshots(qtbot: QtBot, mode: str) -> None:
     from app.ui.speculation_panel import SpeculationPanel
     from app.ui.statusbar import StatusBar
 
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    OUT.mkdir(parents=True, exist_ok=True)
-    light = app.palette()
-    try:
-        if mode == "dark":
-            app.setPalette(dark_palette())
+    with _palette(mode):
         live = LiveStats()
         live.set_lifetime(accepted=610, drafted=800)
         live.add([RoundStat(tokens=8, k=8, accepted=7, seconds=0.2)] * 31, baseline_tps=20.0)
@@ -217,8 +228,6 @@ def test_reply_figures_screenshots(qtbot: QtBot, mode: str) -> None:
         panel.show_snapshot(live.snapshot())
         _grab(panel, f"gauge-{mode}")
         assert panel.gauge.summary().startswith("Acceptance 12% this reply (recent")
-    finally:
-        app.setPalette(light)
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
@@ -229,13 +238,7 @@ def test_tune_and_welcome_screenshots(qtbot: QtBot, mode: str) -> None:
     from app.ui.tune_dialog import TuneDialog
     from tests.fakes import BUILTIN
 
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    OUT.mkdir(parents=True, exist_ok=True)
-    light = app.palette()
-    try:
-        if mode == "dark":
-            app.setPalette(dark_palette())
+    with _palette(mode):
         dialog = TuneDialog("Qwen2.5-7B + Qwen2.5-0.5B", [], BUILTIN)
         qtbot.addWidget(dialog)
         dialog.resize(900, 560)
@@ -254,8 +257,6 @@ def test_tune_and_welcome_screenshots(qtbot: QtBot, mode: str) -> None:
         view.show_loading(1 / 3, "Loading the target")
         _grab(view, f"welcome-loading-{mode}")
         assert view.progress_label.text() == "Loading the target…"
-    finally:
-        app.setPalette(light)
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
@@ -272,14 +273,8 @@ def test_issue_16_views_screenshots(
     from app.ui.settings_dialog import SettingsDialog
     from tests.ui.test_chat_list import _branched
 
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    OUT.mkdir(parents=True, exist_ok=True)
-    light = app.palette()
     monkeypatch.setattr(settings_dialog, "key_storage_status", lambda: "no system keychain")
-    try:
-        if mode == "dark":
-            app.setPalette(dark_palette())
+    with _palette(mode):
         composer = Composer()
         qtbot.addWidget(composer)
         composer.resize(640, 90)
@@ -319,8 +314,6 @@ def test_issue_16_views_screenshots(
         window.close()
         window.service.shutdown()
         store.close()
-    finally:
-        app.setPalette(light)
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
@@ -380,13 +373,7 @@ def test_empty_states_and_server_switch_screenshots(
     from app.ui.transcript import TranscriptView
     from tests.ui.conftest import FakeHub
 
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    OUT.mkdir(parents=True, exist_ok=True)
-    light = app.palette()
-    try:
-        if mode == "dark":
-            app.setPalette(dark_palette())
+    with _palette(mode):
         store = Store(tmp_path / "chats.sqlite3")
         window = MainWindow(
             store, EngineService(), SettingsFile(tmp_path / "s.json"), models_dir=tmp_path
@@ -431,8 +418,6 @@ def test_empty_states_and_server_switch_screenshots(
         )
         _grab(view, f"token-limit-{mode}")
         assert "Stopped at the 1,024-token limit." in view.toPlainText()
-    finally:
-        app.setPalette(light)
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
@@ -444,19 +429,13 @@ def test_library_prompt_screenshots(
 
     from app.hub import fit
 
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    OUT.mkdir(parents=True, exist_ok=True)
-    light = app.palette()
     monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None, **_: 16 * 1000**3)
     models = tmp_path / "models"
     for folder in (tiny.target, tiny.draft):
         shutil.copytree(folder, models / folder.name)
     settings = SettingsFile(tmp_path / "s.json")
     settings.save(Settings(target=str(models / "tiny-llama")))
-    try:
-        if mode == "dark":
-            app.setPalette(dark_palette())
+    with _palette(mode):
         store = Store(tmp_path / "chats.sqlite3")
         window = MainWindow(store, EngineService(), settings, models_dir=models)
         qtbot.addWidget(window)
@@ -469,8 +448,6 @@ def test_library_prompt_screenshots(
         window.close()
         window.service.shutdown()
         store.close()
-    finally:
-        app.setPalette(light)
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
@@ -480,13 +457,7 @@ def test_tune_estimate_and_quick_mode_screenshots(qtbot: QtBot, mode: str) -> No
     from app.ui.tune_dialog import TuneDialog
     from tests.fakes import BUILTIN
 
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    OUT.mkdir(parents=True, exist_ok=True)
-    light = app.palette()
-    try:
-        if mode == "dark":
-            app.setPalette(dark_palette())
+    with _palette(mode):
         dialog = TuneDialog("Qwen2.5-7B + Qwen2.5-0.5B", [], BUILTIN, plain_tps=6.0)
         qtbot.addWidget(dialog)
         dialog.resize(900, 560)
@@ -497,8 +468,6 @@ def test_tune_estimate_and_quick_mode_screenshots(qtbot: QtBot, mode: str) -> No
         dialog.show_progress(CalibrationProgress(1, 3, "k = 4, prompt 1 of 1", 10, 24, 7.0))
         _grab(dialog, f"tune-quick-running-{mode}")
         assert "(10 of 24 tokens)" in dialog.status.text()
-    finally:
-        app.setPalette(light)
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
@@ -510,13 +479,7 @@ def test_branch_arrows_screenshots(qtbot: QtBot, mode: str) -> None:
     from app.store import StoredMessage
     from app.ui.transcript import TranscriptView
 
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    OUT.mkdir(parents=True, exist_ok=True)
-    light = app.palette()
-    try:
-        if mode == "dark":
-            app.setPalette(dark_palette())
+    with _palette(mode):
         view = TranscriptView()
         qtbot.addWidget(view)
         view.resize(640, 220)
@@ -541,8 +504,6 @@ def test_branch_arrows_screenshots(qtbot: QtBot, mode: str) -> None:
         QApplication.sendEvent(view.viewport(), move)
         assert view.hovered_branch is not None
         _grab(view, f"branch-arrows-{mode}")
-    finally:
-        app.setPalette(light)
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
@@ -551,13 +512,7 @@ def test_edit_in_place_screenshots(qtbot: QtBot, mode: str) -> None:
     from app.store import StoredMessage
     from app.ui.transcript import TranscriptView
 
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    OUT.mkdir(parents=True, exist_ok=True)
-    light = app.palette()
-    try:
-        if mode == "dark":
-            app.setPalette(dark_palette())
+    with _palette(mode):
         view = TranscriptView()
         qtbot.addWidget(view)
         view.resize(640, 360)
@@ -580,5 +535,3 @@ def test_edit_in_place_screenshots(qtbot: QtBot, mode: str) -> None:
         answer = view.cursorRect(view.document().find("A small model drafts")).top()
         assert view.editor.geometry().bottom() < answer  # the reply shows below the editor
         assert _colours(image) > 8
-    finally:
-        app.setPalette(light)
