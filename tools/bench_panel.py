@@ -68,7 +68,7 @@ def main() -> int:
     window.panel.set_num_draft(args.k)
 
     def reply(text: str) -> float:
-        window._on_new_conversation_requested()
+        window.chat_view.new_conversation()
         window.composer.editor.setPlainText(text)
         window.composer.send_button.click()
         return float(wait(service.generation_finished).finished.stats.generation_tps)

@@ -1,16 +1,18 @@
 """The chat on show: the conversation the transcript shows, sending, Stop and the reply.
 
-The reply's life is :class:`ChatController`'s; this part of the window picks
-the conversation to show, asks for replies and paints what the controller
-says of the one streaming: its text, the live figures and the context used.
+The reply's life is :class:`ChatController`'s; :class:`ChatView` picks the
+conversation to show, asks for replies and paints what the controller says of
+the one streaming: its text, the live figures and the context used.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Slot
+from PySide6.QtCore import QObject, Slot
 
 from app.engine.costs import K_MAX
 from app.engine.types import GenerationParams
@@ -21,60 +23,161 @@ from app.ui.pair_loading import LOAD_FIRST
 from app.ui.transcript_style import finish_note, reading_note
 
 if TYPE_CHECKING:
-    from PySide6.QtWidgets import QMainWindow
-
     from app.engine.live import LiveStats
-    from app.services import ChatController, EngineService
+    from app.services import ChatController, EngineService, PairInfo, StoreEvents
     from app.store import Settings, Store
     from app.ui.chat_list import ChatList
     from app.ui.composer import Composer
     from app.ui.model_bar import ModelBar
-    from app.ui.pair_loading import PairLoading
     from app.ui.speculation_panel import SpeculationPanel
     from app.ui.statusbar import StatusBar
     from app.ui.transcript import TranscriptView
     from app.ui.tune_flow import TuneFlow
 
-    _Window = QMainWindow
-else:
-    _Window = object
+
+@dataclass(frozen=True)
+class ChatViewHost:
+    """What the chat view asks of the window it serves.
+
+    Attributes:
+        settings: The window's settings as they are now.
+        save_settings: Saves these changes to the settings.
+        show_error: Shows one line of trouble in the window.
+        hide_error: Hides the line of trouble.
+        pair: The loaded pair, or ``None`` while none is loaded.
+    """
+
+    settings: Callable[[], Settings]
+    save_settings: Callable[..., None]
+    show_error: Callable[[str], None]
+    hide_error: Callable[[], None]
+    pair: Callable[[], PairInfo | None]
 
 
-class ChatViewMixin(_Window):
-    """The main window's chat on show and the reply streaming into it."""
+class ChatView(QObject):
+    """The window's chat on show and the reply streaming into it.
 
-    if TYPE_CHECKING:
-        store: Store
-        service: EngineService
-        chat: ChatController
-        tune: TuneFlow
-        live: LiveStats
-        chats: ChatList
-        transcript: TranscriptView
-        composer: Composer
-        model_bar: ModelBar
-        panel: SpeculationPanel
-        status: StatusBar
-        _settings: Settings
-        pair_loading: PairLoading
-        _conversation_id: int | None
-        _pending_system_prompt: str | None
-        _context_used: int | None
-        _context_idle: int
+    It owns which conversation is on show, the system prompt a new chat starts
+    with, and how much of the target's window the chat fills.
+    """
 
-        def show_error(self, message: str) -> None: ...
-        def hide_error(self) -> None: ...
-        def _save_settings(self, **changes: object) -> None: ...
+    def __init__(
+        self,
+        store: Store,
+        events: StoreEvents,
+        chat: ChatController,
+        service: EngineService,
+        tune: TuneFlow,
+        live: LiveStats,
+        chats: ChatList,
+        transcript: TranscriptView,
+        composer: Composer,
+        model_bar: ModelBar,
+        panel: SpeculationPanel,
+        status: StatusBar,
+        host: ChatViewHost,
+        parent: QObject,
+    ) -> None:
+        """Shows ``store``'s chats in ``transcript`` and streams ``chat``'s replies into it.
+
+        Args:
+            store: Where the chats live.
+            events: The store's changes, which repaint the chat on show.
+            chat: The window's reply: started, stopped and painted here.
+            service: The engine, asked whether it is busy.
+            tune: The draft-length calibration, which Stop also ends.
+            live: The live figures of the reply in flight.
+            chats: The chat list: new chat, selection and search hits.
+            transcript: Where the chat on show and the reply are painted.
+            composer: The message field with Send and Stop.
+            model_bar: The temperature and prompt-lookup choices.
+            panel: The speculation panel: the draft length and the live gauge.
+            status: The status bar: live figures, the context and passing messages.
+            host: What the chat view asks of the window.
+            parent: The window, the chat view's owner.
+        """
+        super().__init__(parent)
+        self._store = store
+        self._chat = chat
+        self._service = service
+        self._tune = tune
+        self._live = live
+        self._chats = chats
+        self._transcript = transcript
+        self._composer = composer
+        self._model_bar = model_bar
+        self._panel = panel
+        self._status = status
+        self._host = host
+        self._conversation_id: int | None = None
+        self._pending_system_prompt: str | None = None
+        self._context_used: int | None = 0  # None while a reply's prompt is not counted
+        self._context_idle = 0  # the count before the reply in flight, should it end uncounted
+        chats.new_requested.connect(self._on_new_requested)
+        chats.conversation_selected.connect(self._on_conversation_selected)
+        chats.search_hit_selected.connect(self._on_search_hit_selected)
+        events.changed.connect(self._on_store_changed)
+        chat.started.connect(self._on_reply_started)
+        chat.stopping.connect(self._on_reply_stopping)
+        chat.reading.connect(self._on_reply_reading)
+        chat.grew.connect(self._on_reply_grew)
+        chat.saved.connect(self._on_reply_saved)
+        chat.ended.connect(self._on_reply_ended)
+        chat.failed.connect(self._on_reply_failed)
+        composer.send_requested.connect(self._on_send_requested)
+        composer.stop_requested.connect(self._on_stop_requested)
+
+    @property
+    def conversation_id(self) -> int | None:
+        """The conversation on show, or ``None`` before the first message of a new chat."""
+        return self._conversation_id
+
+    @property
+    def pending_system_prompt(self) -> str | None:
+        """The system prompt the next new chat starts with (the last preset's), if any."""
+        return self._pending_system_prompt
+
+    @property
+    def context_used(self) -> int | None:
+        """Tokens of the target's window the chat fills; ``None`` while being counted."""
+        return self._context_used
 
     # Choosing the chat
 
     @Slot()
-    def _on_new_conversation_requested(self) -> None:
+    def new_conversation(self) -> None:
+        """Shows an empty chat; it is created with its first message (File ▸ New Chat)."""
         self._conversation_id = None
-        self.chats.clear_selection()
-        self.transcript.show_messages([])
-        self._update_context(0)
-        self.composer.focus()
+        self._chats.clear_selection()
+        self._transcript.show_messages([])
+        self._context_used = 0
+        self.update_context()
+        self._composer.focus()
+
+    def forget_conversation(self) -> None:
+        """Shows no chat: the one on show was deleted, another may be picked next."""
+        self._conversation_id = None
+
+    def repaint(self) -> None:
+        """Paints the chat on show again (new colours), unless a reply streams."""
+        if self._conversation_id is not None and not self._chat.busy:
+            self._show_conversation(self._conversation_id)
+
+    def use_system_prompt(self, prompt: str | None) -> None:
+        """Gives the chat on show ``prompt`` if it has none, and new chats start with it.
+
+        Args:
+            prompt: A preset's system prompt; empty or ``None`` for none.
+        """
+        cid = self._conversation_id
+        conversation = self._store.conversation(cid) if cid is not None else None
+        if conversation is not None and prompt and not conversation.system_prompt:
+            self._store.set_system_prompt(conversation.id, prompt)
+        self._pending_system_prompt = prompt or None
+
+    @Slot()
+    def _on_new_requested(self) -> None:
+        self.new_conversation()
 
     @Slot(int)
     def _on_conversation_selected(self, cid: int) -> None:
@@ -83,16 +186,16 @@ class ChatViewMixin(_Window):
 
     @Slot(int, int)
     def _on_search_hit_selected(self, cid: int, message_id: int) -> None:
-        reply = self.chat.reply
+        reply = self._chat.reply
         streaming_here = reply is not None and reply.conversation_id == cid
-        shown = {m.id for m in self.store.messages(cid)}
+        shown = {m.id for m in self._store.messages(cid)}
         # The hit may be on another branch: that branch comes on screen, unless a
         # reply streams into the branch shown.
         if message_id not in shown and not streaming_here:
             with contextlib.suppress(ValueError):  # deleted since the search ran
-                self.store.switch_branch(message_id)
+                self._store.switch_branch(message_id)
         self._show_conversation(cid)
-        self.transcript.highlight_message(message_id)
+        self._transcript.highlight_message(message_id)
 
     @Slot(object)
     def _on_store_changed(self, change: StoreChange) -> None:
@@ -104,167 +207,170 @@ class ChatViewMixin(_Window):
         cid = self._conversation_id
         if change.kind != "messages" or cid is None or cid not in change.conversation_ids:
             return
-        reply = self.chat.reply
-        if self.chat.saving or (reply is not None and reply.conversation_id == cid):
+        reply = self._chat.reply
+        if self._chat.saving or (reply is not None and reply.conversation_id == cid):
             return
         self._show_conversation(cid)
 
     def _show_conversation(self, conversation_id: int, upto: int | None = None) -> None:
         self._conversation_id = conversation_id
-        reply = self.chat.reply
+        reply = self._chat.reply
         streaming = (
             reply if reply is not None and reply.conversation_id == conversation_id else None
         )
         # The streaming reply, saved so far, is shown below as it streams.
         messages = [
             m
-            for m in self.store.messages(conversation_id)
+            for m in self._store.messages(conversation_id)
             if reply is None or m.id != reply.message_id
         ]
         if upto is not None:  # a regenerated reply replaces what followed its prompt
             ids = [m.id for m in messages]
             messages = messages[: ids.index(upto) + 1] if upto in ids else messages
-        self.transcript.show_messages(messages, self.store.branches(conversation_id))
+        self._transcript.show_messages(messages, self._store.branches(conversation_id))
         last = next((m.stats for m in reversed(messages) if m.stats is not None), None)
         self._context_idle = last.context_tokens if last else 0
         # While a reply streams here, the context is the reply's, not the last one saved.
         self._context_used = self._context_idle if streaming is None else streaming.context_tokens
-        self._update_context()
+        self.update_context()
         if streaming is not None:
-            self.transcript.begin_reply()
+            self._transcript.begin_reply()
             if streaming.reading is not None:
-                self.transcript.show_reading(reading_note(streaming.reading))
-            self.transcript.append_segments(streaming.segments)
+                self._transcript.show_reading(reading_note(streaming.reading))
+            self._transcript.append_segments(streaming.segments)
 
-    def _update_context(self, used: int | None = None) -> None:
-        """Shows how much of the target's window the conversation fills."""
-        if used is not None:
-            self._context_used = used
-        pair = self.pair_loading.pair
+    def update_context(self) -> None:
+        """Shows how much of the loaded target's window the chat on show fills."""
+        pair = self._host.pair()
         window = pair.context_length if pair is not None else None
-        self.status.context.show_usage(self._context_used, window)
+        self._status.show_context(self._context_used, window)
 
     # Sending and the reply
 
     def params(self) -> GenerationParams:
         """What the window's replies are asked with: the settings and the bars' choices."""
-        s = self._settings
+        s = self._host.settings()
         return GenerationParams(
             max_tokens=s.max_tokens,
-            temperature=self.model_bar.temperature(),
+            temperature=self._model_bar.temperature(),
             top_p=s.top_p,
             top_k=s.top_k,
             min_p=s.min_p,
             repetition_penalty=s.repetition_penalty,
             seed=s.seed,
-            num_draft=self.panel.num_draft(),
+            num_draft=self._panel.num_draft(),
             k_max=K_MAX,  # Auto may plan as far as the slider reaches
-            prompt_lookup=self.model_bar.uses_lookup(),
+            prompt_lookup=self._model_bar.uses_lookup(),
         )
+
+    def start_reply(self, cid: int, parent_id: int | None = None) -> None:
+        """Asks for the conversation's next reply; it is shown once the reply starts.
+
+        Args:
+            cid: The conversation to reply in.
+            parent_id: The message to reply to; its last message when ``None``.
+        """
+        self._chat.start(cid, self.params(), parent_id)
+
+    def stop(self) -> None:
+        """Stops the window's reply and calibration; the server's replies run on."""
+        self._chat.cancel()
+        self._tune.cancel()
 
     @Slot(str)
     def _on_send_requested(self, text: str) -> None:
-        if self.service.busy:
+        if self._service.busy:
             return
-        if self.pair_loading.pair is None:
-            self.show_error(LOAD_FIRST)
+        if self._host.pair() is None:
+            self._host.show_error(LOAD_FIRST)
             return
-        self.hide_error()
+        self._host.hide_error()
         if self._conversation_id is None:
             title = " ".join(text.split())[:48]
-            conversation = self.store.create_conversation(
+            conversation = self._store.create_conversation(
                 title, system_prompt=self._pending_system_prompt
             )
             self._conversation_id = conversation.id
         cid = self._conversation_id
-        self.store.add_message(cid, "user", text)
-        self.composer.clear()
-        self._start_reply(cid)
-        self._save_settings(
-            num_draft=self.panel.fixed_k(),
-            auto_draft=self.panel.auto_draft(),
-            prompt_lookup=self.model_bar.uses_lookup(),
-            temperature=self.model_bar.temperature(),
+        self._store.add_message(cid, "user", text)
+        self._composer.clear()
+        self.start_reply(cid)
+        self._host.save_settings(
+            num_draft=self._panel.fixed_k(),
+            auto_draft=self._panel.auto_draft(),
+            prompt_lookup=self._model_bar.uses_lookup(),
+            temperature=self._model_bar.temperature(),
         )
-
-    def _start_reply(self, cid: int, parent_id: int | None = None) -> None:
-        """Asks for the conversation's next reply; :meth:`_on_reply_started` shows it."""
-        self.chat.start(cid, self.params(), parent_id)
 
     @Slot()
     def _on_stop_requested(self) -> None:
-        self._stop_own_work()
-
-    def _stop_own_work(self) -> None:
-        """Stops the window's reply and calibration; the server's replies run on."""
-        self.chat.cancel()
-        self.tune.cancel()
+        self.stop()
 
     @Slot(object)
     def _on_reply_started(self, reply: Reply) -> None:
-        self.chats.select(reply.conversation_id)
+        self._chats.select(reply.conversation_id)
         self._show_conversation(reply.conversation_id, upto=reply.upto)  # begins the reply
-        self.composer.set_busy(True)
-        self.live.begin_message()
+        self._composer.set_busy(True)
+        self._live.begin_message()
         # Nothing of the last reply stays on show: this one's figures come as it streams.
-        snapshot = self.live.snapshot()
-        self.status.show_live(snapshot)
-        self.panel.show_live(snapshot)
+        snapshot = self._live.snapshot()
+        self._status.show_live(snapshot)
+        self._panel.show_live(snapshot)
 
     @Slot(object)
     def _on_reply_stopping(self, _reply: Reply) -> None:
         # The engine stops at its next check; until the end arrives, say Stop was heard.
-        self.composer.show_stopping()
-        self.status.showMessage(STOPPING_TEXT)
+        self._composer.show_stopping()
+        self._status.showMessage(STOPPING_TEXT)
 
     @Slot(object)
     def _on_reply_reading(self, reading: ReplyReading) -> None:
         if self._conversation_id == reading.conversation_id:
-            self.transcript.show_reading(reading_note(reading.reading))
+            self._transcript.show_reading(reading_note(reading.reading))
 
     @Slot(object)
     def _on_reply_grew(self, growth: ReplyGrowth) -> None:
         if self._conversation_id == growth.conversation_id:
-            self.transcript.append_segments(growth.segments)
+            self._transcript.append_segments(growth.segments)
             self._context_used = growth.context_tokens
-            self._update_context()
+            self.update_context()
         # Batches arrive at most about 30 times a second: one repaint each.
-        self.live.add(growth.rounds, growth.baseline_tps)
+        self._live.add(growth.rounds, growth.baseline_tps)
         auto_k = next((r.k for r in reversed(growth.rounds) if r.auto and r.k), None)
         if auto_k is not None:
-            self.panel.show_auto_k(auto_k)
-        snapshot = self.live.snapshot()
-        self.status.show_live(snapshot)
-        self.panel.show_live(snapshot)
+            self._panel.show_auto_k(auto_k)
+        snapshot = self._live.snapshot()
+        self._status.show_live(snapshot)
+        self._panel.show_live(snapshot)
 
     @Slot(object)
     def _on_reply_saved(self, saved: ReplySaved) -> None:
         cid = saved.conversation_id
         if cid != self._conversation_id:
             return
-        self.chats.select(cid)
+        self._chats.select(cid)
         if saved.branched:
             self._show_conversation(cid)  # shows the new branch's switcher
             return
         message_id = saved.message.id if saved.message is not None else None
         stats_id = message_id if saved.stats is not None else None
         note = finish_note(saved.finish_reason, saved.stats)
-        self.transcript.end_reply(note, stats_id, message_id=message_id)
+        self._transcript.end_reply(note, stats_id, message_id=message_id)
 
     @Slot(object)
     def _on_reply_ended(self, ended: ReplyEnded) -> None:
-        self.composer.set_busy(False)
-        if self.status.currentMessage() == STOPPING_TEXT:
-            self.status.clearMessage()
+        self._composer.set_busy(False)
+        if self._status.currentMessage() == STOPPING_TEXT:
+            self._status.clearMessage()
         if ended.stats is not None:
             # The final figures replace the live ones, in the panel as in the status bar.
-            self.live.finish_message(ended.stats)
-            self.panel.show_live(self.live.snapshot())
-            self.status.show_reply_stats(ended.stats)
+            self._live.finish_message(ended.stats)
+            self._panel.show_live(self._live.snapshot())
+            self._status.show_reply_stats(ended.stats)
         used = ended.context_tokens
         self._context_used = self._context_idle if used is None else used
-        self._update_context()
+        self.update_context()
 
     @Slot(object)
     def _on_reply_failed(self, failure: ReplyFailure) -> None:
-        self.show_error(failure.message)
+        self._host.show_error(failure.message)

@@ -27,12 +27,13 @@ from PySide6.QtWidgets import (
 
 from app.engine.costs import K_MAX
 from app.engine.live import LiveStats
+from app.engine.types import GenerationParams
 from app.services import ChatController, EngineService, HubService, StoreEvents
 from app.store import Settings, SettingsFile, Store, pair_key
 from app.store.presets import Preset, PresetsFile
 from app.ui.chat_actions import ChatActions, ChatHost
 from app.ui.chat_list import ChatList
-from app.ui.chat_view import ChatViewMixin
+from app.ui.chat_view import ChatView, ChatViewHost
 from app.ui.composer import Composer
 from app.ui.editing_keys import EditingKeysFirst
 from app.ui.local_server import LocalServer
@@ -67,7 +68,7 @@ SERVER_FIELDS = ("server_enabled", "server_host", "server_port", "server_cors_or
 __all__ = ["TUNE_KS", "MainWindow"]
 
 
-class MainWindow(ChatViewMixin, QMainWindow):
+class MainWindow(QMainWindow):
     """Conversation list, transcript, composer, model bar and status bar."""
 
     def __init__(
@@ -95,17 +96,14 @@ class MainWindow(ChatViewMixin, QMainWindow):
         self._restore()
 
     def _init_state(self) -> None:
-        """What the window keeps track of: the settings and the chat on show."""
+        """What the window keeps track of: the settings and the live figures."""
         self._settings: Settings = self._settings_file.load()
-        self._conversation_id: int | None = None
-        self._pending_system_prompt: str | None = None
-        self._context_used: int | None = 0  # None while a reply's prompt is not counted
-        self._context_idle = 0  # the count before the reply in flight, should it end uncounted
         self.live = LiveStats(max_positions=K_MAX)  # every position a draft can reach
 
-    def _forget_conversation(self) -> None:
-        """Shows no chat: the one on show was deleted, another may be picked next."""
-        self._conversation_id = None
+    @property
+    def settings(self) -> Settings:
+        """The settings as they are now: the file's, with the window's changes saved."""
+        return self._settings
 
     def _install_editing_keys(self) -> None:
         # Ctrl+Backspace edits the focused text field; it never deletes a chat.
@@ -162,10 +160,34 @@ class MainWindow(ChatViewMixin, QMainWindow):
             PresetsFile(data / "presets.json"), self.model_bar, self.panel, self
         )
         self.tune = TuneFlow(self.service, self.store, data / "calibrations.json", self)
+        self.chat_view = ChatView(
+            self.store,
+            self.store_events,
+            self.chat,
+            self.service,
+            self.tune,
+            self.live,
+            self.chats,
+            self.transcript,
+            self.composer,
+            self.model_bar,
+            self.panel,
+            self.status,
+            ChatViewHost(
+                settings=lambda: self._settings,
+                save_settings=self._save_settings,
+                show_error=self.show_error,
+                hide_error=self.hide_error,
+                pair=lambda: self.pair_loading.pair,  # made below, before any signal comes
+            ),
+            self,
+        )
         self.onboarding_flow = OnboardingFlow(
             self.pages, lambda: self.hub, self.models_dir, self.service, self
         )
-        self.local_server = LocalServer(self.service, self.params, self.status.server, self)
+        self.local_server = LocalServer(
+            self.service, self.chat_view.params, self.status.server, self
+        )
         self.server, self.server_panel = self.local_server.service, self.local_server.panel
         self.chat_actions = ChatActions(
             self.store,
@@ -174,12 +196,12 @@ class MainWindow(ChatViewMixin, QMainWindow):
             self.transcript,
             self.chats,
             ChatHost(
-                conversation_id=lambda: self._conversation_id,
+                conversation_id=lambda: self.chat_view.conversation_id,
                 pair_loaded=lambda: self.pair_loading.pair is not None,
                 show_error=self.show_error,
-                start_reply=self._start_reply,
+                start_reply=self.chat_view.start_reply,
                 show_status=self.status.showMessage,
-                forget_conversation=self._forget_conversation,
+                forget_conversation=self.chat_view.forget_conversation,
             ),
             self,
         )
@@ -201,8 +223,8 @@ class MainWindow(ChatViewMixin, QMainWindow):
                 show_error=self.show_error,
                 hide_error=self.hide_error,
                 error_text=self.error_banner.text,
-                stop_own_work=self._stop_own_work,
-                update_context=self._update_context,
+                stop_own_work=self.chat_view.stop,
+                update_context=self.chat_view.update_context,
             ),
             self,
         )
@@ -210,20 +232,11 @@ class MainWindow(ChatViewMixin, QMainWindow):
         self.chats.add_actions(list(self.menus.chat_actions))  # the list's context menu
 
     def _connect(self) -> None:
-        """Wires each feature's signals to what paints or acts on them."""
-        self.chats.new_requested.connect(self._on_new_conversation_requested)
-        self.chats.conversation_selected.connect(self._on_conversation_selected)
-        self.chats.search_hit_selected.connect(self._on_search_hit_selected)
-        self.store_events.changed.connect(self._on_store_changed)
-        self.chat.started.connect(self._on_reply_started)
-        self.chat.stopping.connect(self._on_reply_stopping)
-        self.chat.reading.connect(self._on_reply_reading)
-        self.chat.grew.connect(self._on_reply_grew)
-        self.chat.saved.connect(self._on_reply_saved)
-        self.chat.ended.connect(self._on_reply_ended)
-        self.chat.failed.connect(self._on_reply_failed)
-        self.composer.send_requested.connect(self._on_send_requested)
-        self.composer.stop_requested.connect(self._on_stop_requested)
+        """Wires each feature's signals to what paints or acts on them.
+
+        The composed features (the chat view, chat actions, pair loading) wire
+        their own sources; what is left crosses between features.
+        """
         self.presets_menu.applied.connect(self._on_preset_applied)
         self.presets_menu.failed.connect(self.show_error)
         self.panel.draft_length_changed.connect(self._on_draft_length_changed)
@@ -250,6 +263,10 @@ class MainWindow(ChatViewMixin, QMainWindow):
         if not self.model_bar.target() and not self.pair_loading.library():
             self.show_onboarding()
         self.pair_loading.update_library_prompt()
+
+    def params(self) -> GenerationParams:
+        """What the window's replies are asked with (see :meth:`ChatView.params`)."""
+        return self.chat_view.params()
 
     @property
     def onboarding(self) -> OnboardingView | None:
@@ -318,10 +335,10 @@ class MainWindow(ChatViewMixin, QMainWindow):
 
     @Slot()
     def _on_clear_data_requested(self) -> None:
-        self._stop_own_work()
+        self.chat_view.stop()
         for c in self.store.conversations():
             self.store.delete_conversation(c.id)
-        self._conversation_id = None
+        self.chat_view.forget_conversation()
         self.transcript.show_messages([])
         self._settings = Settings()
         try:
@@ -344,11 +361,7 @@ class MainWindow(ChatViewMixin, QMainWindow):
             seed=preset.seed,
             prompt_lookup=preset.prompt_lookup,
         )
-        cid = self._conversation_id
-        conversation = self.store.conversation(cid) if cid is not None else None
-        if conversation is not None and preset.system_prompt and not conversation.system_prompt:
-            self.store.set_system_prompt(conversation.id, preset.system_prompt)
-        self._pending_system_prompt = preset.system_prompt or None
+        self.chat_view.use_system_prompt(preset.system_prompt)
         self.status.showMessage(f"Preset “{preset.name}” applied.", 4_000)
 
     @Slot()
@@ -359,7 +372,7 @@ class MainWindow(ChatViewMixin, QMainWindow):
 
     def save_preset(self, name: str) -> Preset | None:
         """Saves the current sampling and draft settings under ``name``."""
-        cid = self._conversation_id
+        cid = self.chat_view.conversation_id
         conversation = self.store.conversation(cid) if cid is not None else None
         prompt = (conversation.system_prompt or "") if conversation else ""
         return self.presets_menu.save_current(name, self._settings, prompt)
@@ -375,8 +388,7 @@ class MainWindow(ChatViewMixin, QMainWindow):
     def _on_colour_toggled(self, on: bool) -> None:
         self.transcript.colour = on
         self._save_settings(colour_tokens=on)
-        if self._conversation_id is not None and not self.chat.busy:
-            self._show_conversation(self._conversation_id)
+        self.chat_view.repaint()
 
     @Slot(bool)
     def _on_panel_toggled(self, on: bool) -> None:
@@ -429,17 +441,15 @@ class MainWindow(ChatViewMixin, QMainWindow):
     def changeEvent(self, event: QEvent) -> None:
         # Light/dark switched in System Settings: code colours follow the new palette.
         # Qt sends palette events while the window is still being built.
-        chat, cid = getattr(self, "chat", None), getattr(self, "_conversation_id", None)
-        idle = chat is not None and not chat.busy and cid is not None and self.isVisible()
-        if event.type() == QEvent.Type.PaletteChange and idle:
-            assert self._conversation_id is not None
-            self._show_conversation(self._conversation_id)
+        chat_view: ChatView | None = getattr(self, "chat_view", None)
+        if event.type() == QEvent.Type.PaletteChange and chat_view is not None and self.isVisible():
+            chat_view.repaint()
         super().changeEvent(event)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         QSettings().setValue("window/geometry", self.saveGeometry())
         if self.chat.busy:
             self.chat.save_partial()  # the reply may not get to end before the app quits
-        self._stop_own_work()
+        self.chat_view.stop()
         self.pair_loading.shutdown()
         super().closeEvent(event)

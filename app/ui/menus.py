@@ -105,7 +105,7 @@ def build_menus(w: MainWindow, panel_shown: bool) -> Menus:
     bar = w.menuBar()
 
     file_menu = bar.addMenu("&File")
-    _action(w, file_menu, "&New Chat", w._on_new_conversation_requested, keys.New)
+    _action(w, file_menu, "&New Chat", w.chat_view.new_conversation, keys.New)
     acts = w.chat_actions  # the chat actions the window composed
     chat_actions = (
         _action(w, file_menu, "&Rename Chat…", acts._on_rename_conversation_requested),

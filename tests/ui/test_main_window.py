@@ -356,7 +356,7 @@ def test_k_slider_applies_to_the_reply_in_flight(qtbot: QtBot, make_window) -> N
         gate.set()
     assert seen[0] == 4 and seen[-1] is None
     assert window.panel.k_value.text() == "auto"  # no round since said Auto chose its k
-    assert window._settings.auto_draft and window._settings.num_draft == 7
+    assert window.settings.auto_draft and window.settings.num_draft == 7
 
 
 def test_a_new_install_drafts_with_auto_up_to_16(qtbot: QtBot, make_window) -> None:
@@ -475,7 +475,7 @@ def test_tune_runs_a_sweep_saves_the_best_k_and_charts_it(
     assert dialog.charts.cost_series.count() == 17
     assert dialog.plan_label.text().startswith("Auto picks k = ")
     key = pair_key(str(tiny.target), str(tiny.copy))
-    assert window._settings.best_k == {key: result.best_k}
+    assert window.settings.best_k == {key: result.best_k}
     assert SettingsFile(tmp_path / "settings.json").load().best_k == {key: result.best_k}
     assert dialog.calibration == result
     png = tmp_path / "sweep.png"
@@ -630,6 +630,16 @@ def test_context_indicator_fills_and_warns(qtbot: QtBot, make_window, monkeypatc
     assert "start a new chat" in window.status.context.toolTip()
     window.chats.new_requested.emit()
     assert window.status.context.text() == "Context 0 / 1,000"
+
+
+def test_the_chat_view_says_which_chat_is_on_show(qtbot: QtBot, make_window) -> None:
+    window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
+    assert window.chat_view.conversation_id is None and window.chat_view.context_used == 0
+    _load(qtbot, window, "/m/target", "/m/draft")
+    _send(qtbot, window, "Hello")
+    assert window.chat_view.conversation_id == window.store.conversations()[0].id
+    window.chats.new_requested.emit()
+    assert window.chat_view.conversation_id is None and window.chat_view.context_used == 0
 
 
 def _assistant_rows(window: MainWindow) -> list:

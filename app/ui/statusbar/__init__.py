@@ -40,6 +40,15 @@ class StatusBar(QStatusBar):
         self.speed.show_stats(stats)
         self.acceptance.show_stats(stats)
 
+    def show_context(self, used: int | None, window: int | None) -> None:
+        """Shows how much of the target's window the chat fills.
+
+        Args:
+            used: Tokens the chat fills; ``None`` while a reply's prompt is not counted.
+            window: The target's window in tokens; ``None`` hides the figures.
+        """
+        self.context.show_usage(used, window)
+
     def show_live(self, snapshot: LiveSnapshot) -> None:
         """Shows the speed and acceptance of the reply in flight, never the last one's."""
         self.speed.show_live(snapshot)
