@@ -7,7 +7,9 @@
 # medians of recent rounds; PART probe: one draft step timed several ways
 # (tools/draft_step_probe.py); PARTs a1, a2 and b1: part a in two processes and 32b:0.5b at
 # miss 0.1, each within one device call (run 6); PARTs r8a, r8b, r8c, r8d and r8mlx: run 8
-# (timed rounds price no width, blended round costs, plain bursts until a try). Every configuration is warmed up over a full-length reply first, so
+# (timed rounds price no width, blended round costs, plain bursts until a try); PARTs r9a,
+# r9b, r9c, r9d and r9mlx: run 9 (one verification width per tile: a width change must repay a kernel
+# build). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -61,6 +63,24 @@ r8d)  # run 8, last: 70b:1b at miss 0.1 and 0 after stale widths are measured af
   run 70b-1b-stale --synthetic 70b:1b --miss 0.1,0 --ks 0,14,15,auto --impls plain,tandem
   ;;
 r8mlx)  # run 8: mlx-lm's loop at its default k = 3 beside Auto on 70b:1b at miss 0
+  run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,15,auto --impls plain,tandem,mlx-lm --mlx-lm-ks 3
+  ;;
+r9a)  # run 9: the 70B pair at three miss rates, one build (code F, first try)
+  run 70b-1b --synthetic 70b:1b --miss 0,0.1,0.28 --ks 0,8,14,15,auto --impls plain,tandem
+  ;;
+r9c)  # run 9, final code: the 70B pair, five repeats, the ks that compete at each miss rate
+  run 70b-1b-r5 --synthetic 70b:1b --miss 0,0.1 --ks 0,14,15,auto --impls plain,tandem --repeats 5
+  run 70b-1b-r5-miss0.28 --synthetic 70b:1b --miss 0.28 --ks 0,8,auto --impls plain,tandem --repeats 5
+  ;;
+r9d)  # run 9, last code (optimism before stopping to draft): 70b:1b at 0.28, 32b:0.5b at 0.1
+  run 70b-1b-r5-doubt-miss0.28 --synthetic 70b:1b --miss 0.28 --ks 0,8,auto --impls plain,tandem --repeats 5
+  run 32b-0.5b-doubt-miss0.1 --synthetic 32b:0.5b --miss 0.1 --ks 0,14,15,auto --impls plain,tandem
+  ;;
+r9b)  # run 9: the 32B and 8B pairs
+  run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,12,14,15,auto --impls plain,tandem
+  run 8b-1b --synthetic 8b:1b --miss 0 --ks 0,8,15,auto --impls plain,tandem
+  ;;
+r9mlx)  # run 9: mlx-lm's loop at its default k = 3 beside Auto on 70b:1b at miss 0
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,15,auto --impls plain,tandem,mlx-lm --mlx-lm-ks 3
   ;;
 mlx)

@@ -11,6 +11,7 @@ pads a round's verification to one of them, a few rounds per width.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -27,6 +28,11 @@ from app.engine.costs import (
 PRIOR = 0.6  # acceptance assumed before any round
 PRIOR_WEIGHT = 4.0  # rounds of evidence the prior is worth
 EVIDENCE = 8.0  # drafted positions seen before Auto may conclude that drafting does not pay
+# Standard errors of optimism about acceptance before Auto stops drafting. Once
+# plain, only the rare tries teach acceptance, so a dip of a few unlucky rounds
+# near break-even would otherwise stop drafting for good (70b:1b at miss 0.28:
+# plain 23.8 tok/s, k = 8 26.6, Auto stuck at plain after its estimate dipped).
+DOUBT = 1.5
 EXPLORE_EVERY = 16  # fewest rounds between two tries of a longer draft
 EXPLORE_BUDGET = 0.02  # share of decoding time that tries of longer drafts may cost
 # Longest plain burst: a burst runs until the budget allows the next try, and
@@ -73,19 +79,23 @@ class Acceptance:
         reached, accepted = sum(self._reached), sum(self._accepted)
         return min((accepted + PRIOR * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT), 0.999)
 
-    def rates(self) -> tuple[float, ...]:
+    def rates(self, optimism: float = 0.0) -> tuple[float, ...]:
         """Acceptance at each position, given the ones before it were accepted.
 
         A position seldom reached leans on the one before it, not on the pooled
         rate: acceptance comes in easy stretches, so a draft that got this far
         tends to go on. That errs long, which the next rounds correct; erring
         short would never be corrected, since positions past k are never seen.
+
+        Args:
+            optimism: Standard errors of the pooled rate to add to each rate.
         """
         out: list[float] = []
-        lean = self.alpha
+        lean = alpha = self.alpha
+        error = math.sqrt(alpha * (1 - alpha) / (self.evidence + PRIOR_WEIGHT))
         for r, a in zip(self._reached, self._accepted, strict=True):
             lean = min((a + lean * PRIOR_WEIGHT) / (r + PRIOR_WEIGHT), 0.999)
-            out.append(lean)
+            out.append(min(lean + optimism * error, 0.999))
         return tuple(out)
 
     def observe(self, k: int, accepted: int) -> None:
@@ -130,19 +140,29 @@ class DraftLength:
         # Seconds tries may still cost: the budget's share of the time run since
         # the last try, less what was charged for switching back to drafting.
         self._credit = 0.0
+        self._width: int | None = None  # the last drafting round's width, kept where it pays
 
     def choose(self) -> Plan:
         """The plan of the next round."""
+        plan = self._choose()
+        if plan.k:
+            self._width = plan.width
+        return plan
+
+    def _choose(self) -> Plan:
         profile = self.costs.profile()
         rates = self.acceptance.rates()
         if self.fixed is not None:
-            plan = plan_round(profile, rates, self.k_max, self.fixed)
+            plan = plan_round(profile, rates, self.k_max, self.fixed, keep=self._width)
             return plan or Plan(k=self.fixed, width=self.fixed + 1)
         # Plain decoding (k = 0) competes too: Auto is never slower than not drafting.
         # Only measured acceptance may rule drafting out, never the prior alone.
         plain = self.acceptance.evidence >= EVIDENCE
         start = min(4, self.k_max)  # nothing measured yet: a short draft
-        best = plan_round(profile, rates, self.k_max, plain=plain) or Plan(k=start, width=start + 1)
+        best = plan_round(profile, rates, self.k_max, plain=plain, keep=self._width)
+        if best is not None and best.k == 0 and not self._plain_for_sure(profile):
+            best = plan_round(profile, rates, self.k_max, plain=False, keep=self._width)
+        best = best or Plan(k=start, width=start + 1)
         plan = best
         missing = [w for w in self.costs.missing() if w <= self.k_max + 1]
         if missing:
@@ -152,6 +172,11 @@ class DraftLength:
         else:
             plan = self._explore(profile, rates, best)
         return plan
+
+    def _plain_for_sure(self, profile: CostProfile) -> bool:
+        """Whether plain decoding still wins with acceptance :data:`DOUBT` errors higher."""
+        hopeful = plan_round(profile, self.acceptance.rates(DOUBT), self.k_max, keep=self._width)
+        return hopeful is not None and hopeful.k == 0
 
     def charge(self, seconds: float) -> None:
         """Counts what switching back to drafting cost beside its round (the draft's catch-up).
@@ -197,8 +222,9 @@ class DraftLength:
         if not longer or best.rate <= 0:
             return None
         if best.k == 0:
-            return plan_round(profile, rates, self.k_max, plain=False)
-        return plan_round(profile, rates, self.k_max, longer[self._explored % len(longer)])
+            return plan_round(profile, rates, self.k_max, plain=False, keep=self._width)
+        k = longer[self._explored % len(longer)]
+        return plan_round(profile, rates, self.k_max, k, keep=self._width)
 
     def observe(self, k: int, accepted: int) -> None:
         """Records a round: ``k`` proposed, the first ``accepted`` kept."""

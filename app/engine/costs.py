@@ -16,7 +16,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,14 @@ ROUND_PRIOR = 4.0
 # drift on a busy host: a width priced up in a slow spell would otherwise stay
 # priced up, unvisited, for good; now it is tried again and measured afresh.
 ROUND_STALE = 32
+# Where a new width builds kernels (65-80 ms a width for a 70B on MLX's CUDA
+# backend, where widths 9-16 cost the same within noise), switching widths on noise
+# pays that again and again. Widths count as equal within what a build costs over
+# SHAPE_ROUNDS rounds plus SHAPE_NOISE of the cost: rounds of one shape spread by a
+# third on a busy host, and their medians by a tenth.
+SHAPE_ROUNDS = 16
+SHAPE_NOISE = 0.1
+BUILD_FLOOR = 0.25  # of a plain step: a smaller build is measurement noise
 
 
 def expected_tokens(accept: Sequence[float], k: int) -> float:
@@ -86,6 +94,8 @@ class CostProfile:
             ran at that width; ``None`` where none ran.
         round_samples: ``round_samples[m - 1]`` is how many rounds back
             ``rounds[m - 1]`` (a stored value without a count weighs as a full window).
+        build: Seconds the first forward of a width costs beyond its steady cost
+            (the kernels it builds), the median over widths; 0 where nothing is built.
     """
 
     verify: tuple[float | None, ...]
@@ -97,6 +107,7 @@ class CostProfile:
     overhead: float = 0.0
     rounds: tuple[float | None, ...] = ()
     round_samples: tuple[int, ...] = ()
+    build: float = 0.0
 
     @property
     def widths(self) -> int:
@@ -135,9 +146,12 @@ class CostProfile:
             return t1 + max((t1 - t0) / (m1 - m0), 0.0) * (m - m1)
         return above[0][1]  # narrower than any measured: no cheaper than the narrowest
 
-    def padded(self, m: int) -> tuple[float, int] | None:
-        """v̂(m) = min over m' ≥ m of v(m'), and that m' (the width to verify with)."""
-        return self._cheapest(m, self.estimate)
+    def padded(self, m: int, keep: int | None = None) -> tuple[float, int] | None:
+        """v̂(m) = min over m' ≥ m of v(m'), and that m' (the width to verify with).
+
+        See :meth:`_cheapest` for ``keep`` and for widths that cost about the same.
+        """
+        return self._cheapest(m, self.estimate, keep)
 
     def round_seconds(self, m: int) -> float | None:
         """A drafting round verifying ``m`` rows, draft steps aside.
@@ -155,21 +169,43 @@ class CostProfile:
             return v + (n * (seen - v) + ROUND_PRIOR * self.overhead) / (n + ROUND_PRIOR)
         return v + self.overhead
 
-    def padded_round(self, m: int) -> tuple[float, int] | None:
+    def padded_round(self, m: int, keep: int | None = None) -> tuple[float, int] | None:
         """The cheapest round verifying at least ``m`` rows, and its width.
 
         Like :meth:`padded`, with what rounds cost rather than lone forwards.
         """
-        return self._cheapest(m, self.round_seconds)
+        return self._cheapest(m, self.round_seconds, keep)
 
-    def _cheapest(self, m: int, cost: Callable[[int], float | None]) -> tuple[float, int] | None:
-        """The lowest ``cost`` over widths m … and the width it is at."""
-        best: tuple[float, int] | None = None
-        for width in range(m, max(m, self.widths) + 1):
-            t = cost(width)
-            if t is not None and (best is None or t < best[0]):
-                best = (t, width)
-        return best
+    def _cheapest(
+        self, m: int, cost: Callable[[int], float | None], keep: int | None = None
+    ) -> tuple[float, int] | None:
+        """The lowest ``cost`` over widths m … and the width it is at.
+
+        Where a new width builds kernels (:attr:`build`), widths within what a
+        build costs over :data:`SHAPE_ROUNDS` rounds count as equal: ``keep``
+        (the width in use) stays if it is one of them, else the widest is taken,
+        so that longer drafts verify in the same shape.
+        """
+        costs = [(t, w) for w in range(m, max(m, self.widths) + 1) if (t := cost(w)) is not None]
+        if not costs:
+            return None
+        best = min(costs)  # on a tie, the narrowest
+        margin = self.shape_margin(best[0])
+        if margin <= 0:
+            return best
+        near = [(t, w) for t, w in costs if t <= best[0] + margin]
+        kept = [(t, w) for t, w in near if w == keep]
+        return kept[0] if kept else max(near, key=lambda tw: tw[1])
+
+    def shape_margin(self, seconds: float) -> float:
+        """How much dearer than ``seconds`` a width may be and still count as equal.
+
+        Zero where new widths build nothing worth counting (Metal, the CPU).
+        """
+        step = self.step or 0.0
+        if self.build <= BUILD_FLOOR * step or step <= 0:
+            return 0.0
+        return self.build / SHAPE_ROUNDS + SHAPE_NOISE * seconds
 
     def steps(self, m: int) -> float | None:
         """Verifying ``m`` tokens, as a multiple of one plain step."""
@@ -198,6 +234,7 @@ class CostProfile:
             overhead=max(0.0, float(data.get("overhead", 0.0))),
             rounds=tuple(None if r is None else float(r) for r in data.get("rounds", ())),
             round_samples=tuple(int(n) for n in data.get("round_samples", ())),
+            build=max(0.0, float(data.get("build", 0.0))),
         )
 
 
@@ -244,6 +281,7 @@ def plan_round(
     k_max: int,
     k: int | None = None,
     plain: bool = True,
+    keep: int | None = None,
 ) -> Plan | None:
     """The plan of highest expected tokens per second, or the plan of a fixed ``k``.
 
@@ -254,6 +292,8 @@ def plan_round(
         k: Plan this k only (still padded to its cheapest width).
         plain: Whether plain decoding (k = 0) competes when k is free: where
             drafting cannot pay, Auto should not draft.
+        keep: The width in use, kept where another saves less than a kernel build
+            (see :meth:`CostProfile.padded_round`).
 
     Returns:
         ``None`` when the profile has no verification cost yet.
@@ -264,7 +304,7 @@ def plan_round(
         best = Plan(k=0, width=1, tokens=PLAIN_BURST, seconds=PLAIN_BURST * profile.step, steps=1.0)
     for j in [k] if k is not None else range(1, max(1, k_max) + 1):
         # What rounds cost, their fixed part included: it favours longer drafts.
-        padded = profile.padded_round(j + 1)
+        padded = profile.padded_round(j + 1, keep)
         if padded is None:
             return None
         seconds, width = padded
@@ -359,9 +399,11 @@ class CostModel:
         self._round_clock = 0  # rounds observed so far
         self._round_last = [0] * self.widths  # the clock at each width's last round
         self._context = 0
+        self._build = 0.0
         self._cached: CostProfile | None = None
         if profile is None:
             return
+        self._build = profile.build
         for i, t in enumerate(profile.verify[: self.widths]):
             if t is not None:
                 self._verify[i] = _Samples(WARMUP_SAMPLES + SAMPLES, t)
@@ -455,11 +497,17 @@ class CostModel:
                 overhead=self._overhead.value or 0.0,
                 rounds=tuple(r.value if fresh else None for r, fresh in rounds),
                 round_samples=tuple(r.count if fresh else 0 for r, fresh in rounds),
+                build=self._build,
             )
         return self._cached
 
     def replace(self, profile: CostProfile) -> None:
-        """Starts again from a fresh measurement (Tune's), and stores it."""
+        """Starts again from a fresh measurement (Tune's), and stores it.
+
+        A process that has built its kernels already measures no build: the
+        build known before stays.
+        """
+        profile = replace(profile, build=max(profile.build, self._build))
         self._load(profile)
         self._reported = False
         self._maybe_report()
@@ -538,6 +586,7 @@ def measure_profile(
     The target's cache is filled with ``context`` tokens first, so attention
     costs what a conversation of that length costs. Each width runs once
     unmeasured (kernels are built), then ``repeats`` times; the fastest counts.
+    How much slower the first forward was is the profile's ``build``.
 
     Yields:
         A :class:`ProfileProgress` after each width, then the :class:`CostProfile`
@@ -556,21 +605,23 @@ def measure_profile(
     cache = make_prompt_cache(target)
     prefill(target, cache, tokens[:context])
     verify: list[float | None] = []
+    builds: list[float] = []
     total = widths + (1 if draft is not None else 0)
     for m in range(1, widths + 1):
         if cancelled():
             return
         x = mx.array(tokens[context : context + m])[None]
-        best = float("inf")
-        for i in range(1 + repeats):
+        times = []
+        for _ in range(1 + repeats):
             t0 = time.perf_counter()
             out = target(x, cache=cache)
             mx.eval(out)
-            seconds = time.perf_counter() - t0
+            times.append(time.perf_counter() - t0)
             trim_prompt_cache(cache, m)
-            if i:
-                best = min(best, seconds)
+        best = min(times[1:])
         verify.append(best)
+        if m > 1:  # one token is a plain step, not a verification's shape
+            builds.append(max(0.0, times[0] - best))
         yield ProfileProgress(m, total, f"verifying {m} token{'s' if m > 1 else ''}")
     step = None
     if draft is not None and not cancelled():
@@ -586,6 +637,7 @@ def measure_profile(
         device=device,
         mlx=version,
         measured_at=time.time(),
+        build=statistics.median(builds) if builds else 0.0,
     )
 
 

@@ -773,7 +773,7 @@ class Decoder:
             return None
         width = plan.width
         if proposal.size < plan.k and not missing:  # a short draft may verify in fewer rows
-            padded = self.costs.profile().padded_round(proposal.size + 1)
+            padded = self.costs.profile().padded_round(proposal.size + 1, keep=width)
             width = padded[1] if padded is not None else width
         verify_start, draft_seconds = self._time_draft(proposal, timed, start)
         verdict = self._verify(seq, params, proposal, width)

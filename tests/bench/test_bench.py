@@ -141,6 +141,29 @@ def test_several_miss_rates_share_one_target_and_keep_a_file_each(tmp_path: Path
     assert acceptance["0"] == 1.0 and acceptance["0.5"] < 1.0
 
 
+def test_later_miss_rates_keep_the_kernel_build_the_first_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from app.bench import bench
+
+    # The second measurement finds its kernels built by the first, and sees no build.
+    builds = iter([0.08, 0.0])
+    measure = bench._measure
+    monkeypatch.setattr(bench, "_measure", lambda *a: replace(measure(*a), build=next(builds)))
+    out = tmp_path / "profile.json"
+    r = _bench(
+        "--synthetic", "tiny:tiny", "--miss", "0,0.5", "--ks", "4", "--profile",
+        "--context", "32", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("a width's first forward builds kernels: 80.0 ms more") == 2
+    for m in ("0", "0.5"):
+        meta = json.loads((tmp_path / f"profile-miss{m}.json").read_text())["meta"]
+        assert meta["profile"]["build"] == 0.08
+
+
 def test_bench_refuses_a_miss_rate_out_of_range() -> None:
     r = _bench("--synthetic", "tiny:tiny", "--miss", "0,1.5")
     assert r.returncode == 2

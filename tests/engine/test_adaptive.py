@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,6 +56,40 @@ def test_padding_picks_the_cheapest_wider_verification() -> None:
     assert p.steps(8) == pytest.approx(81 / 48)
 
 
+def test_widths_within_a_kernel_build_of_each_other_share_one_shape() -> None:
+    p = _profile(CUDA_70B, 2.0)
+    assert p.padded(9) == (pytest.approx(0.081), 9)  # nothing built: the cheapest, narrowest
+    # Widths 9-16 cost 81-84 ms: within an 80 ms build over SHAPE_ROUNDS rounds (5 ms)
+    # and SHAPE_NOISE of the cost (8 ms) of each other.
+    built = replace(p, build=0.080)
+    assert (costs.SHAPE_ROUNDS, costs.SHAPE_NOISE) == (16, 0.1)
+    assert built.padded(9) == (pytest.approx(0.082), 16)  # the widest: longer drafts fit too
+    assert built.padded(9, keep=10) == (pytest.approx(0.084), 10)  # the width in use stays
+    assert built.padded(13, keep=10) == (pytest.approx(0.082), 16)  # 10 rows are too few
+    assert built.padded(5, keep=6) == (pytest.approx(0.082), 16)  # 6 rows cost 236 ms
+    assert built.padded(17) == (pytest.approx(0.124), 17)
+    # A build under a quarter of a plain step (48 ms) is noise: nothing is kept.
+    assert replace(p, build=0.010).padded(9) == (pytest.approx(0.081), 9)
+    # A stored profile keeps it; an older one without it builds nothing.
+    assert CostProfile.from_dict(built.as_dict()) == built
+    assert CostProfile.from_dict({"verify": [0.05]}).build == 0.0
+
+
+def test_a_fixed_k_keeps_its_width_until_another_saves_more_than_a_build() -> None:
+    profile = replace(_profile(CUDA_70B, 2.0), build=0.080)
+    lengths = DraftLength(16, fixed=8, costs=CostModel(profile=profile))
+    assert lengths.choose().width == 16
+    for _ in range(4):  # its forwards now measure 3 ms dearer than 9 rows'
+        lengths.costs.observe_verify(16, 0.084)
+    assert [lengths.choose().width for _ in range(5)] == [16] * 5
+    for _ in range(4):  # 19 ms dearer: more than noise, and it repays a build soon
+        lengths.costs.observe_verify(16, 0.100)
+    assert [lengths.choose().width for _ in range(5)] == [15] * 5
+    # Tune's measurement in a process whose kernels are built sees no build; it stays.
+    lengths.costs.replace(_profile(CUDA_70B, 2.0))
+    assert lengths.costs.profile().build == pytest.approx(0.080)
+
+
 def test_cuda_costs_draft_long_and_metal_costs_draft_short() -> None:
     sure = geometric(0.95)
     cuda = plan_round(_profile(CUDA_70B, 2.0), sure, 16)
@@ -94,6 +129,20 @@ def test_auto_decodes_plainly_only_once_acceptance_is_measured() -> None:
     for _ in range(int(EVIDENCE) + 4):  # evidence fades a little each round
         fresh.observe(2, 0)
     assert fresh.choose().k == 0
+
+
+def test_a_dip_near_break_even_does_not_stop_drafting_for_good() -> None:
+    auto = DraftLength(8, costs=CostModel(9, profile=_profile(CUDA_70B, 8.0)))
+    unlucky = (0, 1, 0, 2, 1, 0)  # about 0.46 a token
+    for accepted in unlucky:
+        auto.observe(8, accepted)
+    central = plan_round(auto.costs.profile(), auto.acceptance.rates(), 8)
+    assert central is not None and central.k == 0  # on the estimate alone, plain would win
+    assert auto.choose().k > 0  # but six rounds cannot tell: it drafts on
+    for _ in range(12):  # many rounds say the same: plain for sure
+        for accepted in unlucky:
+            auto.observe(8, accepted)
+    assert auto.choose().k == 0
 
 
 def test_longer_drafts_are_tried_now_and_then_across_the_range() -> None:
@@ -311,3 +360,26 @@ def test_measure_profile_on_a_tiny_pair() -> None:
     assert isinstance(profile, CostProfile) and profile.complete and profile.widths == 5
     assert all(v is not None and v > 0 for v in profile.verify)
     assert profile.draft_step is not None and profile.draft_step > 0
+
+
+def test_measure_profile_times_what_a_new_width_builds() -> None:
+    from app.engine.costs import measure_profile
+    from app.testing import synthetic as syn
+
+    target = syn.build("tiny")
+    built: set[int] = set()
+
+    class Building(type(target)):  # type: ignore[misc]
+        """The first forward of each width sleeps, as a kernel build would."""
+
+        def __call__(self, x, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if x.shape[1] not in built:
+                built.add(x.shape[1])
+                time.sleep(0.2)
+            return super().__call__(x, *args, **kwargs)
+
+    target.__class__ = Building
+    *_, profile = list(measure_profile(target, None, widths=4, context=32))
+    assert isinstance(profile, CostProfile)
+    assert 0.15 < profile.build < 0.4
+    assert all(v is not None and v < 0.15 for v in profile.verify)
