@@ -5,8 +5,9 @@ seconds each and one target forward of w ≥ k + 1 tokens. Backends do not price
 w as a line: MLX's CUDA backend runs its 4-bit kernel once per row below 8 rows
 and one tile from 8, and Metal's ``qmv_wide`` covers rows in tiles of 5 up to a
 per-chip limit. So v is measured for every width (a :class:`CostProfile`),
-verification is padded to the cheapest width at or above k + 1 (v̂), and k is
-chosen to maximise expected tokens per second over the whole range.
+verification is padded to the cheapest width at or above k + 1 (v̂; where new
+widths build kernels, widths within noise of it count as equal and one is kept),
+and k is chosen to maximise expected tokens per second over the whole range.
 """
 
 from __future__ import annotations
