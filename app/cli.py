@@ -146,6 +146,13 @@ def _parser() -> argparse.ArgumentParser:
         help="measure and print the verification cost of each width, then stop",
     )
     bench.add_argument(
+        "--batch-profile",
+        dest="batch_profile",
+        action="store_true",
+        help="time one target forward of 1-8 sequences of 1-16 new tokens, batched and "
+        "packed into one matrix, then stop",
+    )
+    bench.add_argument(
         "--cold", action="store_true", help="Auto starts without a profile and measures as it runs"
     )
     bench.add_argument(

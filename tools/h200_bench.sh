@@ -8,8 +8,9 @@
 # (tools/draft_step_probe.py); PARTs a1, a2 and b1: part a in two processes and 32b:0.5b at
 # miss 0.1, each within one device call (run 6); PARTs r8a, r8b, r8c, r8d and r8mlx: run 8
 # (timed rounds price no width, blended round costs, plain bursts until a try); PARTs r9a,
-# r9b, r9c, r9d and r9mlx: run 9 (one verification width per tile: a width change must repay a kernel
-# build). Every configuration is warmed up over a full-length reply first, so
+# r9b, r9c, r9d and r9mlx: run 9 (one verification width per tile: a width change must
+# repay a kernel build; Auto stops drafting only when sure); PART batch: the (sequences,
+# rows) cost table, batched and packed. Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -82,6 +83,13 @@ r9b)  # run 9: the 32B and 8B pairs
   ;;
 r9mlx)  # run 9: mlx-lm's loop at its default k = 3 beside Auto on 70b:1b at miss 0
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,15,auto --impls plain,tandem,mlx-lm --mlx-lm-ks 3
+  ;;
+batch)  # issue 17's ground: one forward of 1-8 sequences x 1-16 rows, batched and packed
+  for pair in 70b:1b 8b:1b; do
+    echo "== $pair: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --batch-profile"
+    python3 -m app bench --synthetic "$pair" --bits 4 --dtype bfloat16 --batch-profile \
+      --json "$out/batch-${pair%%:*}.json" 2> "$out/batch-${pair%%:*}.err"
+  done
   ;;
 mlx)
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,4,15,auto --mlx-lm-ks 3 --ttft

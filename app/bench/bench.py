@@ -416,6 +416,19 @@ def _json_path(path: str | None, miss: float | None) -> Path | None:
     return p if miss is None else p.with_name(f"{p.stem}-miss{miss:g}{p.suffix}")
 
 
+def _batch_profile(target: nn.Module, args: Any, meta: dict[str, Any]) -> int:
+    """``--batch-profile``: the (sequences, rows) cost table, printed and written."""
+    from app.bench.batch import batch_table, measure_batch_costs
+
+    print("measuring one forward of several sequences, batched and packed", file=sys.stderr)
+    costs = measure_batch_costs(target, context=args.context)
+    print(batch_table(costs))
+    if args.json:
+        meta["batch_profile"] = [asdict(c) for c in costs]
+        Path(args.json).write_text(json.dumps({"meta": meta}, indent=2))
+    return 0
+
+
 def _measure(target: nn.Module, draft: nn.Module | None, widths: int, context: int) -> CostProfile:
     profile = None
     for event in measure_profile(target, draft, widths=widths, context=context):
@@ -515,6 +528,8 @@ def main(args: Any) -> int:
         ttft_prompt = max(prompts, key=len)
         meta.update(model=args.model, draft=args.draft, prompts=len(prompts))
 
+    if args.batch_profile:
+        return _batch_profile(target, args, meta)
     built = 0.0  # a later measurement finds the kernels built: the first one's build holds
     for miss, make_draft in drafts:
         try:

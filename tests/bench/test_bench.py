@@ -164,6 +164,24 @@ def test_later_miss_rates_keep_the_kernel_build_the_first_measured(
         assert meta["profile"]["build"] == 0.08
 
 
+def test_batch_profile_times_several_sequences_batched_and_packed(tmp_path: Path) -> None:
+    out = tmp_path / "batch.json"
+    r = _bench(
+        "--synthetic", "tiny-llama:tiny-llama", "--batch-profile", "--context", "32",
+        "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "sequences x new tokens each: ms batched / packed"
+    assert lines[1].split() == ["B", "m=1", "m=4", "m=8", "m=16"]
+    assert [line.split()[0] for line in lines[2:6]] == ["1", "2", "4", "8"]
+    costs = json.loads(out.read_text())["meta"]["batch_profile"]
+    assert {(c["sequences"], c["rows"]) for c in costs} == {
+        (b, m) for b in (1, 2, 4, 8) for m in (1, 4, 8, 16)
+    }
+    assert all(c["batched"] > 0 and c["packed"] > 0 for c in costs)
+
+
 def test_bench_refuses_a_miss_rate_out_of_range() -> None:
     r = _bench("--synthetic", "tiny:tiny", "--miss", "0,1.5")
     assert r.returncode == 2

@@ -1,0 +1,117 @@
+"""What one target forward costs for several sequences: batched, or packed into one matrix.
+
+``tandem bench --batch-profile`` measures it, as the ground for verifying
+several requests' drafts in one forward: mlx-lm's batching gives the model a
+(sequences, rows) input, and :func:`app.engine.packed.packed_forward` gives the
+projections and the MLP one (1, sequences x rows) matrix instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from app.engine.packed import packable, packed_forward
+
+SEQUENCES = (1, 2, 4, 8)
+ROWS = (1, 4, 8, 16)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCost:
+    """One cached target forward of ``sequences`` sequences of ``rows`` new tokens each.
+
+    Attributes:
+        sequences: Sequences in the forward.
+        rows: New tokens of each.
+        batched: Seconds as one (sequences, rows) input over a batched cache.
+        packed: Seconds with the rows packed into one matrix; ``None`` where the
+            model cannot be packed.
+    """
+
+    sequences: int
+    rows: int
+    batched: float
+    packed: float | None
+
+
+def measure_batch_costs(
+    target: nn.Module,
+    *,
+    sequences: Sequence[int] = SEQUENCES,
+    rows: Sequence[int] = ROWS,
+    context: int = 512,
+    repeats: int = 2,
+) -> list[BatchCost]:
+    """Times one forward for every (sequences, rows) against caches of ``context`` tokens.
+
+    Each shape runs once unmeasured (kernels are built), then ``repeats``
+    times; the fastest counts. The caches are trimmed back after every forward.
+    """
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    vocab = int(getattr(getattr(target, "args", None), "vocab_size", 0) or 256)
+    tokens = [(i * 7919 + 13) % max(vocab - 1, 1) + 1 for i in range(context + max(rows))]
+    can_pack = packable(target)
+    singles = [make_prompt_cache(target) for _ in range(max(sequences))] if can_pack else []
+    for cache in singles:
+        mx.eval(target(mx.array(tokens[:context])[None], cache=cache))
+    out = []
+    for b in sequences:
+        batch = make_prompt_cache(target)
+        mx.eval(target(mx.array([tokens[:context]] * b), cache=batch))
+        for m in rows:
+            new = tokens[context : context + m]
+            x = mx.array([new] * b)
+
+            def batched(x: mx.array = x, batch: Any = batch, m: int = m) -> None:
+                mx.eval(target(x, cache=batch))
+                trim_prompt_cache(batch, m)
+
+            def packed(new: list[int] = new, b: int = b, m: int = m) -> None:
+                mx.eval(packed_forward(target, [new] * b, singles[:b]))
+                for cache in singles[:b]:
+                    trim_prompt_cache(cache, m)
+
+            out.append(
+                BatchCost(
+                    sequences=b,
+                    rows=m,
+                    batched=_fastest(batched, repeats),
+                    packed=_fastest(packed, repeats) if can_pack else None,
+                )
+            )
+    return out
+
+
+def _fastest(run: Callable[[], None], repeats: int) -> float:
+    run()  # builds the kernels of this shape
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def batch_table(costs: Sequence[BatchCost]) -> str:
+    """ms per forward, batched / packed, one line per sequence count."""
+    rows = sorted({c.rows for c in costs})
+    lines = ["sequences x new tokens each: ms batched / packed"]
+    lines.append(f"{'B':>3} " + " ".join(f"{'m=' + str(m):>15}" for m in rows))
+    for b in sorted({c.sequences for c in costs}):
+        cells = []
+        for m in rows:
+            c = next((c for c in costs if c.sequences == b and c.rows == m), None)
+            packed = "-" if c is None or c.packed is None else f"{c.packed * 1e3:.1f}"
+            cells.append("-" if c is None else f"{c.batched * 1e3:.1f} / {packed}")
+        lines.append(f"{b:>3} " + " ".join(f"{cell:>15}" for cell in cells))
+    return "\n".join(lines)
+
+
+__all__ = ["ROWS", "SEQUENCES", "BatchCost", "batch_table", "measure_batch_costs"]
