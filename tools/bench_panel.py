@@ -77,7 +77,7 @@ def main() -> int:
     results: dict[str, list[float]] = {"shown": [], "hidden": []}
     for _ in range(args.rounds):
         for mode in ("shown", "hidden"):
-            window.panel_action.setChecked(mode == "shown")
+            window.menus.panel_action.setChecked(mode == "shown")
             for prompt in PROMPTS:
                 results[mode].append(reply(prompt))
                 print(mode, f"{results[mode][-1]:.2f} tok/s", flush=True)
