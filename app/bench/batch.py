@@ -8,15 +8,16 @@ projections and the MLP one (1, sequences x rows) matrix instead.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from app.engine.costs import probe_tokens, timed_runs, vocab_size
 from app.engine.packed import packable, packed_forward
+from app.engine.speculative import prefill
 
 SEQUENCES = (1, 2, 4, 8)
 ROWS = (1, 4, 8, 16)
@@ -55,16 +56,16 @@ def measure_batch_costs(
     """
     from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-    vocab = int(getattr(getattr(target, "args", None), "vocab_size", 0) or 256)
-    tokens = [(i * 7919 + 13) % max(vocab - 1, 1) + 1 for i in range(context + max(rows))]
+    tokens = probe_tokens(vocab_size(target), context + max(rows))
     can_pack = packable(target)
     singles = [make_prompt_cache(target) for _ in range(max(sequences))] if can_pack else []
     for cache in singles:
-        mx.eval(target(mx.array(tokens[:context])[None], cache=cache))
+        prefill(target, cache, tokens[:context])
     out = []
     for b in sequences:
         batch = make_prompt_cache(target)
-        mx.eval(target(mx.array([tokens[:context]] * b), cache=batch))
+        target(mx.array([tokens[:context]] * b), cache=batch)
+        mx.eval([c.state for c in batch])  # the caches only: no logits of the whole context
         for m in rows:
             new = tokens[context : context + m]
             x = mx.array([new] * b)
@@ -82,21 +83,11 @@ def measure_batch_costs(
                 BatchCost(
                     sequences=b,
                     rows=m,
-                    batched=_fastest(batched, repeats),
-                    packed=_fastest(packed, repeats) if can_pack else None,
+                    batched=min(timed_runs(batched, 1 + repeats)[1:]),
+                    packed=min(timed_runs(packed, 1 + repeats)[1:]) if can_pack else None,
                 )
             )
     return out
-
-
-def _fastest(run: Callable[[], None], repeats: int) -> float:
-    run()  # builds the kernels of this shape
-    best = float("inf")
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def batch_table(costs: Sequence[BatchCost]) -> str:

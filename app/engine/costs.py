@@ -601,8 +601,8 @@ def measure_profile(
     def cancelled() -> bool:
         return cancel is not None and cancel.is_set()
 
-    vocab = min(_vocab(target), _vocab(draft) if draft is not None else _vocab(target))
-    tokens = [(i * 7919 + 13) % max(vocab - 1, 1) + 1 for i in range(context + widths + 1)]
+    vocab = min(vocab_size(target), vocab_size(draft) if draft is not None else vocab_size(target))
+    tokens = probe_tokens(vocab, context + widths + 1)
     cache = make_prompt_cache(target)
     prefill(target, cache, tokens[:context])
     verify: list[float | None] = []
@@ -612,13 +612,12 @@ def measure_profile(
         if cancelled():
             return
         x = mx.array(tokens[context : context + m])[None]
-        times = []
-        for _ in range(1 + repeats):
-            t0 = time.perf_counter()
-            out = target(x, cache=cache)
-            mx.eval(out)
-            times.append(time.perf_counter() - t0)
+
+        def forward(x: mx.array = x, m: int = m) -> None:
+            mx.eval(target(x, cache=cache))
             trim_prompt_cache(cache, m)
+
+        times = timed_runs(forward, 1 + repeats)
         best = min(times[1:])
         verify.append(best)
         if m > 1:  # one token is a plain step, not a verification's shape
@@ -642,7 +641,23 @@ def measure_profile(
     )
 
 
-def _vocab(model: Any) -> int:
+def probe_tokens(vocab: int, count: int) -> list[int]:
+    """``count`` made-up token ids below ``vocab`` (never 0), spread over it, to time forwards."""
+    return [(i * 7919 + 13) % max(vocab - 1, 1) + 1 for i in range(count)]
+
+
+def timed_runs(run: Callable[[], None], count: int) -> list[float]:
+    """Seconds of each of ``count`` calls of ``run``, in order (the first builds kernels)."""
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def vocab_size(model: Any) -> int:
+    """The model's vocabulary, from its mlx-lm arguments (256 where it says none)."""
     args = getattr(model, "args", None)
     return int(getattr(args, "vocab_size", 0) or 256)
 

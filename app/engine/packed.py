@@ -13,6 +13,7 @@ whether a model is one.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -71,11 +72,7 @@ def packed_forward(
 
 def _bounds(lengths: Sequence[int]) -> list[int]:
     """Where each sequence after the first starts among the packed rows."""
-    out, at = [], 0
-    for n in lengths[:-1]:
-        at += n
-        out.append(at)
-    return out
+    return list(itertools.accumulate(lengths[:-1]))
 
 
 def _attention(attn: Any, x: mx.array, lengths: Sequence[int], caches: Sequence[Any]) -> mx.array:
