@@ -105,6 +105,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-tokens", type=int, help="reply length when a request does not say (default 1024)"
     )
+    serve.add_argument(
+        "--parallel",
+        type=int,
+        default=8,
+        metavar="N",
+        help="requests whose rounds share one target forward, at most (default 8; "
+        "fewer where their KV caches do not fit, more wait their turn)",
+    )
     token = sub.add_parser("token", help="the Hugging Face token, kept in the system keychain")
     token.add_argument("action", choices=["status", "set", "delete"])
     models_sub.add_parser(
@@ -151,6 +159,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time one target forward of 1-8 sequences of 1-16 new tokens, batched and "
         "packed into one matrix, then stop",
+    )
+    bench.add_argument(
+        "--concurrent",
+        metavar="N,N,...",
+        help="decode N requests at once on one batch for each N (say 1,2,4,8), at each of "
+        "--ks, against one request alone; greedy streams are checked against it token for token",
     )
     bench.add_argument(
         "--cold", action="store_true", help="Auto starts without a profile and measures as it runs"
@@ -347,6 +361,9 @@ def _serve(args: argparse.Namespace) -> int:
     defaults = _params(args, max_tokens=args.max_tokens, num_draft=args.num_draft)
     if defaults is None:
         return 2
+    if not 1 <= args.parallel <= 64:
+        print(f"tandem: --parallel takes 1 to 64 requests, not {args.parallel}", file=sys.stderr)
+        return 2
     if args.serve_draft and not _pair_accepted(args.serve_model, args.serve_draft):
         return 2  # before loading any weights, in check-pair's words
     from app.logs import setup_logging
@@ -361,7 +378,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"Tandem is serving on {url}", flush=True)
 
     return serve_headless(
-        config, args.serve_model, args.serve_draft, defaults=lambda: defaults, announce=announce
+        config,
+        args.serve_model,
+        args.serve_draft,
+        defaults=lambda: defaults,
+        announce=announce,
+        parallel=args.parallel,
     )
 
 

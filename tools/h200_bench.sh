@@ -9,7 +9,9 @@
 # miss 0.1, each within one device call (run 6); PARTs r8a, r8b, r8c, r8d and r8mlx: run 8
 # (timed rounds price no width, blended round costs, plain bursts until a try); PARTs r9a,
 # r9b, r9c, r9d and r9mlx: run 9 (one verification width per tile: a width change must
-# repay a kernel build; Auto stops drafting only when sure); PART batch: the (sequences,
+# repay a kernel build; Auto stops drafting only when sure); PART r10a: run 10; PART r10b: run 10's
+# streams, 1, 2, 4 and 8 requests on one batch at k = 15 against one alone (70b:1b at miss 0 and
+# 0.1, then 8b:1b at miss 0, all within 540 s); PART batch: the (sequences,
 # rows) cost table, batched and packed. Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
@@ -83,6 +85,22 @@ r9b)  # run 9: the 32B and 8B pairs
   ;;
 r9mlx)  # run 9: mlx-lm's loop at its default k = 3 beside Auto on 70b:1b at miss 0
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,15,auto --impls plain,tandem,mlx-lm --mlx-lm-ks 3
+  ;;
+r10a)  # run 10: 32b:0.5b at miss 0.1 with the doubt rule (run 9's last line, cut off)
+  run 32b-0.5b-doubt-miss0.1 --synthetic 32b:0.5b --miss 0.1 --ks 0,11,14,15,auto --impls plain,tandem
+  ;;
+r10b)  # run 10: several streams on one batch; 70b:1b at miss 0 first, then 0.1 on the same build
+  end=$(( $(date +%s) + 540 ))  # one device call; each miss rate's JSON is written when it ends
+  for spec in "70b:1b 0,0.1 120" "8b:1b 0 0"; do
+    set -- $spec  # pair, miss rates, seconds kept back for the runs after it
+    name=streams-${1%%:*}
+    echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss $2 --ks 15 --max-tokens 128"
+    start=$(date +%s)
+    timeout $(( end - start - $3 )) python3 -m app bench --synthetic "$1" --bits 4 --dtype bfloat16 \
+      --concurrent 1,2,4,8 --miss "$2" --ks 15 --temps 0 --max-tokens 128 --json "$out/$name.json" \
+      2> "$out/$name.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
   ;;
 batch)  # issue 17's ground: one forward of 1-8 sequences x 1-16 rows, batched and packed
   for pair in 70b:1b 8b:1b; do

@@ -4,7 +4,9 @@ All implementations run in one process, interleaved, after a warm-up, on the
 same prompts, for exactly ``max_tokens`` tokens each (end of sequence is
 ignored so every run does the same work). Speed is decoding speed: tokens
 after the first over the time after the first, so prompt processing is left out
-for every implementation alike. Imports no Qt, so it runs on any MLX machine.
+for every implementation alike. ``--batch-profile`` and ``--concurrent`` run
+instead (:mod:`app.bench.batch`, :mod:`app.bench.concurrent`) on the same models.
+Imports no Qt, so it runs on any MLX machine.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -390,6 +392,21 @@ def _ks(text: str) -> list[int | None]:
     return out
 
 
+def _stream_counts(text: str) -> list[int]:
+    """``"1,2,4,8"`` -> ``[1, 2, 4, 8]``: how many requests ``--concurrent`` opens at once.
+
+    Raises:
+        ValueError: A value that is not a whole number from 1 up.
+    """
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise ValueError(f"--concurrent takes whole numbers from 1, not '{part}'")
+        out.append(int(part))
+    return out
+
+
 def _misses(text: str | float) -> list[float]:
     """``"0,0.1"`` -> ``[0.0, 0.1]``: the synthetic draft's miss rates, each from 0 to 1.
 
@@ -416,6 +433,22 @@ def _json_path(path: str | None, miss: float | None) -> Path | None:
     return p if miss is None else p.with_name(f"{p.stem}-miss{miss:g}{p.suffix}")
 
 
+def _next_draft(
+    miss: float | None, make: Callable[[], nn.Module | None], count: int, meta: dict[str, Any]
+) -> nn.Module | Literal[False] | None:
+    """The next miss rate's draft, its rate noted in ``meta``; ``False``: it cannot be built."""
+    try:
+        draft = make()
+    except ValueError as exc:  # a draft shape that cannot be quantized
+        print(f"tandem: {exc}", file=sys.stderr, flush=True)
+        return False
+    if miss is not None:
+        meta["miss"] = miss
+        if count > 1:
+            print(f"== miss {miss:g}")
+    return draft
+
+
 def _batch_profile(target: nn.Module, args: Any, meta: dict[str, Any]) -> int:
     """``--batch-profile``: the (sequences, rows) cost table, printed and written."""
     from app.bench.batch import batch_table, measure_batch_costs
@@ -426,6 +459,62 @@ def _batch_profile(target: nn.Module, args: Any, meta: dict[str, Any]) -> int:
     if args.json:
         meta["batch_profile"] = [asdict(c) for c in costs]
         Path(args.json).write_text(json.dumps({"meta": meta}, indent=2))
+    return 0
+
+
+def _concurrent(
+    target: nn.Module,
+    drafts: Sequence[tuple[float | None, Callable[[], nn.Module | None]]],
+    prompt: list[int],
+    counts: Sequence[int],
+    ks: Sequence[int | None],
+    temps: Sequence[float],
+    k_max: int,
+    args: Any,
+    meta: dict[str, Any],
+) -> int:
+    """``--concurrent``: n requests on one batch for each n, per miss rate, k and temperature."""
+    from app.bench.concurrent import Replies, measure_streams, streams_table
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    replies: Replies = {}  # the target's greedy replies, the same whatever drafts
+    for miss, make_draft in drafts:
+        draft_model = _next_draft(miss, make_draft, len(drafts), meta)
+        if draft_model is False:
+            return 2
+        profile = None
+        # Only Auto plans with the costs: a fixed k runs without the profile's minutes.
+        if None in ks and draft_model is not None and not args.cold:
+            log(f"measuring verification costs for widths 1-{k_max + 1}")
+            profile = _measure(target, draft_model, k_max + 1, args.context)
+            meta["profile"] = profile.as_dict()
+        rows = []
+        for k in ks:
+            for temp in temps:
+                params = GenerationParams(num_draft=k, temperature=temp, k_max=k_max)
+                rows += measure_streams(
+                    target,
+                    draft_model,
+                    prompt,
+                    params,
+                    streams=counts,
+                    max_tokens=args.max_tokens,
+                    profile=profile,
+                    replies=replies,
+                    log=log,
+                )
+        print(streams_table(rows), flush=True)
+        json_path = _json_path(args.json, miss if len(drafts) > 1 else None)
+        if json_path:
+            meta.update(
+                max_tokens=args.max_tokens, concurrent=list(counts), prompt_tokens=len(prompt)
+            )
+            out = {"meta": meta, "rows": [asdict(r) for r in rows]}
+            json_path.write_text(json.dumps(out, indent=2))
+        del draft_model
+        mx.clear_cache()
     return 0
 
 
@@ -451,6 +540,7 @@ def main(args: Any) -> int:
 
     try:
         ks = _ks(args.ks)
+        counts = _stream_counts(args.concurrent) if args.concurrent else None
     except ValueError as exc:
         log(f"tandem: {exc}")
         return 2
@@ -530,17 +620,13 @@ def main(args: Any) -> int:
 
     if args.batch_profile:
         return _batch_profile(target, args, meta)
+    if counts:
+        return _concurrent(target, drafts, prompts[0], counts, ks, temps, k_max, args, meta)
     built = 0.0  # a later measurement finds the kernels built: the first one's build holds
     for miss, make_draft in drafts:
-        try:
-            draft_model = make_draft()
-        except ValueError as exc:  # a draft shape that cannot be quantized
-            log(f"tandem: {exc}")
+        draft_model = _next_draft(miss, make_draft, len(drafts), meta)
+        if draft_model is False:
             return 2
-        if miss is not None:
-            meta["miss"] = miss
-            if len(drafts) > 1:
-                print(f"== miss {miss:g}")
         profile: CostProfile | None = None
         if args.profile or not args.cold:
             log(f"measuring verification costs for widths 1-{k_max + 1}")

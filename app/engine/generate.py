@@ -9,6 +9,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from app.engine.batch import BatchDecoder
 from app.engine.costs import CostModel, CostProfile, ProfileStore
 from app.engine.loader import ModelPair
 from app.engine.speculative import CacheError, Decoder, DraftControl, Prefill
@@ -138,7 +139,7 @@ def stream_reply(
     cancel: threading.Event | None = None,
     control: DraftControl | None = None,
     *,
-    decoder: Decoder | None = None,
+    decoder: Decoder | BatchDecoder | None = None,
 ) -> Iterator[Reading | Chunk | Finished]:
     """Streams the target's reply to ``messages``.
 
@@ -150,6 +151,8 @@ def stream_reply(
     between draft steps; ``control`` changes the draft length from the next
     round on. ``decoder`` (from :func:`new_decoder`) holds both KV caches:
     pass the same one for every turn of a conversation to reuse what they hold.
+    A :class:`~app.engine.batch.BatchDecoder` instead runs this reply in its
+    batch, its rounds shared with the other replies pulled in turn.
 
     Raises:
         PromptTooLongError: The conversation does not fit the target's window.

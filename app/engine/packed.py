@@ -39,13 +39,14 @@ def packable(model: nn.Module) -> bool:
 
 
 def packed_forward(
-    model: nn.Module, tokens: Sequence[Sequence[int]], caches: Sequence[list[Any]]
+    model: nn.Module, tokens: Sequence[Sequence[int] | mx.array], caches: Sequence[list[Any]]
 ) -> list[mx.array]:
     """Runs each sequence's new ``tokens`` into its own cache in one forward.
 
     Args:
         model: A model :func:`packable` accepts.
-        tokens: New tokens of each sequence (at least one each).
+        tokens: New tokens of each sequence (at least one each), as ints or as
+            a lazy ``(n,)`` array (a draft's tokens, not yet evaluated).
         caches: Each sequence's per-layer KV cache, as ``make_prompt_cache`` makes.
 
     Returns:
@@ -57,11 +58,15 @@ def packed_forward(
     """
     if not packable(model):
         raise ValueError(f"{getattr(model, 'model_type', type(model).__name__)} cannot be packed")
-    if len(tokens) != len(caches) or not tokens or not all(tokens):
+    rows = [
+        t.astype(mx.int32) if isinstance(t, mx.array) else mx.array(list(t), dtype=mx.int32)
+        for t in tokens
+    ]
+    lengths = [r.size for r in rows]
+    if len(rows) != len(caches) or not rows or not all(lengths):
         raise ValueError("give each sequence at least one token and its cache")
-    lengths = [len(t) for t in tokens]
     inner = model.model
-    h = inner.embed_tokens(mx.array([t for seq in tokens for t in seq])[None])
+    h = inner.embed_tokens(mx.concatenate(rows)[None])
     for i, layer in enumerate(inner.layers):
         layer_caches = [c[i] for c in caches]
         h = h + _attention(layer.self_attn, layer.input_layernorm(h), lengths, layer_caches)

@@ -107,7 +107,7 @@ class _Proposal:
 
 
 @dataclass(frozen=True, slots=True)
-class _Verdict:
+class Verdict:
     """What the target made of a proposal."""
 
     proposed: list[int]  # the proposal, evaluated
@@ -263,6 +263,84 @@ def verify_sampled(
         [mx.random.categorical(mx.log(residual)), mx.random.categorical(mx.log(p[k:]))]
     )
     return accept, fallback
+
+
+def pick(
+    logits: mx.array, params: GenerationParams, contexts: list[mx.array]
+) -> tuple[mx.array, mx.array | None]:
+    """Chosen tokens for rows of logits, plus their probabilities when sampling."""
+    logits = penalize(logits, contexts, params.repetition_penalty)
+    if params.temperature == 0:
+        return mx.argmax(logits, axis=-1), None
+    lp = log_probs(logits, params)
+    return mx.random.categorical(lp), mx.exp(lp)
+
+
+def penalty_history(seq: Sequence[int], params: GenerationParams) -> mx.array:
+    """The tokens the repetition penalty looks at (none when it is off)."""
+    size = params.repetition_context_size if params.repetition_penalty != 1.0 else 0
+    return mx.array(list(seq[-size:]) if size else [], dtype=mx.int32)
+
+
+def judge(
+    logits: mx.array,
+    seq: Sequence[int],
+    params: GenerationParams,
+    tokens: mx.array,
+    q_rows: Sequence[mx.array | int],
+) -> Verdict:
+    """What the target makes of a proposal: how many survive, and its own next token.
+
+    The one acceptance rule of every decoder: greedy keeps the longest prefix
+    the target's argmax agrees with; sampling applies ``params.accept_rule``.
+
+    Args:
+        logits: ``(k + 1, V)`` target logits at the proposal's positions and after.
+        seq: The sequence before the proposal (the repetition penalty's history).
+        tokens: ``(k,)`` proposed tokens, ``k`` at least 1.
+        q_rows: The proposer's distribution per token (an int: a one-hot row).
+    """
+    k = tokens.shape[0]
+    if params.repetition_penalty != 1.0:
+        history = penalty_history(seq, params)
+        logits = penalize(
+            logits,
+            contexts_for(history, tokens, k + 1, params.repetition_context_size),
+            params.repetition_penalty,
+        )
+    if params.temperature == 0:
+        choice = mx.argmax(logits, axis=-1)
+        mx.eval(tokens, choice)
+        proposed, chosen = _ints(tokens), _ints(choice)
+        accepted = common_prefix(proposed, chosen[:k])
+        return Verdict(proposed, accepted, chosen[accepted])
+    target_probs = mx.exp(log_probs(logits, params))
+    vocab = target_probs.shape[-1]
+    draft_probs = mx.stack(
+        [
+            row
+            if isinstance(row, mx.array)
+            else (mx.arange(vocab) == row).astype(target_probs.dtype)
+            for row in q_rows
+        ]
+    )
+    keep, fallback = verify_sampled(target_probs, draft_probs, tokens, params.accept_rule)
+    mx.eval(tokens, keep, fallback)
+    kept = cast(list[bool], keep.tolist())
+    accepted = kept.index(False) if False in kept else k
+    return Verdict(_ints(tokens), accepted, _ints(fallback)[accepted])
+
+
+def draft_kept(held: list[int], drafted: Sequence[int], committed: Sequence[int]) -> int:
+    """Rows of a draft's cache still right after a round: the rest are trimmed.
+
+    Args:
+        held: What the draft's cache held before the round, then what its first
+            step fed.
+        drafted: The draft's tokens but the last (each later step fed one).
+        committed: The sequence after the round, its new token included.
+    """
+    return common_prefix([*held, *drafted], committed)
 
 
 class Decoder:
@@ -572,20 +650,15 @@ class Decoder:
                 lookup.extend(list(rnd.tokens))
             yield rnd
 
+    @staticmethod
     def _pick(
-        self, logits: mx.array, params: GenerationParams, contexts: list[mx.array]
+        logits: mx.array, params: GenerationParams, contexts: list[mx.array]
     ) -> tuple[mx.array, mx.array | None]:
-        """Chosen tokens for rows of logits, plus their probabilities when sampling."""
-        logits = penalize(logits, contexts, params.repetition_penalty)
-        if params.temperature == 0:
-            return mx.argmax(logits, axis=-1), None
-        lp = log_probs(logits, params)
-        return mx.random.categorical(lp), mx.exp(lp)
+        return pick(logits, params, contexts)
 
-    def _history(self, seq: list[int], params: GenerationParams) -> mx.array:
-        """The tokens the repetition penalty looks at (none when it is off)."""
-        size = params.repetition_context_size if params.repetition_penalty != 1.0 else 0
-        return mx.array(seq[-size:] if size else [], dtype=mx.int32)
+    @staticmethod
+    def _history(seq: list[int], params: GenerationParams) -> mx.array:
+        return penalty_history(seq, params)
 
     def _single_step(self, seq: list[int], params: GenerationParams) -> Round:
         """One plain target step, not pipelined: the next token as soon as possible."""
@@ -852,7 +925,7 @@ class Decoder:
 
     def _verify(
         self, seq: list[int], params: GenerationParams, proposal: _Proposal, width: int
-    ) -> _Verdict:
+    ) -> Verdict:
         """One target forward over the proposal in ``width`` rows; what it accepts."""
         assert self._t_cache is not None
         k = proposal.size
@@ -862,36 +935,7 @@ class Decoder:
         if width > k + 1:
             rows.append(mx.array([proposal.filler] * (width - k - 1), dtype=mx.int32))
         logits = _logits(self.target, mx.concatenate(rows), self._t_cache)[: k + 1]
-        if params.repetition_penalty != 1.0:
-            history = self._history(seq, params)
-            logits = penalize(
-                logits,
-                contexts_for(history, proposal.tokens, k + 1, params.repetition_context_size),
-                params.repetition_penalty,
-            )
-        if params.temperature == 0:
-            choice = mx.argmax(logits, axis=-1)
-            mx.eval(proposal.tokens, choice)
-            proposed, chosen = _ints(proposal.tokens), _ints(choice)
-            accepted = common_prefix(proposed, chosen[:k])
-            return _Verdict(proposed, accepted, chosen[accepted])
-        target_probs = mx.exp(log_probs(logits, params))
-        vocab = target_probs.shape[-1]
-        draft_probs = mx.stack(
-            [
-                row
-                if isinstance(row, mx.array)
-                else (mx.arange(vocab) == row).astype(target_probs.dtype)
-                for row in proposal.q_rows
-            ]
-        )
-        keep, fallback = verify_sampled(
-            target_probs, draft_probs, proposal.tokens, params.accept_rule
-        )
-        mx.eval(proposal.tokens, keep, fallback)
-        kept = cast(list[bool], keep.tolist())
-        accepted = kept.index(False) if False in kept else k
-        return _Verdict(_ints(proposal.tokens), accepted, _ints(fallback)[accepted])
+        return judge(logits, seq, params, proposal.tokens, proposal.q_rows)
 
     def _drop_draft(self, proposal: _Proposal) -> None:
         """Gives back what drafting added to the draft's cache (nothing was verified)."""
@@ -900,7 +944,7 @@ class Decoder:
             # Its first step fed ``fed``; each later step one drafted token.
             trim_prompt_cache(self._d_cache, len(proposal.fed) + proposal.drafted - 1)
 
-    def _rewind(self, seq: list[int], proposal: _Proposal, verdict: _Verdict, width: int) -> None:
+    def _rewind(self, seq: list[int], proposal: _Proposal, verdict: Verdict, width: int) -> None:
         """Gives back the cache rows of rejected and padding tokens, in both models."""
         assert self._t_cache is not None
         n = verdict.accepted
@@ -910,10 +954,9 @@ class Decoder:
             return
         assert self._d_cache is not None
         # The draft's cache holds what it was fed and all but its last draft token.
-        fed = (
-            self._d_tokens + proposal.fed + verdict.proposed[proposal.looked_up : proposal.size - 1]
-        )
+        held = self._d_tokens + proposal.fed
+        drafted = verdict.proposed[proposal.looked_up : proposal.size - 1]
         committed = [*seq, *verdict.proposed[:n], verdict.next_token]
-        keep = common_prefix(fed, committed)
-        trim_prompt_cache(self._d_cache, len(fed) - keep)
-        self._d_tokens = fed[:keep]
+        keep = draft_kept(held, drafted, committed)
+        trim_prompt_cache(self._d_cache, len(held) + len(drafted) - keep)
+        self._d_tokens = (held + drafted)[:keep]

@@ -1,8 +1,8 @@
 """The aiohttp app of Tandem's OpenAI-compatible server.
 
 It speaks HTTP only; the engine is behind :class:`Backend`, so nothing here
-touches MLX or Qt. Routes: ``POST /v1/chat/completions``, ``GET /v1/models``
-and ``GET /health``.
+touches MLX or Qt. Routes: ``POST /v1/chat/completions``, ``GET /v1/models``,
+``GET /health`` and ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from app.server.protocol import (
     DONE,
     ChunkStream,
     Event,
+    Metrics,
     ModelsInfo,
     ReplyFailed,
     ReplyFinished,
@@ -35,6 +36,7 @@ from app.server.protocol import (
     completion,
     completion_id,
     error_body,
+    metrics_text,
     models_list,
     parse_chat_request,
     sse,
@@ -81,6 +83,10 @@ class Backend(Protocol):
     def generate(
         self, messages: Sequence[Message], params: GenerationParams
     ) -> AsyncIterator[Event]: ...
+
+    def metrics(self) -> Metrics:
+        """Requests running and waiting, and the batch's totals."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,8 +254,19 @@ def create_app(
 
     async def health(request: web.Request) -> web.Response:
         models = backend.models()
+        m = backend.metrics()
         return web.json_response(
-            {"status": "ok" if models is not None else "no model loaded"},
+            {
+                "status": "ok" if models is not None else "no model loaded",
+                "requests_running": m.active,
+                "requests_waiting": m.waiting,
+                "batch_acceptance": m.batch.acceptance,
+            },
+        )
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(
+            text=metrics_text(backend.metrics()), content_type="text/plain", charset="utf-8"
         )
 
     async def list_models(request: web.Request) -> web.Response:
@@ -355,12 +372,14 @@ def create_app(
     app[BACKEND_KEY] = backend
     app[CONFIG_KEY] = config
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/chat/completions", chat)
     # Preflights reach the guard through these routes.
     app.router.add_route("OPTIONS", "/v1/models", list_models)
     app.router.add_route("OPTIONS", "/v1/chat/completions", chat)
     app.router.add_route("OPTIONS", "/health", health)
+    app.router.add_route("OPTIONS", "/metrics", metrics)
     return app
 
 

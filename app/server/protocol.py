@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, cast, get_args
 
+from app.engine.batch import BatchStats
 from app.engine.costs import K_MAX
 from app.engine.types import (
     PARAM_RANGES,
@@ -108,6 +109,49 @@ class ReplyFailed:
 
 
 Event = ReplyStarted | TextDelta | ReplyFinished | ReplyFailed
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """What ``GET /metrics`` reports: requests running and waiting, batch totals.
+
+    Attributes:
+        active: Replies running (the window's included).
+        waiting: Replies waiting for a place.
+        batched: Of the active, replies in the shared batch.
+        max_batch: Most replies the batch runs at once.
+        batch: The shared batch's totals since the pair loaded.
+    """
+
+    active: int = 0
+    waiting: int = 0
+    batched: int = 0
+    max_batch: int = 1
+    batch: BatchStats = field(default_factory=BatchStats)
+
+
+def metrics_text(m: Metrics) -> str:
+    """``m`` in Prometheus's text format, as vLLM and llama-server publish theirs."""
+    b = m.batch
+    rows: list[tuple[str, str, str, float]] = [
+        ("tandem_requests_running", "gauge", "Replies running, the window's included.", m.active),
+        ("tandem_requests_waiting", "gauge", "Replies waiting for a place.", m.waiting),
+        ("tandem_batch_requests", "gauge", "Replies in the shared batch.", m.batched),
+        ("tandem_batch_size_max", "gauge", "Most replies the batch runs at once.", m.max_batch),
+        ("tandem_batch_rounds_total", "counter", "Batched rounds run.", b.rounds),
+        ("tandem_draft_tokens_total", "counter", "Tokens the batch proposed.", b.drafted),
+        ("tandem_accepted_tokens_total", "counter", "Proposed tokens kept.", b.accepted),
+        ("tandem_generated_tokens_total", "counter", "Tokens the batch committed.", b.tokens),
+        ("tandem_batch_largest", "gauge", "Most replies one round verified.", b.largest),
+    ]
+    if b.acceptance is not None:
+        rows.append(
+            ("tandem_batch_acceptance", "gauge", "Accepted over drafted tokens.", b.acceptance)
+        )
+    lines = []
+    for name, kind, doc, value in rows:
+        lines += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name} {value:g}"]
+    return "\n".join(lines) + "\n"
 
 
 def _param(body: dict[str, Any], key: str, name: str | None = None) -> Any:

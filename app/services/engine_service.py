@@ -1,8 +1,11 @@
 """The engine thread: one long-lived QThread that does all MLX work.
 
 MLX arrays and streams belong to the thread that made them, so models are
-loaded, run and released on this one thread. Requests arrive as queued signals
-and run one after another; results leave as immutable dataclasses; errors leave
+loaded, run and released on this one thread. Loads and calibrations arrive as
+queued signals and run one after another. Replies run side by side: the thread
+pulls each running reply in turn, the window's on the pair's own decoder and
+the server's in a :class:`~app.engine.batch.BatchDecoder` whose rounds they
+share; results leave as immutable dataclasses; errors leave
 as values on ``failed``, each naming the caller it belongs to (its stage and
 request id). Starting a reply or a calibration returns a handle that only its
 owner holds: its ``cancel()`` sets that request's own ``threading.Event``, which
@@ -17,18 +20,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.engine.batch import BatchDecoder, BatchStats
 from app.engine.costs import ProfileStore
-from app.engine.generate import PromptTooLongError, new_decoder, stream_reply
+from app.engine.generate import PromptTooLongError, encode_chat, new_decoder, stream_reply
 from app.engine.loader import LoadProgress, ModelPair, free_memory
 from app.engine.speculative import Decoder, DraftControl
 from app.engine.types import (
@@ -36,21 +42,23 @@ from app.engine.types import (
     Finished,
     GenerationParams,
     Message,
-    Origin,
     Reading,
-    RoundStat,
-    Segment,
     Stats,
-    add_segments,
 )
 from app.errors import ModelError
+from app.hub.fit import kv_cache_bytes, usable_memory_bytes
+from app.hub.library import human_size
 from app.hub.pair_check import load_checked_pair
 from app.logs import private
 from app.remote import RemoteEngine, check_remote, is_remote_target, stream_remote
+from app.services.reply_stream import ReplyStream
+from app.services.reply_stream import TokenBatch as TokenBatch  # where callers import it
 
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 1 / 30  # seconds between UI updates while streaming
+LOAD_EVERY = 0.5  # seconds between two reports of the engine's load while replies run
+MAX_BATCH = 8  # replies that share rounds at most, unless the memory holds fewer
 RUN_PROGRESS_SECONDS = 0.25  # seconds between a calibration run's progress events
 # What MLX and Metal say when an allocation fails, lowercased.
 _OUT_OF_MEMORY = ("out of memory", "insufficient memory", "[metal::malloc]")
@@ -109,25 +117,18 @@ class GenerateRequest:
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
     # The draft length from the next round on; the UI may change it mid-reply.
     control: DraftControl = field(default_factory=DraftControl, compare=False)
+    shared: bool = False  # a server's request: it runs in the shared batch where it can
 
 
 @dataclass(frozen=True, slots=True)
-class TokenBatch:
-    """Reply text, tokens and rounds since the previous batch.
+class EngineLoad:
+    """What the engine is doing: replies running and waiting, and the batch's totals."""
 
-    ``segments`` is ``text`` in runs by origin (``None`` for text that
-    completes no token, such as the tail after the last one).
-    ``prompt_tokens`` is the reply's prompt length, when the engine said.
-    """
-
-    request_id: int
-    text: str
-    token_ids: tuple[int, ...]
-    origins: tuple[Origin, ...]
-    segments: tuple[Segment, ...] = ()
-    rounds: tuple[RoundStat, ...] = ()
-    baseline_tps: float | None = None
-    prompt_tokens: int | None = None
+    active: int = 0
+    waiting: int = 0
+    batched: int = 0  # of the active, replies in the shared batch
+    max_batch: int = MAX_BATCH
+    batch: BatchStats = field(default_factory=BatchStats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +174,7 @@ class EngineFailure:
     message: str
     unloaded: bool = False
     too_long: bool = False  # the conversation does not fit the context window
+    full: bool = False  # refused for now: the running replies' KV caches fill the memory
 
 
 class CalibrationHandle:
@@ -242,6 +244,23 @@ class ReplyHandle:
         self._request.control.set(num_draft)
 
 
+def reply_kv_bytes(pair: ModelPair, messages: Sequence[Message], max_tokens: int) -> int:
+    """The KV caches one reply may grow to, in both models (0 where it cannot be told)."""
+    try:
+        tokens = len(encode_chat(pair.target.tokenizer, messages)) + max_tokens
+    except Exception:  # the reply itself says what is wrong with its messages
+        return 0
+    total = 0
+    for model in (pair.target, pair.draft):
+        if model is None:
+            continue
+        try:
+            total += kv_cache_bytes(model.config, tokens)
+        except ModelError:
+            continue
+    return total
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is an allocation failure: a ``MemoryError`` or MLX's own words."""
     if isinstance(exc, MemoryError):
@@ -277,17 +296,6 @@ def _memory_fit(request: LoadRequest, loaded: ModelPair | None) -> Any:
         return None
 
 
-def _pieces(chunk: Chunk) -> tuple[list[str], list[Origin | None]]:
-    """A chunk's text per token, with any text no token carries as origin ``None``."""
-    pieces: list[str] = list(chunk.pieces)
-    origins: list[Origin | None] = list(chunk.origins[: len(pieces)])
-    rest = chunk.text[len("".join(pieces)) :]
-    if rest:
-        pieces.append(rest)
-        origins.append(None)
-    return pieces, origins
-
-
 class EngineWorker(QObject):
     """Lives on the engine thread; every slot runs there."""
 
@@ -300,6 +308,7 @@ class EngineWorker(QObject):
     tokens_generated = Signal(object)  # TokenBatch
     generation_finished = Signal(object)  # GenerationResult
     failed = Signal(object)  # EngineFailure
+    load_changed = Signal(object)  # EngineLoad
 
     def __init__(
         self,
@@ -309,8 +318,18 @@ class EngineWorker(QObject):
         check_remote: CheckFn = check_remote,
         stream_remote: RemoteStreamFn = stream_remote,
         profiles: ProfileStore | None = None,
+        max_batch: int = MAX_BATCH,
     ) -> None:
         super().__init__()
+        self.max_batch = max(1, max_batch)
+        # Replies come in here from any thread, so a running line-up can take them in.
+        self._inbox: queue.SimpleQueue[GenerateRequest] = queue.SimpleQueue()
+        self._waiting: deque[GenerateRequest] = deque()
+        self._streams: list[ReplyStream] = []
+        self._reserved: dict[int, int] = {}  # KV bytes each batched reply may grow to
+        self._kv_budget = 0
+        self._reported = 0.0
+        self._load_now = EngineLoad(max_batch=self.max_batch)
         # Where loaded pairs keep their cost profiles; None: the default data folder.
         self._profiles = profiles
         self._load = load
@@ -321,6 +340,8 @@ class EngineWorker(QObject):
         self._pair: ModelPair | None = None
         # The loaded pair's decoder: both KV caches, kept across this pair's turns.
         self._decoder: Decoder | None = None
+        # The server's replies, several at once, sharing the target's forwards.
+        self._batch: BatchDecoder | None = None
         self._remote: RemoteEngine | None = None
         self._info: PairInfo | None = None
 
@@ -328,6 +349,11 @@ class EngineWorker(QObject):
         """Makes ``pair`` the loaded one, with a decoder of its own (costs in this folder)."""
         self._pair = pair
         self._decoder = new_decoder(pair, self._profiles) if pair is not None else None
+        self._batch = None
+        if pair is not None and self._decoder is not None:
+            draft = pair.draft.model if pair.draft is not None else None
+            # One cost model for the pair: the batch plans with what replies measured.
+            self._batch = BatchDecoder(pair.target.model, draft, self._decoder.costs)
 
     def _load_remote(self, request: LoadRequest) -> bool:
         """Connects a remote engine instead of a local pair; ``False`` for local folders."""
@@ -419,82 +445,174 @@ class EngineWorker(QObject):
         free_memory()
         log.warning("out of memory: the pair was unloaded")
 
+    def submit(self, request: GenerateRequest) -> None:
+        """Hands a reply to the engine from any thread; the next round can take it in."""
+        self._inbox.put(request)
+
+    def load(self) -> EngineLoad:
+        """What the engine is doing now (safe from any thread: an immutable value)."""
+        return self._load_now
+
     @Slot(object)
-    def _on_generate_requested(self, request: GenerateRequest) -> None:
+    def _on_generate_requested(self, _request: GenerateRequest) -> None:
+        """Runs every submitted reply until none is left, each pulled in turn.
+
+        Replies submitted meanwhile join between rounds: the signal that woke
+        this slot is only a wake-up, the requests come through :meth:`submit`.
+        """
+        self._take_in()
+        while self._streams:
+            for stream in list(self._streams):
+                self._pump(stream)
+            self._take_in()
+            self._report()
+        self._report(force=True)
+
+    def _take_in(self) -> None:
+        """Moves submitted replies to the waiting line, then starts those a lane can take."""
+        while not self._inbox.empty():
+            self._waiting.append(self._inbox.get())
+        waiting, self._waiting = self._waiting, deque()
+        for request in waiting:
+            if not self._start(request):
+                self._waiting.append(request)  # its lane is full: it keeps its place
+
+    def _lane(self, request: GenerateRequest) -> Literal["solo", "batch"] | None:
+        """Where a reply runs now, if anywhere.
+
+        The window's reply runs on the pair's own decoder (its caches, prompt
+        lookup and live gauge carry across turns) unless the batch runs already;
+        a server's reply runs in the batch. Prompt lookup needs the decoder.
+        """
+        solo_free = not any(not s.shared for s in self._streams)
+        batched = sum(s.shared for s in self._streams)
+        can_batch = self._batch is not None and not request.params.prompt_lookup
+        if not request.shared and solo_free and not (batched and can_batch):
+            return "solo"
+        if can_batch and batched < self.max_batch:
+            return "batch"
+        if not can_batch and solo_free:
+            return "solo"
+        return None
+
+    def _start(self, request: GenerateRequest) -> bool:
+        """Starts ``request``, or ends it at once; ``False``: it must wait."""
         rid = request.request_id
         if request.cancel.is_set() and self._info is not None:
             # Withdrawn while it waited: it ends at once, and nothing runs.
             log.debug("reply %d withdrawn before it started", rid)
             finished = Finished(Stats(), "cancelled")
             self.generation_finished.emit(GenerationResult(rid, finished, self._info))
-            return
+            return True
         if (self._pair is None and self._remote is None) or self._info is None:
             self.failed.emit(EngineFailure(rid, "generate", "No model is loaded."))
-            return
+            return True
+        lane = self._lane(request)
+        if lane is None:
+            return False
+        shared = lane == "batch"
+        if shared and not self._reserve(request):
+            return True
         last = request.messages[-1].content if request.messages else ""
         log.debug("reply %d to: %s", rid, private(last))
         self.generation_started.emit(rid)
-        pending: list[Chunk] = []
-        last_flush = time.monotonic()
-
-        def flush() -> None:
-            if pending:
-                batch: list[Segment] = []
-                for c in pending:
-                    add_segments(batch, *_pieces(c))
-                self.tokens_generated.emit(
-                    TokenBatch(
-                        rid,
-                        "".join(c.text for c in pending),
-                        tuple(t for c in pending for t in c.token_ids),
-                        tuple(o for c in pending for o in c.origins),
-                        tuple(batch),
-                        tuple(c.round for c in pending if c.round is not None),
-                        pending[-1].baseline_tps,
-                        next((c.prompt_tokens for c in pending if c.prompt_tokens), None),
-                    )
-                )
-                pending.clear()
-
-        events: Iterator[Reading | Chunk | Finished]
+        info = self._info
         try:
-            if self._remote is not None:
-                events = self._stream_remote(
-                    self._remote, request.messages, request.params, request.cancel
-                )
-            else:
-                events = self._stream(
-                    self._pair,
-                    request.messages,
-                    request.params,
-                    request.cancel,
-                    control=request.control,
-                    decoder=self._decoder,
-                )
-            read_at: float | None = None  # when a Reading was last passed on
-            for event in events:
-                if isinstance(event, Reading):
-                    now = time.monotonic()
-                    if read_at is None or now - read_at >= self._flush_interval:
-                        self.prompt_progressed.emit(PromptProgress(rid, event))
-                        read_at = now
-                elif isinstance(event, Chunk):
-                    pending.append(event)
-                    now = time.monotonic()
-                    if now - last_flush >= self._flush_interval:
-                        flush()
-                        last_flush = now
-                else:
-                    flush()
-                    self.generation_finished.emit(GenerationResult(rid, event, self._info))
-        except ModelError as exc:  # the pair cannot serve this request; says why
-            flush()
+            events = self._events(request, shared)
+        except ModelError as exc:
+            self._fail(rid, exc)
+            return True
+        self._streams.append(
+            ReplyStream(
+                rid,
+                events,
+                self.tokens_generated.emit,
+                lambda reading: self.prompt_progressed.emit(PromptProgress(rid, reading)),
+                lambda end: self.generation_finished.emit(GenerationResult(rid, end, info)),
+                self._flush_interval,
+                shared=shared,
+            )
+        )
+        return True
+
+    def _events(
+        self, request: GenerateRequest, shared: bool
+    ) -> Iterator[Reading | Chunk | Finished]:
+        if self._remote is not None:
+            return self._stream_remote(
+                self._remote, request.messages, request.params, request.cancel
+            )
+        return self._stream(
+            self._pair,
+            request.messages,
+            request.params,
+            request.cancel,
+            control=request.control,
+            decoder=self._batch if shared else self._decoder,
+        )
+
+    def _reserve(self, request: GenerateRequest) -> bool:
+        """Whether the batch's memory holds this reply's KV caches too; says why not."""
+        assert self._pair is not None
+        need = reply_kv_bytes(self._pair, request.messages, request.params.max_tokens)
+        if not any(s.shared for s in self._streams):
+            self._reserved.clear()
+            self._kv_budget = usable_memory_bytes()
+        held = sum(self._reserved.values())
+        if held and held + need > self._kv_budget:
+            message = (
+                f"Tandem's memory is full with {len(self._reserved)} running replies "
+                f"({human_size(held)} of KV cache, this one needs {human_size(need)} "
+                f"of {human_size(self._kv_budget)} usable); try again when one finishes."
+            )
+            self.failed.emit(EngineFailure(request.request_id, "generate", message, full=True))
+            return False
+        self._reserved[request.request_id] = need
+        return True
+
+    def _pump(self, stream: ReplyStream) -> None:
+        """One event of ``stream``; a reply that ended or failed leaves the line-up."""
+        try:
+            going = stream.pump()
+        except Exception as exc:
+            going = False
+            if not isinstance(exc, ModelError):
+                log.exception("generation failed")
+            self._fail(stream.request_id, exc)
+        if not going and stream in self._streams:  # an unloaded pair clears them all
+            self._streams.remove(stream)
+            self._reserved.pop(stream.request_id, None)
+
+    def _fail(self, rid: int, exc: Exception) -> None:
+        if isinstance(exc, ModelError):  # the pair cannot serve this request; says why
             too_long = isinstance(exc, PromptTooLongError)
             self.failed.emit(EngineFailure(rid, "generate", str(exc), too_long=too_long))
-        except Exception as exc:
-            log.exception("generation failed")
-            flush()
-            self.failed.emit(self._unexpected(exc, "generate", rid, "Generation"))
+            return
+        failure = self._unexpected(exc, "generate", rid, "Generation")
+        self.failed.emit(failure)
+        if failure.unloaded:  # the pair is gone: so is every reply on it
+            for stream in self._streams:
+                if stream.request_id != rid:
+                    stream.close()
+                    self.failed.emit(replace(failure, request_id=stream.request_id))
+            self._streams.clear()
+            self._reserved.clear()
+
+    def _report(self, force: bool = False) -> None:
+        """Publishes the engine's load, at most every :data:`LOAD_EVERY` seconds."""
+        now = time.monotonic()
+        if not force and now - self._reported < LOAD_EVERY:
+            return
+        self._reported = now
+        batch = self._batch.stats() if self._batch is not None else BatchStats()
+        self._load_now = EngineLoad(
+            active=len(self._streams),
+            waiting=len(self._waiting) + self._inbox.qsize(),
+            batched=sum(s.shared for s in self._streams),
+            max_batch=self.max_batch,
+            batch=batch,
+        )
+        self.load_changed.emit(self._load_now)
 
     @Slot(object)
     def _on_calibrate_requested(self, request: CalibrateRequest) -> None:
@@ -561,6 +679,7 @@ class EngineService(QObject):
     tokens_generated = Signal(object)
     generation_finished = Signal(object)
     failed = Signal(object)
+    load_changed = Signal(object)
 
     def __init__(self, worker: EngineWorker | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -585,6 +704,7 @@ class EngineService(QObject):
         self._worker.tokens_generated.connect(self.tokens_generated)
         self._worker.generation_finished.connect(self._on_generation_finished)
         self._worker.failed.connect(self._on_failed)
+        self._worker.load_changed.connect(self.load_changed)
         self._thread.start()
 
     @property
@@ -609,12 +729,27 @@ class EngineService(QObject):
         """Connects ``engine`` in place of any loaded pair."""
         self.load_requested.emit(LoadRequest(engine.to_target(), None, engine))
 
-    def generate(self, messages: Sequence[Message], params: GenerationParams) -> ReplyHandle:
-        """Queues a reply behind any others; returns the handle that stops and retunes it."""
+    @property
+    def load(self) -> EngineLoad:
+        """The engine's load as last reported: replies running and waiting, batch totals."""
+        return self._worker.load()
+
+    def generate(
+        self, messages: Sequence[Message], params: GenerationParams, *, shared: bool = False
+    ) -> ReplyHandle:
+        """Starts a reply, or queues it where its lane is full; returns its handle.
+
+        Args:
+            shared: A server's request: it runs beside others in the shared
+                batch (their target forwards shared) instead of waiting its turn.
+        """
         control = DraftControl(params.num_draft)
-        request = GenerateRequest(next(self._ids), tuple(messages), params, control=control)
+        request = GenerateRequest(
+            next(self._ids), tuple(messages), params, control=control, shared=shared
+        )
         self._replies[request.request_id] = request
-        self.generate_requested.emit(request)
+        self._worker.submit(request)
+        self.generate_requested.emit(request)  # wakes the engine thread if it idles
         return ReplyHandle(request)
 
     def shutdown(self, timeout_ms: int = 30_000) -> bool:

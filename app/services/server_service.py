@@ -4,12 +4,12 @@ Generation stays on the one engine thread: a request calls
 ``EngineService.generate`` on the GUI thread (the qasync loop runs there) and
 the engine's signals feed an ``asyncio.Queue`` that the HTTP handler reads.
 
-One request runs at a time. Server requests wait their turn behind one
-another; a request that finds the engine busy with a reply the window asked
-for (or a calibration) gets 503 with a message saying so, rather than waiting
-an unknown time for the user. A client that disconnects stops its own reply
-through that reply's handle; one that gives up while it waits its turn leaves
-without touching the reply that runs.
+Requests run side by side: the engine verifies the drafts of up to its batch
+size of them in one target forward, and the window's own reply takes part as
+one more. A request beyond the batch size waits its turn; one whose KV caches
+the memory cannot hold beside the running ones gets 429. A client that
+disconnects stops its own reply through that reply's handle; one that gives up
+while it waits leaves without touching the replies that run.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from app.engine.types import GenerationParams, Message
 from app.server.http import BackendUnavailableError, Listener, RequestLog, create_app, listen
 from app.server.protocol import (
     Event,
+    Metrics,
     ModelsInfo,
     ReplyFailed,
     ReplyFinished,
@@ -33,8 +34,10 @@ from app.server.protocol import (
 )
 from app.server.security import ServerConfig, check_config
 from app.services.engine_service import (
+    MAX_BATCH,
     EngineFailure,
     EngineService,
+    EngineWorker,
     GenerationResult,
     PairInfo,
     ReplyHandle,
@@ -43,7 +46,6 @@ from app.services.engine_service import (
 
 log = logging.getLogger(__name__)
 
-BUSY = "Tandem is busy with a reply in its window; try again when it finishes."
 NO_MODEL = "No model is loaded in Tandem; load a pair first."
 
 
@@ -76,11 +78,9 @@ class ServerService(QObject):
         self._engine = engine
         self._defaults = defaults
         self._pair: PairInfo | None = None
-        self._lock = asyncio.Lock()
-        self._queue: asyncio.Queue[Event] | None = None
-        self._reply: ReplyHandle | None = None  # the server's reply on the engine
-        self._idle = asyncio.Event()
-        self._idle.set()
+        # Each running request's events, by its reply's id on the engine.
+        self._queues: dict[int, asyncio.Queue[Event]] = {}
+        self._replies: dict[int, ReplyHandle] = {}
         self._listener: Listener | None = None
         self._url = ""
         self._api_key: str | None = None
@@ -112,37 +112,33 @@ class ServerService(QObject):
             (draft,) if draft else (),
         )
 
+    def metrics(self) -> Metrics:
+        """The engine's load: requests running and waiting, the batch's acceptance."""
+        load = self._engine.load
+        return Metrics(load.active, load.waiting, load.batched, load.max_batch, load.batch)
+
     async def generate(
         self, messages: Sequence[Message], params: GenerationParams
     ) -> AsyncIterator[Event]:
-        async with self._lock:  # server requests take turns
-            await self._idle.wait()  # a stopped reply is still winding down
-            if self._pair is None:
-                raise BackendUnavailableError(NO_MODEL)
-            if self._engine.busy:
-                raise BackendUnavailableError(BUSY)
-            queue: asyncio.Queue[Event] = asyncio.Queue()
-            self._queue = queue
-            self._idle.clear()
-            reply = self._engine.generate(messages, params)
-            self._reply = reply
-            done = False
-            try:
-                yield ReplyStarted()
-                while not done:
-                    event = await queue.get()
-                    done = isinstance(event, ReplyFinished | ReplyFailed)
-                    yield event
-            finally:
-                if not done:
-                    # This request's own reply, never another's; _idle is set
-                    # once the engine says it stopped.
-                    reply.cancel()
-
-    @property
-    def _running_id(self) -> int | None:
-        """The request id of the server's reply on the engine, if any."""
-        return self._reply.request_id if self._reply is not None else None
+        if self._pair is None:
+            raise BackendUnavailableError(NO_MODEL)
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        reply = self._engine.generate(messages, params, shared=True)
+        rid = reply.request_id
+        self._queues[rid] = queue
+        self._replies[rid] = reply
+        done = False
+        try:
+            yield ReplyStarted()
+            while not done:
+                event = await queue.get()
+                done = isinstance(event, ReplyFinished | ReplyFailed)
+                yield event
+        finally:
+            self._queues.pop(rid, None)
+            self._replies.pop(rid, None)
+            if not done:
+                reply.cancel()  # this request's own reply, never another's
 
     # Engine signals, on the GUI thread
 
@@ -152,30 +148,35 @@ class ServerService(QObject):
 
     @Slot(object)
     def _on_tokens_generated(self, batch: TokenBatch) -> None:
-        if batch.request_id == self._running_id and self._queue is not None:
-            self._queue.put_nowait(TextDelta(batch.text))
+        queue = self._queues.get(batch.request_id)
+        if queue is not None:
+            queue.put_nowait(TextDelta(batch.text))
 
     @Slot(object)
     def _on_generation_finished(self, result: GenerationResult) -> None:
-        if result.request_id == self._running_id:
-            self._end(ReplyFinished(result.finished.finish_reason, result.finished.stats))
+        self._end(
+            result.request_id, ReplyFinished(result.finished.finish_reason, result.finished.stats)
+        )
 
     @Slot(object)
     def _on_failed(self, failure: EngineFailure) -> None:
         if failure.unloaded:  # out of memory: the engine dropped the pair
             self._pair = None
-        if failure.stage == "generate" and failure.request_id == self._running_id:
-            if failure.too_long:  # the caller's doing: 400, as OpenAI answers it
-                self._end(ReplyFailed(failure.message, 400, "context_length_exceeded"))
-            else:
-                self._end(ReplyFailed(failure.message))
+        if failure.stage != "generate" or failure.request_id is None:
+            return
+        if failure.too_long:  # the caller's doing: 400, as OpenAI answers it
+            event = ReplyFailed(failure.message, 400, "context_length_exceeded")
+        elif failure.full:  # the running replies fill the memory: try again later
+            event = ReplyFailed(failure.message, 429, "server_full")
+        else:
+            event = ReplyFailed(failure.message)
+        self._end(failure.request_id, event)
 
-    def _end(self, event: Event) -> None:
-        if self._queue is not None:
-            self._queue.put_nowait(event)
-        self._queue = None
-        self._reply = None
-        self._idle.set()
+    def _end(self, rid: int, event: Event) -> None:
+        queue = self._queues.pop(rid, None)
+        self._replies.pop(rid, None)
+        if queue is not None:
+            queue.put_nowait(event)
 
     # Listening
 
@@ -204,8 +205,8 @@ class ServerService(QObject):
         if self._listener is None:
             return
         listener, self._listener = self._listener, None
-        if self._reply is not None:  # the server's own reply; the window's runs on
-            self._reply.cancel()
+        for reply in list(self._replies.values()):  # the server's own; the window's runs on
+            reply.cancel()
         await listener.close()
         self._url = ""
         self._api_key = None
@@ -227,11 +228,15 @@ def serve_headless(
     *,
     defaults: Callable[[], GenerationParams] = GenerationParams,
     announce: Callable[[str], None] = print,
+    parallel: int = MAX_BATCH,
 ) -> int:
     """Loads a pair and serves it without a window until SIGINT or SIGTERM.
 
     Runs a ``QCoreApplication`` on a qasync loop; the engine thread is stopped
     and joined before this returns.
+
+    Args:
+        parallel: Requests whose rounds share one target forward, at most.
 
     Returns:
         0 after a clean stop, 1 when the pair cannot be loaded, 2 when the
@@ -246,7 +251,7 @@ def serve_headless(
     app = QCoreApplication.instance() or QCoreApplication([sys.argv[0]])
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    engine = EngineService()
+    engine = EngineService(EngineWorker(max_batch=parallel))
     server = ServerService(engine, defaults)
     stop = asyncio.Event()
 

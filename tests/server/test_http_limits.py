@@ -11,7 +11,7 @@ import pytest
 
 from app.engine.types import GenerationParams, Message
 from app.server.http import connection_log, create_app, listen
-from app.server.protocol import Event, ModelsInfo, ReplyFailed, ReplyStarted
+from app.server.protocol import Event, Metrics, ModelsInfo, ReplyFailed, ReplyStarted
 from app.server.security import ServerConfig
 
 
@@ -20,6 +20,9 @@ class FailingBackend:
 
     def models(self) -> ModelsInfo:
         return ModelsInfo("tiny")
+
+    def metrics(self) -> Metrics:
+        return Metrics()
 
     async def generate(
         self, messages: Sequence[Message], params: GenerationParams

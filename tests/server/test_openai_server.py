@@ -68,7 +68,12 @@ def test_models_and_health(server: Server) -> None:
     assert [m.id for m in models.data] == ["tiny-llama", "tiny-noisy"]
     health = httpx.get(f"http://127.0.0.1:{server.port}/health")
     assert health.status_code == 200
-    assert health.json() == {"status": "ok"}
+    assert health.json() == {
+        "status": "ok",
+        "requests_running": 0,
+        "requests_waiting": 0,
+        "batch_acceptance": None,
+    }
 
 
 def test_non_streaming_reply_carries_usage_and_timings(server: Server) -> None:

@@ -25,7 +25,7 @@ LONG = {
     "messages": MESSAGES,
     "max_tokens": 600,
     "temperature": 1,
-    "seed": 3,
+    "seed": 6,
     "num_draft_tokens": 3,
     "stream": True,
     "stream_options": {"include_usage": True},
@@ -61,7 +61,10 @@ def server(tiny: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     tmp_path = tmp_path_factory.mktemp("served")
     env = {**os.environ, "TANDEM_DEBUG_LOG": "0", "XDG_STATE_HOME": str(tmp_path / "state")}
     port = _free_port()
+    # One request at a time, so that a second client waits its turn (tests/server/
+    # test_concurrent.py covers requests that run side by side).
     args = ["--model", str(tiny.target), "--draft", str(tiny.noisy), "--port", str(port)]
+    args += ["--parallel", "1"]
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", *args],
         stdout=subprocess.PIPE,

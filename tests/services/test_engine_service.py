@@ -422,7 +422,10 @@ def test_a_waiting_reply_withdrawn_leaves_the_running_one_whole(qtbot: QtBot, ma
         running = service.generate(HELLO, GenerationParams())
     waiting = service.generate(HELLO, GenerationParams())
     waiting.cancel()
+    # The withdrawn one ends as soon as the engine takes it in, between rounds.
     qtbot.waitUntil(lambda: waiting.request_id in results, timeout=10_000)
+    assert running.request_id not in results
+    qtbot.waitUntil(lambda: running.request_id in results, timeout=10_000)
     whole = results[running.request_id].finished
     assert (whole.finish_reason, len(whole.token_ids)) == ("length", 200)
     withdrawn = results[waiting.request_id]

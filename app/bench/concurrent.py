@@ -1,0 +1,295 @@
+"""Several requests decoded at once on one :class:`~app.engine.batch.BatchDecoder`.
+
+``tandem bench --concurrent 1,2,4,8`` measures it: for each stream count n it
+opens n requests on one fresh batch, pulls them in turn (round robin on one
+thread, as the engine thread serves them) until each has ``max_tokens``
+tokens, and times the whole. The totals are set against one request alone,
+decoded plainly and speculatively, and every greedy stream is checked token
+for token against the target's own reply to its prompt.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable, Generator, MutableMapping, Sequence
+from dataclasses import dataclass, replace
+
+import mlx.nn as nn
+
+from app.engine.batch import BatchDecoder
+from app.engine.costs import CostModel, CostProfile
+from app.engine.speculative import Decoder, Prefill, Round
+from app.engine.types import GenerationParams, Reading
+
+STREAMS = (1, 2, 4, 8)
+
+Replies = MutableMapping[tuple[int, ...], list[int]]  # a prompt's greedy reply, by prompt
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsRow:
+    """``streams`` requests decoded together, against one request alone.
+
+    Attributes:
+        streams: Requests open at once.
+        k: The streams' draft length (``"auto"`` where Auto chose it).
+        temp: Their temperature.
+        total_tps: Tokens of all streams over the wall clock, from opening
+            the requests to the last token.
+        request_tps: Median over streams of a stream's tokens over the time
+            from opening to its own last token.
+        tokens: Tokens of all streams.
+        seconds: The wall clock.
+        acceptance: Accepted over drafted tokens, all streams; ``None`` where
+            none were drafted.
+        mean_k: Mean draft length of the drafting rounds.
+        plain_tps: One request decoded plainly, timed alike.
+        spec_tps: One request decoded speculatively at the same k, timed
+            alike; ``None`` without a draft.
+        speedup_plain: ``total_tps`` over ``plain_tps``.
+        speedup_spec: ``total_tps`` over ``spec_tps``.
+        exact: Whether every stream's reply is the target's greedy reply to
+            its prompt alone, token for token; ``None`` when sampling.
+    """
+
+    streams: int
+    k: str
+    temp: float
+    total_tps: float
+    request_tps: float
+    tokens: int
+    seconds: float
+    acceptance: float | None
+    mean_k: float | None
+    plain_tps: float
+    spec_tps: float | None
+    speedup_plain: float | None
+    speedup_spec: float | None
+    exact: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Pulled:
+    """What pulling some requests to ``max_tokens`` gave."""
+
+    replies: list[list[int]]
+    seconds: float  # from opening the requests to the last token of all
+    finished: list[float]  # per request, from opening to its last token
+    rounds: list[Round]
+
+
+def variants(prompt: Sequence[int], n: int) -> list[list[int]]:
+    """``n`` prompts: ``prompt`` itself, then ``prompt`` with another last token each.
+
+    The other last tokens are the prompt's own, taken from its end backwards,
+    each value once, so every variant is as long as ``prompt`` and made of
+    tokens the models see in it. Where the prompt has too few distinct
+    tokens, the variants repeat.
+    """
+    lasts = list(dict.fromkeys(reversed(prompt)))
+    return [[*prompt[:-1], lasts[i % len(lasts)]] for i in range(n)]
+
+
+def _pull(gens: list[Generator[Reading | Prefill | Round, None, None]], max_tokens: int) -> _Pulled:
+    """Pulls each request in turn, as the engine thread does, until each has ``max_tokens``.
+
+    A request is closed as soon as it has its tokens, so it leaves the batch
+    and the later rounds verify only the others.
+    """
+    start = time.perf_counter()
+    replies: list[list[int]] = [[] for _ in gens]
+    finished = [0.0] * len(gens)
+    rounds: list[Round] = []
+    live = list(range(len(gens)))
+    while live:
+        for i in list(live):
+            event = next(gens[i])
+            if isinstance(event, Round):
+                replies[i] += event.tokens
+                rounds.append(event)
+            if len(replies[i]) >= max_tokens:
+                finished[i] = time.perf_counter() - start
+                gens[i].close()
+                live.remove(i)
+    seconds = time.perf_counter() - start
+    return _Pulled([r[:max_tokens] for r in replies], seconds, finished, rounds)
+
+
+def _solo(decoder: Callable[[], Decoder], prompt: list[int], params: GenerationParams) -> _Pulled:
+    """One request alone on a fresh decoder (no cache left by an earlier run to reuse)."""
+    return _pull([decoder().generate(prompt, params)], params.max_tokens)
+
+
+def _batch(
+    target: nn.Module,
+    draft: nn.Module | None,
+    costs: Callable[[], CostModel],
+    prompts: list[list[int]],
+    params: GenerationParams,
+) -> _Pulled:
+    """``prompts`` opened at once on one fresh batch and pulled to the end."""
+    batch = BatchDecoder(target, draft, costs())
+    return _pull([batch.generate(p, params) for p in prompts], params.max_tokens)
+
+
+def _greedy(
+    target: nn.Module, prompts: list[list[int]], params: GenerationParams, known: Replies
+) -> None:
+    """Fills ``known`` with the target's plain greedy reply to each prompt it lacks."""
+    plain = replace(params, num_draft=0, temperature=0.0)
+    for prompt in prompts:
+        if tuple(prompt) not in known:
+            known[tuple(prompt)] = _solo(lambda: Decoder(target), prompt, plain).replies[0]
+
+
+def _warmed(run: Callable[[], _Pulled], warmup: bool) -> _Pulled:
+    """A second ``run`` where ``warmup``: the first built the kernels of its shapes."""
+    if warmup:
+        run()
+    return run()
+
+
+def _tps(tokens: int, seconds: float) -> float:
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def _ratio(a: float, b: float | None) -> float | None:
+    return a / b if b else None
+
+
+def measure_streams(
+    target: nn.Module,
+    draft: nn.Module | None,
+    prompt_ids: Sequence[int],
+    params: GenerationParams,
+    streams: Sequence[int] = STREAMS,
+    max_tokens: int = 128,
+    warmup: bool = True,
+    profile: CostProfile | None = None,
+    replies: Replies | None = None,
+    log: Callable[[str], None] = lambda _s: None,
+) -> list[StreamsRow]:
+    """One row per stream count: its requests decoded together, against one alone.
+
+    Every run, the references included, is timed from opening its requests
+    to its last token, prefill in, after an unmeasured run of the same shape
+    (``warmup``) so that no kernel build counts. Each run gets fresh decoders:
+    no cache, acceptance or chosen k carries over from the warm-up.
+
+    Args:
+        target: The model every stream gets its reply from.
+        draft: The model that proposes tokens, if any.
+        prompt_ids: The prompt; the streams get variants of it (:func:`variants`).
+        params: The streams' sampling and draft length (``num_draft``).
+        streams: Stream counts, one row each.
+        max_tokens: Tokens of every stream (end of sequence is not looked for).
+        warmup: Run each shape once unmeasured first.
+        profile: The pair's measured costs, which Auto starts from.
+        replies: Greedy replies already known, by prompt; the missing ones
+            are decoded plainly and added, so later calls on the same target
+            can share them.
+        log: Where progress lines go.
+
+    Raises:
+        ValueError: A stream count below 1.
+    """
+    if any(n < 1 for n in streams):
+        raise ValueError("stream counts start at 1")
+    params = replace(params, max_tokens=max_tokens)  # no round drafts past the budget
+    # The streams get the prompt with a different last token each, not one
+    # prompt n times: each stream then has its own reply, so a round that gave
+    # one request another's rows would fail `exact`; and at a miss rate above 0
+    # the streams accept unevenly, as different users' requests do, where
+    # identical ones would run in lockstep and flatter the batch.
+    prompts = variants(prompt_ids, max(streams, default=1))
+    k_max = params.k_max
+
+    def costs() -> CostModel:
+        return CostModel(k_max + 1, profile)
+
+    plain_params = replace(params, num_draft=0)
+    log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
+    plain = _warmed(lambda: _solo(lambda: Decoder(target), prompts[0], plain_params), warmup)
+    spec = None
+    if draft is not None:
+        spec = _warmed(
+            lambda: _solo(lambda: Decoder(target, draft, costs()), prompts[0], params), warmup
+        )
+    greedy = params.temperature == 0
+    known: Replies = replies if replies is not None else {}
+    if greedy:
+        known.setdefault(tuple(prompts[0]), plain.replies[0])
+        _greedy(target, prompts, params, known)
+    plain_tps = _tps(max_tokens, plain.seconds)
+    spec_tps = _tps(max_tokens, spec.seconds) if spec is not None else None
+    k = "auto" if params.num_draft is None else str(params.num_draft)
+    rows = []
+    for n in streams:
+        log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
+        run = _warmed(functools.partial(_batch, target, draft, costs, prompts[:n], params), warmup)
+        drafted = sum(r.k for r in run.rounds)
+        accepted = sum(r.accepted for r in run.rounds)
+        ks = [r.k for r in run.rounds if r.k]
+        total = _tps(n * max_tokens, run.seconds)
+        exact = None
+        if greedy:
+            exact = all(
+                got == known[tuple(p)] for got, p in zip(run.replies, prompts[:n], strict=True)
+            )
+        rows.append(
+            StreamsRow(
+                streams=n,
+                k=k,
+                temp=params.temperature,
+                total_tps=total,
+                request_tps=statistics.median(_tps(max_tokens, s) for s in run.finished),
+                tokens=n * max_tokens,
+                seconds=run.seconds,
+                acceptance=accepted / drafted if drafted else None,
+                mean_k=statistics.mean(ks) if ks else None,
+                plain_tps=plain_tps,
+                spec_tps=spec_tps,
+                speedup_plain=_ratio(total, plain_tps),
+                speedup_spec=_ratio(total, spec_tps),
+                exact=exact,
+            )
+        )
+    return rows
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def streams_table(rows: Sequence[StreamsRow]) -> str:
+    """One line per stream count under a line with the single-request references."""
+    lines: list[str] = []
+    for k, temp in dict.fromkeys((r.k, r.temp) for r in rows):
+        group = [r for r in rows if (r.k, r.temp) == (k, temp)]
+        spec = _cell(group[0].spec_tps, ".2f")
+        lines.append(
+            f"k {k}, temp {temp:.2f}; one request alone: plain {group[0].plain_tps:.2f} tok/s, "
+            f"speculative {spec} tok/s"
+        )
+        lines.append(
+            f"{'streams':>7} {'tok/s':>8} {'req tok/s':>9} {'tokens':>6} {'s':>7} {'accept':>7} "
+            f"{'mean k':>6} {'x plain':>7} {'x spec':>7} {'exact':>5}"
+        )
+        for r in group:
+            exact = "-" if r.exact is None else "yes" if r.exact else "no"
+            acc = "-" if r.acceptance is None else f"{r.acceptance:.0%}"
+            lines.append(
+                f"{r.streams:>7} {r.total_tps:>8.2f} {r.request_tps:>9.2f} {r.tokens:>6} "
+                f"{r.seconds:>7.2f} {acc:>7} {_cell(r.mean_k, '.1f'):>6} "
+                f"{_times(r.speedup_plain):>7} {_times(r.speedup_spec):>7} {exact:>5}"
+            )
+    return "\n".join(lines)
+
+
+__all__ = ["STREAMS", "StreamsRow", "measure_streams", "streams_table", "variants"]

@@ -1,0 +1,407 @@
+"""Speculative decoding for several requests at once, their target forwards shared.
+
+Each round drafts for every open request (the draft's steps packed across the
+requests that still draft) and then verifies all proposals in one packed
+target forward (:func:`app.engine.packed.packed_forward`): the projections and
+the MLP see every request's rows as one matrix, attention runs per request over
+its own cache. Each request then keeps its own accepted prefix by the one rule
+of :func:`app.engine.speculative.judge`, so greedy replies are token for token
+what they are alone and sampling stays lossless.
+
+Ragged acceptance costs no copies: every request keeps its own per-layer KV
+caches (mlx-lm's ``KVCache``), so rejected rows are trimmed per request and
+RoPE runs at each cache's own offset. A request joins between rounds; the
+prompts of joining requests are read :data:`PREFILL_CHUNK` tokens per round
+in all, so a long prompt delays the others by at most one chunk's forward per
+round, and requests that come together start together.
+
+:meth:`BatchDecoder.generate` has :class:`~app.engine.speculative.Decoder`'s
+signature, so :func:`app.engine.generate.stream_reply` drives one request of a
+batch as it drives a lone one. Pulling a request whose next round has not run
+yet runs a round for every request waiting likewise: consumers that take turns
+(one thread, round robin) thereby share each round.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from app.engine import attention
+from app.engine.adaptive import Acceptance, DraftLength
+from app.engine.costs import CostModel
+from app.engine.packed import packable, packed_forward
+from app.engine.speculative import (
+    CacheError,
+    DraftControl,
+    Prefill,
+    Round,
+    Verdict,
+    draft_kept,
+    fit_vocab,
+    judge,
+    penalty_history,
+    pick,
+)
+from app.engine.types import GenerationParams, Origin, Reading
+
+PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in all
+
+
+@dataclass(eq=False)
+class _Request:
+    """One open request: its sequence, both caches and what it has yet to hand over."""
+
+    seq: list[int]
+    params: GenerationParams
+    control: DraftControl | None
+    cancel: threading.Event | None
+    t_cache: list[Any]
+    d_cache: list[Any] | None
+    drafts: bool  # the pair has a draft and the target's cache can be rewound
+    started: float = field(default_factory=time.perf_counter)
+    read: int = 0  # prompt tokens the target holds
+    prompt: int = 0  # tokens of the prompt
+    d_tokens: list[int] = field(default_factory=list)  # what the draft's cache holds
+    generated: int = 0
+    out: deque[Prefill | Round] = field(default_factory=deque)
+
+    @property
+    def reading(self) -> bool:
+        return self.read < self.prompt - 1
+
+    @property
+    def stopped(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def num_draft(self) -> int | None:
+        return self.control.num_draft if self.control is not None else self.params.num_draft
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What the batch has done since it was made, for ``/metrics``.
+
+    Attributes:
+        active: Requests open now.
+        rounds: Batched rounds run.
+        drafted: Tokens proposed across requests.
+        accepted: Of those, tokens the target kept.
+        tokens: Tokens committed across requests.
+        largest: Most requests one round verified together.
+    """
+
+    active: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens: int = 0
+    largest: int = 0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+class BatchDecoder:
+    """Runs the rounds of every open request together, on the thread that owns the models.
+
+    Args:
+        target: The model whose output every request gets.
+        draft: The model that proposes tokens, if any.
+        costs: The pair's measured costs, which each request's Auto plans with.
+    """
+
+    def __init__(
+        self, target: nn.Module, draft: nn.Module | None = None, costs: CostModel | None = None
+    ) -> None:
+        self.target = target
+        self.draft = draft
+        self.costs = costs if costs is not None else CostModel()
+        self.vocab_size: int | None = getattr(getattr(target, "args", None), "vocab_size", None)
+        self._acceptance: dict[bool, Acceptance] = {}  # per sampling: the pair's, shared
+        self._lengths: dict[tuple[int, int | None, bool], DraftLength] = {}
+        self._open: list[_Request] = []
+        self._rounds = self._drafted = self._accepted = self._tokens = self._largest = 0
+        # Learned on the first request, so that making a batch costs nothing until it decodes.
+        self._trimmable: bool | None = None
+
+    @property
+    def active(self) -> int:
+        """Requests open now."""
+        return len(self._open)
+
+    @property
+    def baseline_tps(self) -> float | None:
+        """Plain decoding speed of the target alone, from the pair's profile."""
+        step = self.costs.profile().verify[0] if self.costs.profile().verify else None
+        return 1.0 / step if step else None
+
+    def stats(self) -> BatchStats:
+        """A snapshot of the batch's totals."""
+        return BatchStats(
+            self.active, self._rounds, self._drafted, self._accepted, self._tokens, self._largest
+        )
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        params: GenerationParams,
+        control: DraftControl | None = None,
+        cancel: threading.Event | None = None,
+        reading: bool = False,
+    ) -> Generator[Reading | Prefill | Round, None, None]:
+        """Opens a request; its generator yields a :class:`Prefill`, then rounds until ``cancel``.
+
+        The request joins the batch at once. The caller stops pulling on end
+        of sequence or length; closing the generator, or setting ``cancel``,
+        takes the request out of the batch. ``reading`` is accepted
+        for :class:`~app.engine.speculative.Decoder`'s signature; a batched
+        request's prompt is read between rounds and reported by its Prefill.
+
+        Raises:
+            CacheError: Drafting was asked of a target whose cache cannot be rewound.
+        """
+        if len(prompt) < 1:
+            raise ValueError("a prompt needs at least one token")
+        if self._trimmable is None:
+            for model in (self.target, self.draft):
+                if model is not None:
+                    attention.install(model)
+            self._trimmable = can_trim_prompt_cache(make_prompt_cache(self.target))
+        wanted = control.num_draft if control is not None else params.num_draft
+        if self.draft is not None and wanted != 0 and not self._trimmable:
+            raise CacheError(
+                "the target's cache cannot be rewound (hybrid or recurrent layers), "
+                "so it cannot verify drafts; turn drafting off"
+            )
+        drafts = self.draft is not None and self._trimmable
+        request = _Request(
+            seq=list(prompt),
+            prompt=len(prompt),
+            params=params,
+            control=control,
+            cancel=cancel,
+            t_cache=make_prompt_cache(self.target),
+            d_cache=make_prompt_cache(self.draft) if drafts and self.draft is not None else None,
+            drafts=drafts,
+        )
+        self._open.append(request)  # now, so that it joins the next round even unpulled
+        return self._stream(request)
+
+    def _stream(self, request: _Request) -> Generator[Prefill | Round, None, None]:
+        try:
+            while not request.stopped:
+                if request.out:
+                    yield request.out.popleft()
+                else:
+                    self.step()
+        finally:
+            self._leave(request)
+
+    def _leave(self, request: _Request) -> None:
+        if request in self._open:
+            self._open.remove(request)
+
+    def _length(self, params: GenerationParams, num_draft: int | None) -> DraftLength:
+        """The controller of a setting, shared by the requests of that setting."""
+        sampling = params.temperature > 0
+        key = (params.k_max, num_draft, sampling)
+        if key not in self._lengths:
+            accept = self._acceptance.setdefault(sampling, Acceptance())
+            self._lengths[key] = DraftLength(params.k_max, num_draft, self.costs, accept)
+        return self._lengths[key]
+
+    def step(self) -> None:
+        """One round for every open request that waits for one.
+
+        Joining requests read their prompts first, :data:`PREFILL_CHUNK`
+        tokens in all, oldest first, in one packed forward per model.
+        """
+        for gone in [r for r in self._open if r.stopped]:
+            self._leave(gone)  # cancelled, perhaps before it was ever pulled
+        waiting = [r for r in self._open if not r.out]
+        ready = [r for r in waiting if not r.reading]
+        joining = [r for r in waiting if r.reading]
+        if joining:
+            self._read(joining)
+            for r in joining:
+                if not r.reading:
+                    r.out.append(Prefill(len(r.seq), 0, time.perf_counter() - r.started))
+        if ready:
+            self._round(ready)
+
+    def _read(self, joining: list[_Request]) -> None:
+        """Reads the next chunks of joining requests' prompts into both models' caches."""
+        left = PREFILL_CHUNK
+        chunks: list[tuple[_Request, list[int]]] = []
+        for r in joining:
+            if left <= 0:
+                break
+            chunk = r.seq[r.read : min(r.prompt - 1, r.read + left)]
+            chunks.append((r, chunk))
+            left -= len(chunk)
+        rows = [mx.array(c, dtype=mx.int32) for _, c in chunks]
+        # Only the caches are evaluated: no logits of the prompts are computed.
+        self._forward(self.target, rows, [r.t_cache for r, _ in chunks])
+        states = [c.state for r, _ in chunks for c in r.t_cache]
+        drafting = [(r, x) for (r, _), x in zip(chunks, rows, strict=True) if r.d_cache is not None]
+        if drafting and self.draft is not None:
+            caches = [c for r, _ in drafting if (c := r.d_cache) is not None]
+            self._forward(self.draft, [x for _, x in drafting], caches)
+            states += [c.state for cache in caches for c in cache]
+        mx.eval(states)
+        for r, chunk in chunks:
+            r.read += len(chunk)
+            if r.d_cache is not None:
+                r.d_tokens += chunk
+
+    def _plan(self, request: _Request) -> int:
+        """Tokens ``request`` drafts this round: its own setting, never past its budget."""
+        wanted = request.num_draft()
+        if not request.drafts or wanted == 0:
+            return 0
+        k = self._length(request.params, wanted).choose().k
+        room = request.params.max_tokens - request.generated - 1
+        return max(0, min(k, room))
+
+    def _round(self, requests: list[_Request]) -> None:
+        """Drafts for ``requests``, verifies them all in one forward, commits each."""
+        start = time.perf_counter()
+        ks = [self._plan(r) for r in requests]
+        proposals, q_rows, fed = self._draft(requests, ks)
+        draft_end = time.perf_counter()
+        rows: list[mx.array] = [
+            mx.concatenate([mx.array(r.seq[-1:], dtype=mx.int32), p])
+            if k
+            else mx.array(r.seq[-1:], dtype=mx.int32)
+            for r, k, p in zip(requests, ks, proposals, strict=True)
+        ]
+        logits = self._forward(self.target, rows, [r.t_cache for r in requests])
+        verdicts = [
+            self._judge(r, k, lg[0].astype(mx.float32), p, q)
+            for r, k, lg, p, q in zip(requests, ks, logits, proposals, q_rows, strict=True)
+        ]
+        seconds = time.perf_counter() - start
+        draft_seconds = (draft_end - start) if any(ks) else 0.0
+        self._rounds += 1
+        self._largest = max(self._largest, len(requests))
+        for r, k, v, f in zip(requests, ks, verdicts, fed, strict=True):
+            self._commit(r, k, v, f)
+            n = v.accepted
+            self._drafted, self._accepted, self._tokens = (
+                self._drafted + k,
+                self._accepted + n,
+                self._tokens + n + 1,
+            )
+            r.out.append(
+                Round(
+                    tokens=(*v.proposed[:n], v.next_token),
+                    origins=(*([Origin.DRAFT] * n), _last_origin(k, n)),
+                    k=k,
+                    accepted=n,
+                    source="draft" if k else "none",
+                    seconds=seconds,
+                    draft_seconds=draft_seconds if k else 0.0,
+                    auto=r.num_draft() is None and k > 0,
+                    width=k + 1,
+                )
+            )
+
+    def _forward(
+        self, model: nn.Module, rows: Sequence[mx.array], caches: Sequence[list[Any]]
+    ) -> list[mx.array]:
+        """Each sequence's logits for its new rows: packed where the model allows."""
+        if packable(model):
+            return packed_forward(model, rows, caches)
+        return [model(x[None], cache=c) for x, c in zip(rows, caches, strict=True)]
+
+    def _draft(
+        self, requests: list[_Request], ks: list[int]
+    ) -> tuple[list[mx.array], list[list[mx.array | int]], list[list[int]]]:
+        """Up to ``ks[i]`` draft tokens per request, the steps packed across requests.
+
+        Returns:
+            Each request's proposal (lazy), its proposal distributions (for
+            sampling) and the tokens its first step fed the draft.
+        """
+        parts: list[list[mx.array]] = [[] for _ in requests]
+        q_rows: list[list[mx.array | int]] = [[] for _ in requests]
+        fed = [r.seq[len(r.d_tokens) :] if k else [] for r, k in zip(requests, ks, strict=True)]
+        x: list[mx.array] = [mx.array(f, dtype=mx.int32) for f in fed]
+        for step in range(max(ks, default=0)):
+            live = [i for i, k in enumerate(ks) if k > step]
+            if self.draft is None or any(requests[i].stopped for i in live):
+                break
+            caches = [c for i in live if (c := requests[i].d_cache) is not None]
+            logits = self._forward(self.draft, [x[i] for i in live], caches)
+            for i, lg in zip(live, logits, strict=True):
+                last = lg[0, -1:].astype(mx.float32)
+                if self.vocab_size is not None:
+                    last = fit_vocab(last, self.vocab_size)
+                r = requests[i]
+                ctx = []
+                if r.params.repetition_penalty != 1.0:
+                    seen = mx.concatenate([penalty_history(r.seq, r.params), *parts[i]])
+                    ctx = [seen[-r.params.repetition_context_size :]]
+                token, probs = pick(last, r.params, ctx)
+                if probs is not None:
+                    q_rows[i].append(probs[0])
+                parts[i].append(token)
+                x[i] = token
+            mx.async_eval([x[i] for i in live])  # the device drafts while Python builds on
+        proposals = [mx.concatenate(p) if p else mx.array([], dtype=mx.int32) for p in parts]
+        for i, p in enumerate(parts):
+            ks[i] = len(p)  # a cancel may have cut the draft short
+        return proposals, q_rows, fed
+
+    def _judge(
+        self,
+        request: _Request,
+        k: int,
+        logits: mx.array,
+        proposal: mx.array,
+        q_rows: list[mx.array | int],
+    ) -> Verdict:
+        if k:
+            return judge(logits, request.seq, request.params, proposal, q_rows)
+        ctx = []
+        if request.params.repetition_penalty != 1.0:
+            ctx = [penalty_history(request.seq, request.params)]
+        token, _ = pick(logits, request.params, ctx)
+        return Verdict([], 0, cast(int, token.item()))
+
+    def _commit(self, request: _Request, k: int, verdict: Verdict, fed: list[int]) -> None:
+        """Keeps the accepted prefix: trims rejected rows from both caches."""
+        n = verdict.accepted
+        trim_prompt_cache(request.t_cache, k - n)
+        if k:
+            self._length(request.params, request.num_draft()).observe(k, n)
+        committed = [*request.seq, *verdict.proposed[:n], verdict.next_token]
+        if k and request.d_cache is not None:
+            # The draft's cache holds what it was fed and all but its last draft token.
+            held = request.d_tokens + fed
+            drafted = verdict.proposed[: k - 1]
+            keep = draft_kept(held, drafted, committed)
+            trim_prompt_cache(request.d_cache, len(held) + len(drafted) - keep)
+            request.d_tokens = (held + drafted)[:keep]
+        request.seq[:] = committed
+        request.generated += n + 1
+
+
+def _last_origin(k: int, accepted: int) -> Origin:
+    """Where a round's own token came from: a bonus, a correction, or a plain step."""
+    if not k:
+        return Origin.TARGET
+    return Origin.BONUS if accepted == k else Origin.CORRECTION
+
+
+__all__ = ["PREFILL_CHUNK", "BatchDecoder", "BatchStats"]

@@ -1,0 +1,121 @@
+"""``tandem bench --concurrent``: several requests on one batch against one alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.bench.concurrent import measure_streams, streams_table, variants
+from app.engine import GenerationParams, load_pair
+from tests.conftest import TinyModels
+from tests.fakes import _tandem_here
+
+PROMPT = list(range(40, 64))
+
+
+@pytest.fixture(scope="module")
+def pair(tiny: TinyModels):
+    return load_pair(tiny.target, tiny.noisy)  # a draft the target partly accepts
+
+
+@pytest.fixture(autouse=True)
+def _attention_mode_kept() -> Iterator[None]:
+    """`tandem bench` sets the verification attention for its process; keep this one's."""
+    from app.engine import attention
+
+    saved = dict(attention._state)
+    yield
+    attention._state.clear()
+    attention._state.update(saved)
+
+
+def test_variants_differ_only_in_their_last_token() -> None:
+    prompts = variants(PROMPT, 4)
+    assert prompts[0] == PROMPT
+    assert len({tuple(p) for p in prompts}) == 4
+    assert all(p[:-1] == PROMPT[:-1] and p[-1] in PROMPT for p in prompts)
+    assert variants([5, 6], 3) == [[5, 6], [5, 5], [5, 6]]  # too few tokens: they repeat
+
+
+def test_one_row_per_stream_count_and_every_greedy_stream_is_exact(pair) -> None:
+    rows = measure_streams(
+        pair.target.model, pair.draft.model, PROMPT, GenerationParams(num_draft=3),
+        streams=(1, 3), max_tokens=20, warmup=False,
+    )  # fmt: skip
+    assert [r.streams for r in rows] == [1, 3]
+    for r in rows:
+        assert r.exact is True
+        assert r.k == "3" and r.tokens == 20 * r.streams
+        assert r.acceptance is not None and 0 < r.acceptance < 1
+        assert r.mean_k is not None and 1 <= r.mean_k <= 3
+        assert r.total_tps > 0 and r.plain_tps > 0 and r.spec_tps is not None
+        assert r.speedup_plain == pytest.approx(r.total_tps / r.plain_tps)
+        assert r.speedup_spec == pytest.approx(r.total_tps / r.spec_tps)
+    lines = streams_table(rows).splitlines()
+    assert lines[0].startswith("k 3, temp 0.00; one request alone: plain")
+    assert lines[1].split()[0] == "streams" and lines[1].split()[-1] == "exact"
+    assert [line.split()[0] for line in lines[2:]] == ["1", "3"]
+    assert all(line.split()[-1] == "yes" for line in lines[2:])
+
+
+def test_a_stream_that_differs_from_its_solo_reply_is_not_exact(pair) -> None:
+    prompts = variants(PROMPT, 2)
+    # Greedy replies given as known: the second prompt's is wrong.
+    replies = {tuple(prompts[1]): [0] * 12}
+    rows = measure_streams(
+        pair.target.model, pair.draft.model, PROMPT, GenerationParams(num_draft=2),
+        streams=(1, 2), max_tokens=12, warmup=False, replies=replies,
+    )  # fmt: skip
+    assert [r.exact for r in rows] == [True, False]
+    assert tuple(prompts[0]) in replies  # the first one was decoded and kept for later calls
+
+
+def test_sampled_streams_are_not_checked(pair) -> None:
+    rows = measure_streams(
+        pair.target.model, pair.draft.model, PROMPT,
+        GenerationParams(num_draft=None, temperature=0.8, k_max=4),
+        streams=(2,), max_tokens=12, warmup=False,
+    )  # fmt: skip
+    assert rows[0].exact is None and rows[0].k == "auto" and rows[0].temp == 0.8
+    assert streams_table(rows).splitlines()[-1].split()[-1] == "-"
+
+
+@pytest.mark.slow
+def test_cli_runs_synthetic_streams_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "streams.json"
+    r = _tandem_here(
+        "bench", "--synthetic", "tiny:tiny", "--miss", "0", "--concurrent", "1,2",
+        "--ks", "4", "--max-tokens", "24", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert data["meta"]["synthetic"] == "tiny:tiny" and data["meta"]["concurrent"] == [1, 2]
+    assert data["meta"]["max_tokens"] == 24 and "profile" not in data["meta"]  # fixed k
+    rows = data["rows"]
+    assert [row["streams"] for row in rows] == [1, 2]
+    assert all(row["exact"] is True and row["acceptance"] == 1.0 for row in rows)  # miss 0
+    assert all(row["tokens"] == 24 * row["streams"] for row in rows)
+    assert "one request alone" in r.stdout and "speedup" not in r.stdout  # no plain bench
+
+
+@pytest.mark.slow
+def test_cli_runs_streams_on_model_folders(tiny: TinyModels, tmp_path: Path) -> None:
+    out = tmp_path / "streams.json"
+    r = _tandem_here(
+        "bench", "--model", str(tiny.target), "--draft", str(tiny.noisy), "--concurrent", "2",
+        "--ks", "2,auto", "--max-tokens", "12", "--context", "32", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert [(row["k"], row["streams"]) for row in data["rows"]] == [("2", 2), ("auto", 2)]
+    assert all(row["exact"] is True for row in data["rows"])
+    assert data["meta"]["profile"]["verify"]  # Auto starts from the measured costs
+
+
+def test_cli_refuses_a_stream_count_below_one() -> None:
+    r = _tandem_here("bench", "--synthetic", "tiny:tiny", "--concurrent", "0,2")
+    assert r.returncode == 2
+    assert "--concurrent takes whole numbers from 1" in r.stderr

@@ -1,0 +1,176 @@
+"""Batched speculative decoding: every request's reply is what it is alone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from app.engine import GenerationParams, load_pair
+from app.engine.batch import PREFILL_CHUNK, BatchDecoder
+from app.engine.sampling import log_probs
+from app.engine.speculative import Decoder, Prefill, Round
+from app.engine.types import Reading
+from tests.conftest import TinyModels
+
+PROMPTS = [list(range(40, 80)), list(range(100, 112)), list(range(60, 70)) * 3, [7, 8, 9]]
+
+
+@pytest.fixture(scope="module")
+def pair(tiny: TinyModels):
+    return load_pair(tiny.target, tiny.noisy)
+
+
+def _solo(pair, prompt: list[int], n: int, **params) -> list[int]:
+    gen = Decoder(pair.target.model).generate(prompt, GenerationParams(num_draft=0, **params))
+    out: list[int] = []
+    for event in gen:
+        if isinstance(event, Round):
+            out += event.tokens
+        if len(out) >= n:
+            break
+    gen.close()
+    return out[:n]
+
+
+def _turns(
+    gens: list[Generator[Reading | Prefill | Round, None, None]], n: int
+) -> tuple[list[list[int]], list[list[Round]]]:
+    """Pulls every request in turn, as the engine thread does, until each has ``n`` tokens."""
+    out: list[list[int]] = [[] for _ in gens]
+    rounds: list[list[Round]] = [[] for _ in gens]
+    live = set(range(len(gens)))
+    while live:
+        for i in sorted(live):
+            event = next(gens[i])
+            if isinstance(event, Round):
+                out[i] += event.tokens
+                rounds[i].append(event)
+            if len(out[i]) >= n:
+                gens[i].close()
+                live.discard(i)
+    return [o[:n] for o in out], rounds
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(num_draft=3),
+        dict(num_draft=None, k_max=6),
+        dict(num_draft=2, repetition_penalty=1.3),
+    ],
+)
+def test_each_greedy_reply_equals_its_solo_reply(pair, params) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
+    got, rounds = _turns(gens, 40)
+    rep = {k: v for k, v in params.items() if k.startswith("repetition")}
+    assert got == [_solo(pair, p, 40, **rep) for p in PROMPTS]
+    stats = batch.stats()
+    assert all(any(r.k for r in rs) for rs in rounds)  # every request drafted
+    assert stats.largest == len(PROMPTS)  # the rounds were shared
+    assert stats.drafted > stats.accepted > 0  # drafts were made, some rejected
+    assert batch.active == 0  # closed requests left the batch
+
+
+def test_requests_join_and_leave_between_rounds(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    params = GenerationParams(num_draft=4)
+    first = batch.generate(PROMPTS[0], params)
+    early: list[int] = []
+    while len(early) < 12:
+        event = next(first)
+        if isinstance(event, Round):
+            early += event.tokens
+    assert batch.active == 1
+    late = batch.generate(PROMPTS[1], params)
+    got, _ = _turns([first, late], 30)
+    assert early + got[0] == _solo(pair, PROMPTS[0], len(early) + 30)
+    assert got[1] == _solo(pair, PROMPTS[1], 30)
+
+
+def test_a_long_prompt_is_read_a_chunk_per_round(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    params = GenerationParams(num_draft=2)
+    running = batch.generate(PROMPTS[1], params)
+    assert isinstance(next(running), Prefill)
+    long_prompt = [20 + i % 300 for i in range(3 * PREFILL_CHUNK)] + [5]  # three chunks to read
+    assert len(long_prompt) == 3 * PREFILL_CHUNK + 1
+    joining = batch.generate(long_prompt, params)
+    rounds_while_reading = 0
+    # Each pull of the running request runs one round; the joiner reads a chunk then.
+    for _ in range(3):
+        assert isinstance(next(running), Round)
+        rounds_while_reading += 1
+    event = next(joining)
+    assert isinstance(event, Prefill) and event.prompt_tokens == len(long_prompt)
+    assert rounds_while_reading == 3
+    got, _ = _turns([joining], 10)
+    assert got[0] == _solo(pair, long_prompt, 10)
+
+
+def test_requests_that_come_together_read_their_prompts_in_one_round(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    params = GenerationParams(num_draft=2)
+    gens = [batch.generate(p, params) for p in PROMPTS]
+    assert isinstance(next(gens[0]), Prefill)
+    # The first pull read every prompt (under one chunk in all), so all start at once.
+    assert all(isinstance(next(g), Prefill) for g in gens[1:])
+    assert batch.stats().rounds == 0
+    for g in gens:
+        assert isinstance(next(g), Round)
+    assert batch.stats().rounds == 1
+    for g in gens:
+        g.close()
+
+
+def test_a_cancelled_request_ends_without_stopping_the_others(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    params = GenerationParams(num_draft=3)
+    cancel = threading.Event()
+    stopped = batch.generate(PROMPTS[0], params, cancel=cancel)
+    going = batch.generate(PROMPTS[2], params)
+    next(stopped), next(going)
+    cancel.set()
+    assert batch.active == 2
+    assert list(stopped) == []
+    assert batch.active == 1
+    got, _ = _turns([going], 20)
+    assert got[0] == _solo(pair, PROMPTS[2], 20)
+
+
+def test_a_round_never_drafts_past_the_request_budget(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    gen = batch.generate(PROMPTS[0], GenerationParams(num_draft=8, max_tokens=5))
+    first = next(e for e in gen if isinstance(e, Round))
+    gen.close()
+    assert first.k == 4  # five tokens: four drafts and the target's own
+
+
+def test_sampled_first_token_keeps_the_target_distribution(pair) -> None:
+    """Chi-square of the first token of four concurrent sampled requests against p."""
+    params = GenerationParams(num_draft=3, temperature=0.8)
+    prompt = PROMPTS[0][:20]
+    mx.random.seed(5)
+    vocab = pair.target.config["vocab_size"]
+    counts = np.zeros(vocab)
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    for _ in range(300):
+        gens = [batch.generate(prompt, params) for _ in range(4)]
+        for gen in gens:
+            first = next(e for e in gen if isinstance(e, Round))
+            counts[first.tokens[0]] += 1
+        for gen in gens:
+            gen.close()
+    logits = pair.target.model(mx.array(prompt)[None])[0, -1:].astype(mx.float32)
+    p = np.array(mx.exp(log_probs(logits, params))[0], dtype=np.float64)
+    seen = p > 0.01
+    expected = counts.sum() * p[seen]
+    rest = counts.sum() * p[~seen].sum()
+    stat = ((counts[seen] - expected) ** 2 / expected).sum()
+    stat += (counts[~seen].sum() - rest) ** 2 / max(rest, 1e-9)
+    dof = int(seen.sum())
+    assert stat < dof + 4 * np.sqrt(2 * dof), (stat, dof)

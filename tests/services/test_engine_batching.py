@@ -1,0 +1,82 @@
+"""Replies side by side on the engine thread: the shared batch, its lanes and its memory."""
+
+from __future__ import annotations
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.engine import GenerationParams, Message, load_pair
+from app.services import EngineFailure, EngineService, GenerationResult, TokenBatch
+from app.services import engine_service as es
+from tests.conftest import TinyModels
+from tests.fakes import _loaded
+
+LONG = GenerationParams(max_tokens=150, num_draft=3, temperature=0)
+
+
+def _collect(service: EngineService) -> tuple[dict[int, str], dict[int, object]]:
+    texts: dict[int, str] = {}
+    ends: dict[int, object] = {}
+
+    def on_tokens(batch: TokenBatch) -> None:
+        texts[batch.request_id] = texts.get(batch.request_id, "") + batch.text
+
+    def on_end(result: GenerationResult | EngineFailure) -> None:
+        assert result.request_id is not None
+        ends[result.request_id] = result
+
+    service.tokens_generated.connect(on_tokens)
+    service.generation_finished.connect(on_end)
+    service.failed.connect(on_end)
+    return texts, ends
+
+
+def _prompt(topic: str) -> list[Message]:
+    return [Message("user", f"Tell me about {topic}.")]
+
+
+def test_server_replies_and_the_window_reply_run_side_by_side(
+    qtbot: QtBot, make_service, tiny: TinyModels
+) -> None:
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
+    texts, ends = _collect(service)
+    alone = {}
+    for topic in ("cats", "dogs", "rain"):
+        rid = service.generate(_prompt(topic), LONG).request_id
+        qtbot.waitUntil(lambda: rid in ends, timeout=30_000)  # noqa: B023 (waited for here)
+        alone[topic] = texts[rid]
+    loads: list[es.EngineLoad] = []
+    service.load_changed.connect(loads.append)
+    ids = {
+        "cats": service.generate(_prompt("cats"), LONG, shared=True).request_id,
+        "dogs": service.generate(_prompt("dogs"), LONG, shared=True).request_id,
+        "rain": service.generate(_prompt("rain"), LONG).request_id,  # the window's
+    }
+    qtbot.waitUntil(lambda: all(i in ends for i in ids.values()), timeout=30_000)
+    assert {t: texts[i] for t, i in ids.items()} == alone
+    assert all(isinstance(ends[i], GenerationResult) for i in ids.values())
+    # The window's reply joined the batch rather than waiting for it.
+    assert service.load.batch.largest == 3
+    assert loads and loads[-1].active == 0  # the last report: nothing runs
+
+
+def test_a_reply_whose_kv_cache_does_not_fit_beside_the_running_ones_is_refused(
+    qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pair = load_pair(tiny.target, tiny.noisy)
+    need = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens)
+    assert need > 0
+    # Room for one reply's caches and a half: a lone reply always runs, a second does not fit.
+    monkeypatch.setattr(es, "usable_memory_bytes", lambda: need * 3 // 2)
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
+    texts, ends = _collect(service)
+    first = service.generate(_prompt("cats"), LONG, shared=True).request_id
+    qtbot.waitUntil(lambda: first in texts, timeout=30_000)
+    second = service.generate(_prompt("dogs"), LONG, shared=True).request_id
+    qtbot.waitUntil(lambda: first in ends and second in ends, timeout=30_000)
+    refused = ends[second]
+    assert isinstance(refused, EngineFailure) and refused.full
+    assert "memory is full" in refused.message
+    assert isinstance(ends[first], GenerationResult)  # the running reply ran on whole
