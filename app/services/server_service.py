@@ -60,7 +60,8 @@ class ServerService(QObject):
     Signals:
         request_logged(RequestLog): Each answered request (its ``prompt`` is empty
             unless ``TANDEM_DEBUG_LOG=1``; the window's panel never shows it).
-        requests_changed(int): Requests answered since the server started.
+        requests_changed(int): Requests answered since the server started; also
+            emitted when a request starts or ends (see :attr:`in_progress`).
         running_changed(str): The base URL once listening; empty once stopped.
     """
 
@@ -96,6 +97,11 @@ class ServerService(QObject):
         return self._url
 
     @property
+    def in_progress(self) -> int:
+        """Requests the engine runs or queues for the server now."""
+        return len(self._replies)
+
+    @property
     def api_key(self) -> str | None:
         """The key clients must send while running; ``None`` for none (or stopped)."""
         return self._api_key
@@ -127,6 +133,7 @@ class ServerService(QObject):
         rid = reply.request_id
         self._queues[rid] = queue
         self._replies[rid] = reply
+        self.requests_changed.emit(self.request_count)
         done = False
         try:
             yield ReplyStarted()
@@ -136,7 +143,8 @@ class ServerService(QObject):
                 yield event
         finally:
             self._queues.pop(rid, None)
-            self._replies.pop(rid, None)
+            if self._replies.pop(rid, None) is not None:
+                self.requests_changed.emit(self.request_count)
             if not done:
                 reply.cancel()  # this request's own reply, never another's
 
@@ -174,7 +182,8 @@ class ServerService(QObject):
 
     def _end(self, rid: int, event: Event) -> None:
         queue = self._queues.pop(rid, None)
-        self._replies.pop(rid, None)
+        if self._replies.pop(rid, None) is not None:
+            self.requests_changed.emit(self.request_count)
         if queue is not None:
             queue.put_nowait(event)
 

@@ -85,5 +85,6 @@ class LocalServer(QObject):
 
     @Slot()
     def _on_changed(self, *_: object) -> None:
-        self._segment.show_server(self.service.url, self.service.request_count)
+        service = self.service
+        self._segment.show_server(service.url, service.request_count, service.in_progress)
         self.panel.set_server(self.service.url, self.service.api_key)

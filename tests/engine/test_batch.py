@@ -150,27 +150,39 @@ def test_a_round_never_drafts_past_the_request_budget(pair) -> None:
     assert first.k == 4  # five tokens: four drafts and the target's own
 
 
-def test_sampled_first_token_keeps_the_target_distribution(pair) -> None:
-    """Chi-square of the first token of four concurrent sampled requests against p."""
-    params = GenerationParams(num_draft=3, temperature=0.8)
-    prompt = PROMPTS[0][:20]
-    mx.random.seed(5)
-    vocab = pair.target.config["vocab_size"]
-    counts = np.zeros(vocab)
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
-    for _ in range(300):
-        gens = [batch.generate(prompt, params) for _ in range(4)]
-        for gen in gens:
-            first = next(e for e in gen if isinstance(e, Round))
-            counts[first.tokens[0]] += 1
-        for gen in gens:
-            gen.close()
-    logits = pair.target.model(mx.array(prompt)[None])[0, -1:].astype(mx.float32)
-    p = np.array(mx.exp(log_probs(logits, params))[0], dtype=np.float64)
+def _exact(model, prompt: list[int], params: GenerationParams) -> np.ndarray:
+    logits = model(mx.array(prompt)[None])[0, -1:].astype(mx.float32)
+    return np.array(mx.exp(log_probs(logits, params))[0], dtype=np.float64)
+
+
+def _chi_square(counts: np.ndarray, p: np.ndarray) -> tuple[float, float]:
+    """The statistic over tokens of p above 1 % (the rest pooled), and a critical value."""
     seen = p > 0.01
     expected = counts.sum() * p[seen]
     rest = counts.sum() * p[~seen].sum()
     stat = ((counts[seen] - expected) ** 2 / expected).sum()
     stat += (counts[~seen].sum() - rest) ** 2 / max(rest, 1e-9)
     dof = int(seen.sum())
-    assert stat < dof + 4 * np.sqrt(2 * dof), (stat, dof)
+    return float(stat), dof + 4 * float(np.sqrt(2 * dof))
+
+
+def test_sampled_first_token_keeps_the_target_distribution(pair) -> None:
+    """Chi-square of the first token of concurrent sampled requests against p."""
+    params = GenerationParams(num_draft=3, temperature=0.8)
+    prompt = PROMPTS[0][:20]
+    mx.random.seed(5)
+    counts = np.zeros(pair.target.config["vocab_size"])
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    for _ in range(60):
+        gens = [batch.generate(prompt, params) for _ in range(10)]
+        for gen in gens:
+            first = next(e for e in gen if isinstance(e, Round))
+            counts[first.tokens[0]] += 1
+        for gen in gens:
+            gen.close()
+    p = _exact(pair.target.model, prompt, params)
+    stat, critical = _chi_square(counts, p)
+    assert stat < critical, (stat, critical)
+    # Power: samples from the draft's own distribution would fail the same test.
+    q = _exact(pair.draft.model, prompt, params)
+    assert _chi_square(counts.sum() * q, p)[0] > critical

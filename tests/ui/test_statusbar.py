@@ -34,6 +34,8 @@ def test_each_segment_shows_what_it_is_told(qtbot: QtBot) -> None:
     assert bar.speed.text() == "10.0 tok/s" and bar.acceptance.text() == "no drafting"
     bar.server.show_server("http://127.0.0.1:8080/v1", 1)
     assert bar.server.isVisible() and bar.server.text().endswith("· 1 request")
+    bar.server.show_server("http://127.0.0.1:8080/v1", 12, 3)
+    assert bar.server.text().endswith("· 12 requests · 3 in progress")
     bar.server.show_server("", 0)
     assert not bar.server.isVisible()
 
