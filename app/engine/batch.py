@@ -13,7 +13,9 @@ caches (mlx-lm's ``KVCache``), so rejected rows are trimmed per request and
 RoPE runs at each cache's own offset. A request joins between rounds; the
 prompts of joining requests are read :data:`PREFILL_CHUNK` tokens per round
 in all, so a long prompt delays the others by at most one chunk's forward per
-round, and requests that come together start together.
+round, and requests that come together start together. The caches of the
+last :data:`KEEP` finished requests stay, so a follow-up turn reads only what
+they did not hold.
 
 :meth:`BatchDecoder.generate` has :class:`~app.engine.speculative.Decoder`'s
 signature, so :func:`app.engine.generate.stream_reply` drives one request of a
@@ -45,6 +47,7 @@ from app.engine.speculative import (
     Prefill,
     Round,
     Verdict,
+    common_prefix,
     draft_kept,
     fit_vocab,
     judge,
@@ -54,6 +57,7 @@ from app.engine.speculative import (
 from app.engine.types import GenerationParams, Origin, Reading
 
 PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in all
+KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
 
 
 @dataclass(eq=False)
@@ -69,6 +73,11 @@ class _Request:
     drafts: bool  # the pair has a draft and the target's cache can be rewound
     started: float = field(default_factory=time.perf_counter)
     read: int = 0  # prompt tokens the target holds
+    reused: int = 0  # of those, tokens a finished request's caches held already
+    announced: bool = False  # its Prefill is out: it takes part in rounds
+    # A seeded sampled request draws from its own key, so that other requests'
+    # draws in the same rounds do not change its reply.
+    key: mx.array | None = None
     prompt: int = 0  # tokens of the prompt
     d_tokens: list[int] = field(default_factory=list)  # what the draft's cache holds
     generated: int = 0
@@ -84,6 +93,23 @@ class _Request:
 
     def num_draft(self) -> int | None:
         return self.control.num_draft if self.control is not None else self.params.num_draft
+
+    def next_key(self) -> mx.array | None:
+        """A fresh key for one draw (``None``: MLX's global state)."""
+        if self.key is None:
+            return None
+        self.key, sub = mx.random.split(self.key)
+        return sub
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """A finished request's caches and what they hold, for a follow-up turn."""
+
+    tokens: list[int]  # what the target's cache holds
+    t_cache: list[Any]
+    d_tokens: list[int]
+    d_cache: list[Any] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +156,7 @@ class BatchDecoder:
         self._acceptance: dict[bool, Acceptance] = {}  # per sampling: the pair's, shared
         self._lengths: dict[tuple[int, int | None, bool], DraftLength] = {}
         self._open: list[_Request] = []
+        self._kept: list[_Kept] = []  # newest last
         self._rounds = self._drafted = self._accepted = self._tokens = self._largest = 0
         # Learned on the first request, so that making a batch costs nothing until it decodes.
         self._trimmable: bool | None = None
@@ -194,22 +221,69 @@ class BatchDecoder:
             d_cache=make_prompt_cache(self.draft) if drafts and self.draft is not None else None,
             drafts=drafts,
         )
+        if params.seed is not None and params.temperature > 0:
+            request.key = mx.random.key(params.seed)
+        self._reuse(request)
         self._open.append(request)  # now, so that it joins the next round even unpulled
         return self._stream(request)
 
+    def forget(self) -> int:
+        """Drops the caches kept from finished requests; returns the bytes they held."""
+        held = sum(
+            getattr(c, "nbytes", 0) for k in self._kept for c in (*k.t_cache, *(k.d_cache or ()))
+        )
+        self._kept.clear()
+        return held
+
     def _stream(self, request: _Request) -> Generator[Prefill | Round, None, None]:
+        whole = False
         try:
             while not request.stopped:
                 if request.out:
                     yield request.out.popleft()
                 else:
                     self.step()
+            whole = True
+        except GeneratorExit:
+            whole = True  # closed between rounds: the caches hold what was committed
+            raise
         finally:
-            self._leave(request)
+            self._leave(request, keep=whole)
 
-    def _leave(self, request: _Request) -> None:
-        if request in self._open:
-            self._open.remove(request)
+    def _leave(self, request: _Request, keep: bool = True) -> None:
+        """Takes ``request`` out; its caches are kept for a follow-up when they can be cut back."""
+        if request not in self._open:
+            return
+        self._open.remove(request)
+        if keep and self._trimmable and request.read:
+            held = request.seq[: request.read] if request.reading else request.seq[:-1]
+            kept = _Kept(held, request.t_cache, request.d_tokens, request.d_cache)
+            self._kept = [*self._kept, kept][-KEEP:]
+
+    def _reuse(self, request: _Request) -> None:
+        """Starts ``request`` from the kept caches that share the longest prefix with its prompt.
+
+        A follow-up turn then reads only what is new, as the single-request
+        decoder does across turns.
+        """
+        goal = request.seq[:-1]
+
+        def shared(k: _Kept) -> int:
+            n = common_prefix(k.tokens, goal)
+            if request.d_cache is not None:
+                n = min(n, common_prefix(k.d_tokens, goal)) if k.d_cache is not None else 0
+            return n
+
+        best = max(self._kept, key=shared, default=None)
+        n = shared(best) if best is not None else 0
+        if best is None or n == 0:
+            return
+        self._kept.remove(best)
+        trim_prompt_cache(best.t_cache, len(best.tokens) - n)
+        request.t_cache, request.read, request.reused = best.t_cache, n, n
+        if request.d_cache is not None and best.d_cache is not None:
+            trim_prompt_cache(best.d_cache, len(best.d_tokens) - n)
+            request.d_cache, request.d_tokens = best.d_cache, goal[:n]
 
     def _length(self, params: GenerationParams, num_draft: int | None) -> DraftLength:
         """The controller of a setting, shared by the requests of that setting."""
@@ -229,13 +303,15 @@ class BatchDecoder:
         for gone in [r for r in self._open if r.stopped]:
             self._leave(gone)  # cancelled, perhaps before it was ever pulled
         waiting = [r for r in self._open if not r.out]
-        ready = [r for r in waiting if not r.reading]
-        joining = [r for r in waiting if r.reading]
-        if joining:
-            self._read(joining)
-            for r in joining:
-                if not r.reading:
-                    r.out.append(Prefill(len(r.seq), 0, time.perf_counter() - r.started))
+        ready = [r for r in waiting if r.announced]
+        joining = [r for r in waiting if not r.announced]
+        reading = [r for r in joining if r.reading]
+        if reading:
+            self._read(reading)
+        for r in joining:
+            if not r.reading:
+                r.out.append(Prefill(len(r.seq), r.reused, time.perf_counter() - r.started))
+                r.announced = True
         if ready:
             self._round(ready)
 
@@ -352,7 +428,7 @@ class BatchDecoder:
                 if r.params.repetition_penalty != 1.0:
                     seen = mx.concatenate([penalty_history(r.seq, r.params), *parts[i]])
                     ctx = [seen[-r.params.repetition_context_size :]]
-                token, probs = pick(last, r.params, ctx)
+                token, probs = pick(last, r.params, ctx, r.next_key())
                 if probs is not None:
                     q_rows[i].append(probs[0])
                 parts[i].append(token)
@@ -372,11 +448,11 @@ class BatchDecoder:
         q_rows: list[mx.array | int],
     ) -> Verdict:
         if k:
-            return judge(logits, request.seq, request.params, proposal, q_rows)
+            return judge(logits, request.seq, request.params, proposal, q_rows, request.next_key())
         ctx = []
         if request.params.repetition_penalty != 1.0:
             ctx = [penalty_history(request.seq, request.params)]
-        token, _ = pick(logits, request.params, ctx)
+        token, _ = pick(logits, request.params, ctx, request.next_key())
         return Verdict([], 0, cast(int, token.item()))
 
     def _commit(self, request: _Request, k: int, verdict: Verdict, fed: list[int]) -> None:

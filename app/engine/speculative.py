@@ -235,7 +235,11 @@ def fit_vocab(logits: mx.array, size: int) -> mx.array:
 
 
 def verify_sampled(
-    p: mx.array, q: mx.array, proposal: mx.array, rule: AcceptRule = "leviathan"
+    p: mx.array,
+    q: mx.array,
+    proposal: mx.array,
+    rule: AcceptRule = "leviathan",
+    key: mx.array | None = None,
 ) -> tuple[mx.array, mx.array]:
     """The accept/resample step of speculative sampling, lazily.
 
@@ -246,34 +250,46 @@ def verify_sampled(
         rule: ``"leviathan"`` accepts x with probability min(1, p(x)/q(x)) and
             resamples a rejection from norm(max(0, p - q)); ``"match"`` is
             mlx-lm's rule: accept only if an independent sample from p equals x.
+        key: A PRNG key of this reply's own; ``None`` draws from MLX's global state.
 
     Returns:
         ``accept`` (``(k,)`` booleans) and ``fallback`` (``(k + 1,)`` tokens): the
         token to commit after the first rejection at ``i``, or the bonus at ``k``.
     """
     k = proposal.shape[0]
+    keys = list(mx.random.split(key, 3)) if key is not None else [None] * 3
     if rule == "match":
-        s = mx.random.categorical(mx.log(p))
+        s = mx.random.categorical(mx.log(p), key=keys[0])
         return s[:k] == proposal, s
     idx = mx.arange(k)
     p_x, q_x = p[idx, proposal], q[idx, proposal]
-    accept = mx.random.uniform(shape=(k,)) * q_x < p_x
+    accept = mx.random.uniform(shape=(k,), key=keys[0]) * q_x < p_x
     residual = mx.maximum(p[:k] - q, 0.0)
     fallback = mx.concatenate(
-        [mx.random.categorical(mx.log(residual)), mx.random.categorical(mx.log(p[k:]))]
+        [
+            mx.random.categorical(mx.log(residual), key=keys[1]),
+            mx.random.categorical(mx.log(p[k:]), key=keys[2]),
+        ]
     )
     return accept, fallback
 
 
 def pick(
-    logits: mx.array, params: GenerationParams, contexts: list[mx.array]
+    logits: mx.array,
+    params: GenerationParams,
+    contexts: list[mx.array],
+    key: mx.array | None = None,
 ) -> tuple[mx.array, mx.array | None]:
-    """Chosen tokens for rows of logits, plus their probabilities when sampling."""
+    """Chosen tokens for rows of logits, plus their probabilities when sampling.
+
+    Args:
+        key: A PRNG key of this reply's own; ``None`` draws from MLX's global state.
+    """
     logits = penalize(logits, contexts, params.repetition_penalty)
     if params.temperature == 0:
         return mx.argmax(logits, axis=-1), None
     lp = log_probs(logits, params)
-    return mx.random.categorical(lp), mx.exp(lp)
+    return mx.random.categorical(lp, key=key), mx.exp(lp)
 
 
 def penalty_history(seq: Sequence[int], params: GenerationParams) -> mx.array:
@@ -288,6 +304,7 @@ def judge(
     params: GenerationParams,
     tokens: mx.array,
     q_rows: Sequence[mx.array | int],
+    key: mx.array | None = None,
 ) -> Verdict:
     """What the target makes of a proposal: how many survive, and its own next token.
 
@@ -299,6 +316,7 @@ def judge(
         seq: The sequence before the proposal (the repetition penalty's history).
         tokens: ``(k,)`` proposed tokens, ``k`` at least 1.
         q_rows: The proposer's distribution per token (an int: a one-hot row).
+        key: A PRNG key of this reply's own; ``None`` draws from MLX's global state.
     """
     k = tokens.shape[0]
     if params.repetition_penalty != 1.0:
@@ -324,7 +342,7 @@ def judge(
             for row in q_rows
         ]
     )
-    keep, fallback = verify_sampled(target_probs, draft_probs, tokens, params.accept_rule)
+    keep, fallback = verify_sampled(target_probs, draft_probs, tokens, params.accept_rule, key)
     mx.eval(tokens, keep, fallback)
     kept = cast(list[bool], keep.tolist())
     accepted = kept.index(False) if False in kept else k

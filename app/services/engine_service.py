@@ -559,6 +559,12 @@ class EngineWorker(QObject):
             self._reserved.clear()
             self._kv_budget = usable_memory_bytes()
         held = sum(self._reserved.values())
+        if held and held + need > self._kv_budget and self._batch is not None:
+            # Finished requests' caches, kept for follow-up turns, go before a refusal.
+            freed = self._batch.forget()
+            if freed:
+                free_memory()
+                self._kv_budget += freed
         if held and held + need > self._kv_budget:
             message = (
                 f"Tandem's memory is full with {len(self._reserved)} running replies "

@@ -127,6 +127,46 @@ def test_requests_that_come_together_read_their_prompts_in_one_round(pair) -> No
         g.close()
 
 
+def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    params = GenerationParams(num_draft=3)
+    first = batch.generate(PROMPTS[0], params)
+    reply, _ = _turns([first], 20)
+    follow_up = [*PROMPTS[0], *reply[0], 7, 8, 9]  # the next turn of the conversation
+    gen = batch.generate(follow_up, params)
+    prefill = next(gen)
+    assert isinstance(prefill, Prefill)
+    # The first request's caches held its prompt and all but its newest token.
+    assert prefill.reused_tokens >= len(PROMPTS[0]) + 18
+    got, _ = _turns([gen], 20)
+    assert got[0] == _solo(pair, follow_up, 20)
+    # A prompt the kept caches hold whole still gets its Prefill and the same reply.
+    again = batch.generate(follow_up, params)
+    assert isinstance(next(again), Prefill)
+    assert _turns([again], 20)[0] == got
+    # Forgotten, the kept caches give their memory back and serve nothing.
+    assert batch.forget() > 0
+    fresh = next(batch.generate(follow_up, params))
+    assert isinstance(fresh, Prefill) and fresh.reused_tokens == 0
+
+
+def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair) -> None:
+    seeded = GenerationParams(num_draft=3, temperature=0.9, seed=11)
+    alone, _ = _turns(
+        [BatchDecoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], seeded)], 40
+    )
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    others = GenerationParams(num_draft=2, temperature=1.0)  # unseeded: the global state
+    gens = [
+        batch.generate(PROMPTS[1], others),
+        batch.generate(PROMPTS[0], seeded),
+        batch.generate(PROMPTS[2], GenerationParams(num_draft=4, temperature=0.7, seed=3)),
+    ]
+    got, _ = _turns(gens, 40)
+    assert got[1] == alone[0]
+    assert got[2] != got[1]  # its own seed, its own draws
+
+
 def test_a_cancelled_request_ends_without_stopping_the_others(pair) -> None:
     batch = BatchDecoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=3)

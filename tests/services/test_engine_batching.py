@@ -6,6 +6,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.engine import GenerationParams, Message, load_pair
+from app.engine.batch import BatchDecoder
 from app.services import EngineFailure, EngineService, GenerationResult, TokenBatch
 from app.services import engine_service as es
 from tests.conftest import TinyModels
@@ -80,3 +81,27 @@ def test_a_reply_whose_kv_cache_does_not_fit_beside_the_running_ones_is_refused(
     assert isinstance(refused, EngineFailure) and refused.full
     assert "memory is full" in refused.message
     assert isinstance(ends[first], GenerationResult)  # the running reply ran on whole
+
+
+def test_kept_caches_of_finished_replies_give_way_before_a_refusal(
+    qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pair = load_pair(tiny.target, tiny.noisy)
+    need = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens)
+    monkeypatch.setattr(es, "usable_memory_bytes", lambda: need * 3 // 2)
+    forgotten: list[int] = []
+
+    def forget(batch: BatchDecoder) -> int:
+        forgotten.append(1)
+        return need  # as if the kept caches held a reply's worth
+
+    monkeypatch.setattr(BatchDecoder, "forget", forget)
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
+    texts, ends = _collect(service)
+    first = service.generate(_prompt("cats"), LONG, shared=True).request_id
+    qtbot.waitUntil(lambda: first in texts, timeout=30_000)
+    second = service.generate(_prompt("dogs"), LONG, shared=True).request_id
+    qtbot.waitUntil(lambda: first in ends and second in ends, timeout=30_000)
+    assert forgotten  # the kept caches went first
+    assert isinstance(ends[second], GenerationResult)  # and then it fitted
