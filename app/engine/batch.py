@@ -69,8 +69,7 @@ class _Request:
     control: DraftControl | None
     cancel: threading.Event | None
     t_cache: list[Any]
-    d_cache: list[Any] | None
-    drafts: bool  # the pair has a draft and the target's cache can be rewound
+    d_cache: list[Any] | None  # None: no draft, or a target whose cache cannot be rewound
     started: float = field(default_factory=time.perf_counter)
     read: int = 0  # prompt tokens the target holds
     reused: int = 0  # of those, tokens a finished request's caches held already
@@ -80,12 +79,15 @@ class _Request:
     key: mx.array | None = None
     prompt: int = 0  # tokens of the prompt
     d_tokens: list[int] = field(default_factory=list)  # what the draft's cache holds
-    generated: int = 0
     out: deque[Prefill | Round] = field(default_factory=deque)
 
     @property
     def reading(self) -> bool:
         return self.read < self.prompt - 1
+
+    @property
+    def generated(self) -> int:
+        return len(self.seq) - self.prompt
 
     @property
     def stopped(self) -> bool:
@@ -169,8 +171,8 @@ class BatchDecoder:
     @property
     def baseline_tps(self) -> float | None:
         """Plain decoding speed of the target alone, from the pair's profile."""
-        step = self.costs.profile().verify[0] if self.costs.profile().verify else None
-        return 1.0 / step if step else None
+        verify = self.costs.profile().verify
+        return 1.0 / verify[0] if verify and verify[0] else None
 
     def stats(self) -> BatchStats:
         """A snapshot of the batch's totals."""
@@ -219,7 +221,6 @@ class BatchDecoder:
             cancel=cancel,
             t_cache=make_prompt_cache(self.target),
             d_cache=make_prompt_cache(self.draft) if drafts and self.draft is not None else None,
-            drafts=drafts,
         )
         if params.seed is not None and params.temperature > 0:
             request.key = mx.random.key(params.seed)
@@ -343,7 +344,7 @@ class BatchDecoder:
     def _plan(self, request: _Request) -> int:
         """Tokens ``request`` drafts this round: its own setting, never past its budget."""
         wanted = request.num_draft()
-        if not request.drafts or wanted == 0:
+        if request.d_cache is None or wanted == 0:
             return 0
         k = self._length(request.params, wanted).choose().k
         room = request.params.max_tokens - request.generated - 1
@@ -470,7 +471,6 @@ class BatchDecoder:
             trim_prompt_cache(request.d_cache, len(held) + len(drafted) - keep)
             request.d_tokens = (held + drafted)[:keep]
         request.seq[:] = committed
-        request.generated += n + 1
 
 
 def _last_origin(k: int, accepted: int) -> Origin:
