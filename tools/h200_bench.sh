@@ -12,7 +12,8 @@
 # repay a kernel build; Auto stops drafting only when sure); PART r10a: run 10; PART r10b: run 10's
 # streams, 1, 2, 4 and 8 requests on one batch at k = 15 against one alone (70b:1b at miss 0 and
 # 0.1, then 8b:1b at miss 0, all within 540 s); PART batch: the (sequences,
-# rows) cost table, batched and packed. Every configuration is warmed up over a full-length reply first, so
+# rows) cost table, batched and packed; PARTs r11a and r11b: run 11's streams at k = 15 and
+# Auto (70b:1b, then 8b:1b, at miss 0 and 0.1); PART r11c: run 11's miss-0.1 rows of Auto. Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -101,6 +102,21 @@ r10b)  # run 10: several streams on one batch; 70b:1b at miss 0 first, then 0.1 
       2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r11a|r11b)  # run 11: streams at k = 15 and at Auto planned from the batch's own costs
+  end=$(( $(date +%s) + ${BUDGET:-520} ))  # one device call; each miss rate's JSON is written when it ends
+  case "$part" in r11a) pair=70b:1b ;; *) pair=8b:1b ;; esac
+  name=streams-${pair%%:*}
+  echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --max-tokens 128"
+  start=$(date +%s)
+  timeout $(( end - start )) python3 -m app bench --synthetic "$pair" --bits 4 --dtype bfloat16 \
+    --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --json "$out/$name.json" \
+    2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  ;;
+r11c)  # run 11: the two miss-0.1 rows Auto fell short on, with the round-start model
+  run 32b-0.5b-miss0.1 --synthetic 32b:0.5b --miss 0.1 --ks 0,12,13,14,15,auto --impls plain,tandem
+  run 70b-1b-miss0.1 --synthetic 70b:1b --miss 0.1 --ks 0,14,15,auto --impls plain,tandem
   ;;
 batch)  # issue 17's ground: one forward of 1-8 sequences x 1-16 rows, batched and packed
   for pair in 70b:1b 8b:1b; do

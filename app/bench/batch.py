@@ -33,12 +33,15 @@ class BatchCost:
         batched: Seconds as one (sequences, rows) input over a batched cache.
         packed: Seconds with the rows packed into one matrix; ``None`` where the
             model cannot be packed.
+        separate: Seconds of one forward per sequence, one after another (in
+            one graph): what running the sequences apart costs.
     """
 
     sequences: int
     rows: int
     batched: float
     packed: float | None
+    separate: float | None = None
 
 
 def measure_batch_costs(
@@ -58,7 +61,7 @@ def measure_batch_costs(
 
     tokens = probe_tokens(vocab_size(target), context + max(rows))
     can_pack = packable(target)
-    singles = [make_prompt_cache(target) for _ in range(max(sequences))] if can_pack else []
+    singles = [make_prompt_cache(target) for _ in range(max(sequences))]
     for cache in singles:
         prefill(target, cache, tokens[:context])
     out = []
@@ -79,29 +82,41 @@ def measure_batch_costs(
                 for cache in singles[:b]:
                     trim_prompt_cache(cache, m)
 
+            def separate(new: list[int] = new, b: int = b, m: int = m) -> None:
+                x = mx.array(new)[None]
+                mx.eval([target(x, cache=cache) for cache in singles[:b]])
+                for cache in singles[:b]:
+                    trim_prompt_cache(cache, m)
+
             out.append(
                 BatchCost(
                     sequences=b,
                     rows=m,
                     batched=min(timed_runs(batched, 1 + repeats)[1:]),
                     packed=min(timed_runs(packed, 1 + repeats)[1:]) if can_pack else None,
+                    separate=min(timed_runs(separate, 1 + repeats)[1:]),
                 )
             )
     return out
 
 
 def batch_table(costs: Sequence[BatchCost]) -> str:
-    """ms per forward, batched / packed, one line per sequence count."""
+    """ms per forward, batched / packed / one by one, one line per sequence count."""
     rows = sorted({c.rows for c in costs})
-    lines = ["sequences x new tokens each: ms batched / packed"]
-    lines.append(f"{'B':>3} " + " ".join(f"{'m=' + str(m):>15}" for m in rows))
+    lines = ["sequences x new tokens each: ms batched / packed / one by one"]
+    lines.append(f"{'B':>3} " + " ".join(f"{'m=' + str(m):>23}" for m in rows))
+
+    def ms(t: float | None) -> str:
+        return "-" if t is None else f"{t * 1e3:.1f}"
+
     for b in sorted({c.sequences for c in costs}):
         cells = []
         for m in rows:
             c = next((c for c in costs if c.sequences == b and c.rows == m), None)
-            packed = "-" if c is None or c.packed is None else f"{c.packed * 1e3:.1f}"
-            cells.append("-" if c is None else f"{c.batched * 1e3:.1f} / {packed}")
-        lines.append(f"{b:>3} " + " ".join(f"{cell:>15}" for cell in cells))
+            cells.append(
+                "-" if c is None else f"{ms(c.batched)} / {ms(c.packed)} / {ms(c.separate)}"
+            )
+        lines.append(f"{b:>3} " + " ".join(f"{cell:>23}" for cell in cells))
     return "\n".join(lines)
 
 

@@ -449,15 +449,26 @@ def _next_draft(
     return draft
 
 
-def _batch_profile(target: nn.Module, args: Any, meta: dict[str, Any]) -> int:
-    """``--batch-profile``: the (sequences, rows) cost table, printed and written."""
+def _batch_profile(
+    target: nn.Module, draft: nn.Module | None, args: Any, meta: dict[str, Any]
+) -> int:
+    """``--batch-profile``: the (sequences, rows) cost table, printed and written.
+
+    With a draft, its step too (one row per sequence): whether packing the
+    draft's steps across requests pays.
+    """
     from app.bench.batch import batch_table, measure_batch_costs
 
-    print("measuring one forward of several sequences, batched and packed", file=sys.stderr)
+    print("measuring one forward of several sequences, three ways", file=sys.stderr)
     costs = measure_batch_costs(target, context=args.context)
     print(batch_table(costs))
+    steps = measure_batch_costs(draft, rows=(1,), context=args.context) if draft else []
+    if steps:
+        print("the draft's step:")
+        print(batch_table(steps))
     if args.json:
         meta["batch_profile"] = [asdict(c) for c in costs]
+        meta["draft_batch_profile"] = [asdict(c) for c in steps]
         Path(args.json).write_text(json.dumps({"meta": meta}, indent=2))
     return 0
 
@@ -475,6 +486,7 @@ def _concurrent(
 ) -> int:
     """``--concurrent``: n requests on one batch for each n, per miss rate, k and temperature."""
     from app.bench.concurrent import Replies, measure_streams, streams_table
+    from app.engine.batch_costs import BatchCosts
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -491,6 +503,8 @@ def _concurrent(
             profile = _measure(target, draft_model, k_max + 1, args.context)
             meta["profile"] = profile.as_dict()
         rows = []
+        # One batch cost model for the pair, as the app keeps: each run measures its shapes.
+        batch_costs = BatchCosts(CostModel(k_max + 1, profile))
         for k in ks:
             for temp in temps:
                 params = GenerationParams(num_draft=k, temperature=temp, k_max=k_max)
@@ -503,9 +517,12 @@ def _concurrent(
                     max_tokens=args.max_tokens,
                     profile=profile,
                     replies=replies,
+                    batch_costs=batch_costs,
                     log=log,
                 )
         print(streams_table(rows), flush=True)
+        print(batch_costs.profile().table(), flush=True)
+        meta["batch_costs"] = batch_costs.profile().as_dict()
         json_path = _json_path(args.json, miss if len(drafts) > 1 else None)
         if json_path:
             meta.update(
@@ -619,7 +636,8 @@ def main(args: Any) -> int:
         meta.update(model=args.model, draft=args.draft, prompts=len(prompts))
 
     if args.batch_profile:
-        return _batch_profile(target, args, meta)
+        first = drafts[0][1]() if drafts else None
+        return _batch_profile(target, first, args, meta)
     if counts:
         return _concurrent(target, drafts, prompts[0], counts, ks, temps, k_max, args, meta)
     built = 0.0  # a later measurement finds the kernels built: the first one's build holds

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import functools
 import statistics
-import time
-from collections.abc import Callable, Generator, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 
 import mlx.nn as nn
 
-from app.engine.batch import BatchDecoder
+from app.engine.batch import BatchDecoder, Turns, take_turns
+from app.engine.batch_costs import BatchCosts
 from app.engine.costs import CostModel, CostProfile
-from app.engine.speculative import Decoder, Prefill, Round
-from app.engine.types import GenerationParams, Reading
+from app.engine.speculative import Decoder
+from app.engine.types import GenerationParams
 
 STREAMS = (1, 2, 4, 8)
 
@@ -70,16 +70,6 @@ class StreamsRow:
     exact: bool | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Pulled:
-    """What pulling some requests to ``max_tokens`` gave."""
-
-    replies: list[list[int]]
-    seconds: float  # from opening the requests to the last token of all
-    finished: list[float]  # per request, from opening to its last token
-    rounds: list[Round]
-
-
 def variants(prompt: Sequence[int], n: int) -> list[list[int]]:
     """``n`` prompts: ``prompt`` itself, then ``prompt`` with another last token each.
 
@@ -92,46 +82,25 @@ def variants(prompt: Sequence[int], n: int) -> list[list[int]]:
     return [[*prompt[:-1], lasts[i % len(lasts)]] for i in range(n)]
 
 
-def _pull(gens: list[Generator[Reading | Prefill | Round, None, None]], max_tokens: int) -> _Pulled:
-    """Pulls each request in turn, as the engine thread does, until each has ``max_tokens``.
-
-    A request is closed as soon as it has its tokens, so it leaves the batch
-    and the later rounds verify only the others.
-    """
-    start = time.perf_counter()
-    replies: list[list[int]] = [[] for _ in gens]
-    finished = [0.0] * len(gens)
-    rounds: list[Round] = []
-    live = list(range(len(gens)))
-    while live:
-        for i in list(live):
-            event = next(gens[i])
-            if isinstance(event, Round):
-                replies[i] += event.tokens
-                rounds.append(event)
-            if len(replies[i]) >= max_tokens:
-                finished[i] = time.perf_counter() - start
-                gens[i].close()
-                live.remove(i)
-    seconds = time.perf_counter() - start
-    return _Pulled([r[:max_tokens] for r in replies], seconds, finished, rounds)
-
-
-def _solo(decoder: Callable[[], Decoder], prompt: list[int], params: GenerationParams) -> _Pulled:
+def _solo(decoder: Callable[[], Decoder], prompt: list[int], params: GenerationParams) -> Turns:
     """One request alone on a fresh decoder (no cache left by an earlier run to reuse)."""
-    return _pull([decoder().generate(prompt, params)], params.max_tokens)
+    return take_turns([decoder().generate(prompt, params)], params.max_tokens)
 
 
 def _batch(
     target: nn.Module,
     draft: nn.Module | None,
     costs: Callable[[], CostModel],
+    batch_costs: BatchCosts,
     prompts: list[list[int]],
     params: GenerationParams,
-) -> _Pulled:
-    """``prompts`` opened at once on one fresh batch and pulled to the end."""
-    batch = BatchDecoder(target, draft, costs())
-    return _pull([batch.generate(p, params) for p in prompts], params.max_tokens)
+) -> Turns:
+    """``prompts`` opened at once on one fresh batch and pulled to the end.
+
+    The batch's costs carry over from run to run, as the app keeps them per pair.
+    """
+    batch = BatchDecoder(target, draft, costs(), batch_costs)
+    return take_turns([batch.generate(p, params) for p in prompts], params.max_tokens)
 
 
 def _greedy(
@@ -144,7 +113,7 @@ def _greedy(
             known[tuple(prompt)] = _solo(lambda: Decoder(target), prompt, plain).replies[0]
 
 
-def _warmed(run: Callable[[], _Pulled], warmup: bool) -> _Pulled:
+def _warmed(run: Callable[[], Turns], warmup: bool) -> Turns:
     """A second ``run`` where ``warmup``: the first built the kernels of its shapes."""
     if warmup:
         run()
@@ -169,6 +138,7 @@ def measure_streams(
     warmup: bool = True,
     profile: CostProfile | None = None,
     replies: Replies | None = None,
+    batch_costs: BatchCosts | None = None,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.
@@ -190,6 +160,9 @@ def measure_streams(
         replies: Greedy replies already known, by prompt; the missing ones
             are decoded plainly and added, so later calls on the same target
             can share them.
+        batch_costs: The batch's costs, which its rounds measure and Auto
+            plans with; they carry over from run to run (by default from this
+            call's first run on).
         log: Where progress lines go.
 
     Raises:
@@ -209,6 +182,7 @@ def measure_streams(
     def costs() -> CostModel:
         return CostModel(k_max + 1, profile)
 
+    shared = batch_costs if batch_costs is not None else BatchCosts(costs())
     plain_params = replace(params, num_draft=0)
     log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
     plain = _warmed(lambda: _solo(lambda: Decoder(target), prompts[0], plain_params), warmup)
@@ -228,10 +202,13 @@ def measure_streams(
     rows = []
     for n in streams:
         log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
-        run = _warmed(functools.partial(_batch, target, draft, costs, prompts[:n], params), warmup)
-        drafted = sum(r.k for r in run.rounds)
-        accepted = sum(r.accepted for r in run.rounds)
-        ks = [r.k for r in run.rounds if r.k]
+        run = _warmed(
+            functools.partial(_batch, target, draft, costs, shared, prompts[:n], params), warmup
+        )
+        rounds = [r for rs in run.rounds for r in rs]
+        drafted = sum(r.k for r in rounds)
+        accepted = sum(r.accepted for r in rounds)
+        ks = [r.k for r in rounds if r.k]
         total = _tps(n * max_tokens, run.seconds)
         exact = None
         if greedy:

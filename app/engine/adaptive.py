@@ -218,7 +218,7 @@ class DraftLength:
 
     def _trial(self, profile: CostProfile, rates: Sequence[float], best: Plan) -> Plan | None:
         """The next try: the best drafting plan while plain, else a longer draft."""
-        longer = [k for k in _spread(self.k_max) if k > best.k]
+        longer = [k for k in spread(self.k_max) if k > best.k]
         if not longer or best.rate <= 0:
             return None
         if best.k == 0:
@@ -231,7 +231,7 @@ class DraftLength:
         self.acceptance.observe(k, accepted)
 
 
-def _spread(k_max: int) -> list[int]:
+def spread(k_max: int) -> list[int]:
     """1 … k_max ordered so that consecutive picks lie far apart."""
     order: list[int] = []
     lo, hi = 1, k_max
@@ -245,4 +245,4 @@ def _spread(k_max: int) -> list[int]:
     return [x for pair in itertools.zip_longest(order[:half], order[half:]) for x in pair if x]
 
 
-__all__ = ["Acceptance", "DraftLength", "Ema", "expected_tokens"]
+__all__ = ["Acceptance", "DraftLength", "Ema", "expected_tokens", "spread"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -39,7 +39,8 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 
 from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength
-from app.engine.costs import CostModel
+from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
+from app.engine.costs import K_MAX, CostModel
 from app.engine.packed import packable, packed_forward
 from app.engine.speculative import (
     CacheError,
@@ -142,20 +143,37 @@ class BatchStats:
 class BatchDecoder:
     """Runs the rounds of every open request together, on the thread that owns the models.
 
+    A round of one request plans as that request would alone; a round of
+    several, where any is on Auto, plans for the batch's tokens per second from
+    the batch's own costs (:mod:`app.engine.batch_costs`), which its rounds measure.
+
     Args:
         target: The model whose output every request gets.
         draft: The model that proposes tokens, if any.
-        costs: The pair's measured costs, which each request's Auto plans with.
+        costs: The pair's measured costs, which a lone request's Auto plans with.
+        batch_costs: The pair's batched-round costs; by default learned afresh.
+        acceptance: The pair's running acceptance by sampling (``True``: T > 0),
+            shared with its single-request decoder; by default the batch's own.
     """
 
     def __init__(
-        self, target: nn.Module, draft: nn.Module | None = None, costs: CostModel | None = None
+        self,
+        target: nn.Module,
+        draft: nn.Module | None = None,
+        costs: CostModel | None = None,
+        batch_costs: BatchCosts | None = None,
+        acceptance: Callable[[bool], Acceptance] | None = None,
     ) -> None:
         self.target = target
         self.draft = draft
         self.costs = costs if costs is not None else CostModel()
+        self.batch_costs = batch_costs if batch_costs is not None else BatchCosts(self.costs)
+        self._planner = BatchLength(self.batch_costs)
+        # The last round's shape and start, to time it to the next round's start.
+        self._last: tuple[tuple[int, int, int, int], float] | None = None
         self.vocab_size: int | None = getattr(getattr(target, "args", None), "vocab_size", None)
-        self._acceptance: dict[bool, Acceptance] = {}  # per sampling: the pair's, shared
+        own: dict[bool, Acceptance] = {}
+        self._acceptance = acceptance or (lambda sampling: own.setdefault(sampling, Acceptance()))
         self._lengths: dict[tuple[int, int | None, bool], DraftLength] = {}
         self._open: list[_Request] = []
         self._kept: list[_Kept] = []  # newest last
@@ -291,7 +309,7 @@ class BatchDecoder:
         sampling = params.temperature > 0
         key = (params.k_max, num_draft, sampling)
         if key not in self._lengths:
-            accept = self._acceptance.setdefault(sampling, Acceptance())
+            accept = self._acceptance(sampling)
             self._lengths[key] = DraftLength(params.k_max, num_draft, self.costs, accept)
         return self._lengths[key]
 
@@ -326,6 +344,7 @@ class BatchDecoder:
             chunk = r.seq[r.read : min(r.prompt - 1, r.read + left)]
             chunks.append((r, chunk))
             left -= len(chunk)
+        self._last = None  # the next round's period would hold this reading
         rows = [mx.array(c, dtype=mx.int32) for _, c in chunks]
         # Only the caches are evaluated: no logits of the prompts are computed.
         self._forward(self.target, rows, [r.t_cache for r, _ in chunks])
@@ -341,20 +360,51 @@ class BatchDecoder:
             if r.d_cache is not None:
                 r.d_tokens += chunk
 
-    def _plan(self, request: _Request) -> int:
-        """Tokens ``request`` drafts this round: its own setting, never past its budget."""
+    def _room(self, request: _Request) -> int:
+        """The most ``request`` may draft this round: never past its budget or its k_max."""
+        room = request.params.max_tokens - request.generated - 1
+        return max(0, min(room, request.params.k_max, K_MAX))
+
+    def _own(self, request: _Request) -> int:
+        """Tokens ``request`` drafts this round by its own setting, as it would alone."""
         wanted = request.num_draft()
         if request.d_cache is None or wanted == 0:
             return 0
-        k = self._length(request.params, wanted).choose().k
-        room = request.params.max_tokens - request.generated - 1
-        return max(0, min(k, room))
+        return min(self._length(request.params, wanted).choose().k, self._room(request))
+
+    def _want(self, request: _Request) -> Want:
+        """What ``request`` allows the batch's plan: its room, and its own k unless on Auto."""
+        wanted = request.num_draft()
+        length = self._length(request.params, wanted)
+        if request.d_cache is None or wanted == 0:
+            return Want(length.acceptance, 0, 0)
+        fixed = None if wanted is None else length.choose().k
+        return Want(length.acceptance, self._room(request), fixed)
+
+    def _plan(self, requests: list[_Request]) -> tuple[list[int], bool]:
+        """Each request's draft length this round, and whether the round is timed part by part.
+
+        Several requests of which any is on Auto plan together, for the
+        batch's tokens per second; otherwise each plans by its own setting.
+        """
+        if len(requests) > 1 and any(
+            r.d_cache is not None and r.num_draft() is None for r in requests
+        ):
+            plan = self._planner.choose([self._want(r) for r in requests])
+            return list(plan.ks), plan.timed
+        ks = [self._own(r) for r in requests]
+        b, m, _, drafting = shape(ks)
+        return ks, self.batch_costs.wants_timing(b, m, drafting)
 
     def _round(self, requests: list[_Request]) -> None:
         """Drafts for ``requests``, verifies them all in one forward, commits each."""
         start = time.perf_counter()
-        ks = [self._plan(r) for r in requests]
+        if self._last is not None:
+            self.batch_costs.observe_round(*self._last[0], start - self._last[1])
+        ks, timed = self._plan(requests)
         proposals, q_rows, fed = self._draft(requests, ks)
+        if timed:
+            mx.eval(proposals)  # the draft's time apart from the verification's
         draft_end = time.perf_counter()
         rows: list[mx.array] = [
             mx.concatenate([mx.array(r.seq[-1:], dtype=mx.int32), p])
@@ -363,6 +413,12 @@ class BatchDecoder:
             for r, k, p in zip(requests, ks, proposals, strict=True)
         ]
         logits = self._forward(self.target, rows, [r.t_cache for r in requests])
+        round_shape = shape(ks)
+        if timed:
+            mx.eval(logits)
+            verify = time.perf_counter() - draft_end
+            self.batch_costs.observe_parts(*round_shape, draft_end - start, verify)
+        self._last = None if timed else (round_shape, start)
         verdicts = [
             self._judge(r, k, lg[0].astype(mx.float32), p, q)
             for r, k, lg, p, q in zip(requests, ks, logits, proposals, q_rows, strict=True)
@@ -473,6 +529,50 @@ class BatchDecoder:
         request.seq[:] = committed
 
 
+@dataclass(frozen=True, slots=True)
+class Turns:
+    """What pulling requests in turn to their budgets gave.
+
+    Attributes:
+        replies: Each request's tokens, cut to the budget.
+        rounds: Each request's rounds.
+        finished: Seconds from the first pull to each request's last token.
+        seconds: Seconds from the first pull to the last token of all.
+    """
+
+    replies: list[list[int]]
+    rounds: list[list[Round]]
+    finished: list[float]
+    seconds: float
+
+
+def take_turns(
+    gens: Sequence[Generator[Reading | Prefill | Round, None, None]], max_tokens: int
+) -> Turns:
+    """Pulls each request in turn, as the engine thread does, until each has ``max_tokens``.
+
+    A request is closed as soon as it has its tokens, so it leaves the batch
+    and the later rounds verify only the others.
+    """
+    start = time.perf_counter()
+    replies: list[list[int]] = [[] for _ in gens]
+    rounds: list[list[Round]] = [[] for _ in gens]
+    finished = [0.0] * len(gens)
+    live = list(range(len(gens)))
+    while live:
+        for i in list(live):
+            event = next(gens[i])
+            if isinstance(event, Round):
+                replies[i] += event.tokens
+                rounds[i].append(event)
+            if len(replies[i]) >= max_tokens:
+                finished[i] = time.perf_counter() - start
+                gens[i].close()
+                live.remove(i)
+    seconds = time.perf_counter() - start
+    return Turns([r[:max_tokens] for r in replies], rounds, finished, seconds)
+
+
 def _last_origin(k: int, accepted: int) -> Origin:
     """Where a round's own token came from: a bonus, a correction, or a plain step."""
     if not k:
@@ -480,4 +580,4 @@ def _last_origin(k: int, accepted: int) -> Origin:
     return Origin.BONUS if accepted == k else Origin.CORRECTION
 
 
-__all__ = ["PREFILL_CHUNK", "BatchDecoder", "BatchStats"]
+__all__ = ["PREFILL_CHUNK", "BatchDecoder", "BatchStats", "Turns", "take_turns"]

@@ -329,7 +329,7 @@ def predicted_rates(profile: CostProfile, accept: Sequence[float], k_max: int) -
 
 
 @dataclass
-class _Samples:
+class Samples:
     """Recent samples of one cost; its value is their lower median.
 
     Costs are heavy-tailed: the first forward of a new shape builds kernels,
@@ -392,11 +392,11 @@ class CostModel:
 
     def _load(self, profile: CostProfile | None) -> None:
         """Starts from ``profile``'s measurements, or from nothing."""
-        self._verify = [_Samples() for _ in range(self.widths)]
-        self._draft = _Samples(seen=WARMUP_SAMPLES)
-        self._overhead = _Samples(seen=WARMUP_SAMPLES)
+        self._verify = [Samples() for _ in range(self.widths)]
+        self._draft = Samples(seen=WARMUP_SAMPLES)
+        self._overhead = Samples(seen=WARMUP_SAMPLES)
         # The first round at a width may build kernels: not counted, as for forwards.
-        self._rounds = [_Samples() for _ in range(self.widths)]
+        self._rounds = [Samples() for _ in range(self.widths)]
         self._round_clock = 0  # rounds observed so far
         self._round_last = [0] * self.widths  # the clock at each width's last round
         self._context = 0
@@ -407,16 +407,16 @@ class CostModel:
         self._build = profile.build
         for i, t in enumerate(profile.verify[: self.widths]):
             if t is not None:
-                self._verify[i] = _Samples(WARMUP_SAMPLES + SAMPLES, t)
+                self._verify[i] = Samples(WARMUP_SAMPLES + SAMPLES, t)
         if profile.draft_step is not None:
-            self._draft = _Samples(WARMUP_SAMPLES + SAMPLES, profile.draft_step)
+            self._draft = Samples(WARMUP_SAMPLES + SAMPLES, profile.draft_step)
         if profile.overhead > 0:
-            self._overhead = _Samples(WARMUP_SAMPLES + SAMPLES, profile.overhead)
+            self._overhead = Samples(WARMUP_SAMPLES + SAMPLES, profile.overhead)
         counts = profile.round_samples
         for i, r in enumerate(profile.rounds[: self.widths]):
             if r is not None:
                 n = counts[i] if i < len(counts) else WINDOW
-                self._rounds[i] = _Samples(WARMUP_SAMPLES + SAMPLES, r, stored=True, weight=n)
+                self._rounds[i] = Samples(WARMUP_SAMPLES + SAMPLES, r, stored=True, weight=n)
         self._context = profile.context
 
     @property
@@ -473,7 +473,7 @@ class CostModel:
             return
         if self._round_clock - self._round_last[width - 1] > ROUND_STALE:
             # Stale: measured afresh, not mixed with what a slow spell left.
-            self._rounds[width - 1] = _Samples(seen=WARMUP_SAMPLES)
+            self._rounds[width - 1] = Samples(seen=WARMUP_SAMPLES)
         self._rounds[width - 1].add(rest)
         self._round_clock += 1
         self._round_last[width - 1] = self._round_clock
@@ -545,21 +545,33 @@ class ProfileStore:
     path: Path = field(default_factory=default_store_path)
 
     @staticmethod
-    def key(target: str, draft: str | None) -> str:
+    def key(target: str, draft: str | None, kind: str = "") -> str:
+        """The entry of a pair on this machine: ``kind`` "" is its profile, "batch" its batch's."""
         device, version = machine()
-        return f"{target}|{draft or ''}|{device}|mlx {version}"
+        key = f"{target}|{draft or ''}|{device}|mlx {version}"
+        return f"{key}|{kind}" if kind else key
 
     def get(self, target: str, draft: str | None) -> CostProfile | None:
         """The stored profile of this pair on this machine and MLX version."""
-        raw = read_entries(self.path, FILE_VERSION, "profiles").get(self.key(target, draft))
+        raw = self.entry(target, draft)
         try:
-            return CostProfile.from_dict(raw) if isinstance(raw, dict) else None
+            return CostProfile.from_dict(raw) if raw is not None else None
         except (KeyError, TypeError, ValueError):
             return None
 
     def put(self, target: str, draft: str | None, profile: CostProfile) -> None:
+        self.put_entry(target, draft, profile.as_dict())
+
+    def entry(self, target: str, draft: str | None, kind: str = "") -> dict[str, Any] | None:
+        """The stored entry of ``kind`` for this pair on this machine, as written."""
+        raw = read_entries(self.path, FILE_VERSION, "profiles").get(self.key(target, draft, kind))
+        return raw if isinstance(raw, dict) else None
+
+    def put_entry(
+        self, target: str, draft: str | None, data: dict[str, Any], kind: str = ""
+    ) -> None:
         profiles = read_entries(self.path, FILE_VERSION, "profiles")
-        profiles[self.key(target, draft)] = profile.as_dict()
+        profiles[self.key(target, draft, kind)] = data
         write_entries(self.path, FILE_VERSION, "profiles", profiles)
 
 

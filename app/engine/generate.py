@@ -10,6 +10,7 @@ from typing import Any
 import mlx.core as mx
 
 from app.engine.batch import BatchDecoder
+from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile, ProfileStore
 from app.engine.loader import ModelPair
 from app.engine.speculative import CacheError, Decoder, DraftControl, Prefill
@@ -130,6 +131,25 @@ def cost_model_for(pair: ModelPair, store: ProfileStore | None = None) -> CostMo
         store.put(target, draft, profile)
 
     return CostModel(profile=store.get(target, draft), on_complete=save)
+
+
+def batch_costs_for(
+    pair: ModelPair, single: CostModel, store: ProfileStore | None = None
+) -> BatchCosts:
+    """The pair's batched-round costs, seeded from ``store``, saved to it as shapes are measured."""
+    store = store if store is not None else ProfileStore()
+    target = str(pair.target.path)
+    draft = str(pair.draft.path) if pair.draft is not None else None
+    raw = store.entry(target, draft, kind="batch")
+    try:
+        profile = BatchProfile.from_dict(raw) if raw is not None else None
+    except (KeyError, TypeError, ValueError):
+        profile = None  # unreadable: measured afresh
+
+    def save(batch: BatchProfile) -> None:
+        store.put_entry(target, draft, batch.as_dict(), kind="batch")
+
+    return BatchCosts(single, profile, on_measured=save)
 
 
 def stream_reply(

@@ -34,7 +34,13 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine.batch import BatchDecoder, BatchStats
 from app.engine.costs import ProfileStore
-from app.engine.generate import PromptTooLongError, encode_chat, new_decoder, stream_reply
+from app.engine.generate import (
+    PromptTooLongError,
+    batch_costs_for,
+    encode_chat,
+    new_decoder,
+    stream_reply,
+)
 from app.engine.loader import LoadProgress, ModelPair, free_memory
 from app.engine.speculative import Decoder, DraftControl
 from app.engine.types import (
@@ -352,8 +358,14 @@ class EngineWorker(QObject):
         self._batch = None
         if pair is not None and self._decoder is not None:
             draft = pair.draft.model if pair.draft is not None else None
-            # One cost model for the pair: the batch plans with what replies measured.
-            self._batch = BatchDecoder(pair.target.model, draft, self._decoder.costs)
+            # One cost model for the pair: a lone request plans with what replies
+            # measured; several with what the batch's own rounds measured.
+            costs = self._decoder.costs
+            batch_costs = batch_costs_for(pair, costs, self._profiles)
+            # The window's replies and the batch's learn one acceptance of the pair.
+            self._batch = BatchDecoder(
+                pair.target.model, draft, costs, batch_costs, self._decoder.acceptance
+            )
 
     def _load_remote(self, request: LoadRequest) -> bool:
         """Connects a remote engine instead of a local pair; ``False`` for local folders."""

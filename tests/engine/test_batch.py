@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from app.engine import GenerationParams, load_pair
-from app.engine.batch import PREFILL_CHUNK, BatchDecoder
+from app.engine.batch import PREFILL_CHUNK, BatchDecoder, take_turns
+from app.engine.batch_costs import BatchCosts, BatchProfile
+from app.engine.costs import CostModel, CostProfile
 from app.engine.sampling import log_probs
 from app.engine.speculative import Decoder, Prefill, Round
 from app.engine.types import Reading
@@ -39,20 +41,8 @@ def _solo(pair, prompt: list[int], n: int, **params) -> list[int]:
 def _turns(
     gens: list[Generator[Reading | Prefill | Round, None, None]], n: int
 ) -> tuple[list[list[int]], list[list[Round]]]:
-    """Pulls every request in turn, as the engine thread does, until each has ``n`` tokens."""
-    out: list[list[int]] = [[] for _ in gens]
-    rounds: list[list[Round]] = [[] for _ in gens]
-    live = set(range(len(gens)))
-    while live:
-        for i in sorted(live):
-            event = next(gens[i])
-            if isinstance(event, Round):
-                out[i] += event.tokens
-                rounds[i].append(event)
-            if len(out[i]) >= n:
-                gens[i].close()
-                live.discard(i)
-    return [o[:n] for o in out], rounds
+    turns = take_turns(gens, n)
+    return turns.replies, turns.rounds
 
 
 @pytest.mark.parametrize(
@@ -188,6 +178,42 @@ def test_a_round_never_drafts_past_the_request_budget(pair) -> None:
     first = next(e for e in gen if isinstance(e, Round))
     gen.close()
     assert first.k == 4  # five tokens: four drafts and the target's own
+
+
+def test_auto_requests_together_draft_what_the_batch_costs_favour(pair) -> None:
+    # Every width costs the same and a draft step next to nothing: the longest draft pays.
+    flat = BatchProfile(verify=((2, (1.0,) * 17),), draft=((2, 1e-4),))
+    single = CostModel(7, profile=CostProfile(verify=(1.0,) * 7, draft_step=1e-4))
+    batch = BatchDecoder(pair.target.model, pair.draft.model, single, BatchCosts(single, flat))
+    params = GenerationParams(num_draft=None, k_max=6, max_tokens=30)
+    got, rounds = _turns([batch.generate(p, params) for p in PROMPTS[:2]], 30)
+    assert got == [_solo(pair, p, 30) for p in PROMPTS[:2]]
+    together = [r for r in rounds[0] if r.k][:4]  # the shortest reply ends last of all
+    assert together and all(r.k == 6 and r.auto for r in together)
+    # Each round's seconds are priced as one; nothing measured by them says otherwise yet.
+    steep = BatchProfile(verify=((2, tuple(float(m) for m in range(1, 18))),), draft=((2, 0.5),))
+    batch = BatchDecoder(pair.target.model, pair.draft.model, single, BatchCosts(single, steep))
+    _, rounds = _turns([batch.generate(p, params) for p in PROMPTS[:2]], 30)
+    assert max(r.k for r in rounds[0][:4]) < 6
+
+
+def test_the_batch_times_the_shapes_it_has_not_measured_and_stores_them(pair) -> None:
+    stored: list[BatchProfile] = []
+    single = CostModel(7)
+    costs = BatchCosts(single, on_measured=stored.append)
+    batch = BatchDecoder(pair.target.model, pair.draft.model, single, costs)
+    params = GenerationParams(num_draft=3)
+    _turns([batch.generate(p, params) for p in PROMPTS[:2]], 24)
+    assert costs.measured(2, 4) and costs.draft_step(2) is not None
+    assert stored and dict(stored[-1].verify)[2][3] is not None  # 2 sequences of 4 rows
+
+
+def test_the_batch_learns_the_acceptance_its_pair_decoder_plans_with(pair) -> None:
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    batch = BatchDecoder(pair.target.model, pair.draft.model, acceptance=decoder.acceptance)
+    _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS[:2]], 12)
+    assert decoder.acceptance(False).evidence > 0  # what the batch saw, the window plans with
+    assert decoder.acceptance(True).evidence == 0  # sampled replies keep their own
 
 
 def _exact(model, prompt: list[int], params: GenerationParams) -> np.ndarray:

@@ -7,6 +7,8 @@ from pytestqt.qtbot import QtBot
 
 from app.engine import GenerationParams, Message, load_pair
 from app.engine.batch import BatchDecoder
+from app.engine.batch_costs import BatchProfile
+from app.engine.costs import ProfileStore
 from app.services import EngineFailure, EngineService, GenerationResult, TokenBatch
 from app.services import engine_service as es
 from tests.conftest import TinyModels
@@ -60,6 +62,21 @@ def test_server_replies_and_the_window_reply_run_side_by_side(
     # The window's reply joined the batch rather than waiting for it.
     assert service.load.batch.largest == 3
     assert loads and loads[-1].active == 0  # the last report: nothing runs
+
+
+def test_the_batch_stores_what_its_rounds_measured_beside_the_pair_profile(
+    qtbot: QtBot, make_service, tiny: TinyModels, tmp_path
+) -> None:
+    store = ProfileStore(tmp_path / "profiles.json")
+    service = make_service(es.EngineWorker(profiles=store))
+    _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
+    _, ends = _collect(service)
+    short = GenerationParams(max_tokens=24, num_draft=None, k_max=4)
+    ids = [service.generate(_prompt(t), short, shared=True).request_id for t in ("cats", "dogs")]
+    qtbot.waitUntil(lambda: all(i in ends for i in ids), timeout=30_000)
+    raw = store.entry(str(tiny.target), str(tiny.noisy), kind="batch")
+    assert raw is not None
+    assert any(b == 2 for b, _ in BatchProfile.from_dict(raw).verify)  # two sequences' rounds
 
 
 def test_a_reply_whose_kv_cache_does_not_fit_beside_the_running_ones_is_refused(

@@ -1,0 +1,159 @@
+"""The batch's cost model over (sequences, rows each) and the draft lengths it plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.adaptive import EVIDENCE, Acceptance
+from app.engine.batch_costs import (
+    PROBE_EVERY,
+    BatchCosts,
+    BatchLength,
+    BatchProfile,
+    Want,
+    plan_batch,
+)
+from app.engine.costs import CostModel, CostProfile, ProfileStore
+
+# One request: 50 ms a plain step, a line up to 16 rows, a 2 ms draft step.
+SINGLE = CostProfile(verify=tuple(0.05 + 0.01 * (m - 1) for m in range(1, 18)), draft_step=0.002)
+
+
+def _alone(m: int) -> float:
+    return 0.05 + 0.01 * (m - 1)
+
+
+def _costs(profile: BatchProfile | None = None) -> BatchCosts:
+    return BatchCosts(CostModel(17, profile=SINGLE), profile)
+
+
+def _observe(costs: BatchCosts, b: int, m: int, seconds: float, times: int = 2) -> None:
+    for _ in range(times):  # the first sample of a shape builds kernels and is dropped
+        costs.observe_parts(b, m, m - 1, b, 0.004 * (m - 1), seconds)
+
+
+def _accepting(alpha: float, rounds: int = 40, k: int = 16) -> Acceptance:
+    acceptance = Acceptance()
+    accepted = 0.0
+    for _ in range(rounds):
+        accepted += alpha * k
+        n = int(accepted)
+        accepted -= n
+        acceptance.observe(k, min(n, k))
+    return acceptance
+
+
+def test_an_unmeasured_batch_costs_what_its_requests_would_one_after_another() -> None:
+    costs = _costs()
+    assert costs.verify(4, 3) == pytest.approx(4 * _alone(3))
+    assert costs.draft_step(4) == pytest.approx(4 * 0.002)
+    assert costs.verify(1, 3) == pytest.approx(_alone(3))
+    assert not costs.measured(4, 3) and costs.measured(1, 3)
+
+
+def test_a_sequence_count_reads_its_own_measured_widths_along_a_line() -> None:
+    costs = _costs()
+    _observe(costs, 4, 8, 0.10)
+    _observe(costs, 4, 16, 0.14)
+    assert costs.measured(4, 8) and not costs.measured(4, 12)
+    assert costs.verify(4, 12) == pytest.approx(0.12)
+    assert costs.verify(4, 2) == pytest.approx(0.10)  # no cheaper than the narrowest measured
+
+
+def test_counts_between_measured_ones_lie_on_a_line_never_dearer_than_one_by_one() -> None:
+    costs = _costs()
+    _observe(costs, 2, 4, 0.10)
+    _observe(costs, 8, 4, 0.16)
+    assert costs.verify(4, 4) == pytest.approx(0.12)
+    # Past the largest measured count the slope goes on, capped by running one at a time.
+    wide = costs.verify(16, 4)
+    assert wide is not None and wide <= 16 * _alone(4)
+    assert wide == pytest.approx(0.16 + 0.01 * 8)
+
+
+def test_a_timed_round_measures_the_draft_step_of_its_sequences() -> None:
+    costs = _costs()
+    for _ in range(2):
+        costs.observe_parts(4, 5, 4, 4, draft=0.02, verify=0.1)
+    assert costs.draft_step(4) == pytest.approx(0.005)
+    assert costs.draft_step(2) == pytest.approx(0.002 + (0.005 - 0.002) / 3)
+
+
+def test_overhead_is_what_rounds_take_beyond_their_parts_and_stalls_are_left_out() -> None:
+    costs = _costs()
+    _observe(costs, 2, 5, 0.1)
+    work = costs.round_seconds(2, 5, 4, 2)
+    assert work is not None
+    for _ in range(4):
+        costs.observe_round(2, 5, 4, 2, work + 0.01)
+    costs.observe_round(2, 5, 4, 2, work * 5)  # the thread served something else meanwhile
+    assert costs.overhead(2) == pytest.approx(0.01)
+    assert costs.round_seconds(2, 5, 4, 2) == pytest.approx(work + 0.01)
+
+
+def test_the_batch_drafts_long_where_its_wide_forwards_cost_little() -> None:
+    flat = BatchProfile(verify=((4, (0.1,) * 17),), draft=((4, 0.003),))
+    wants = [Want(_accepting(1.0), room=16) for _ in range(4)]
+    plan = plan_batch(_costs(flat), wants)
+    assert plan is not None and plan.ks == (16,) * 4
+
+
+def test_the_batch_drafts_less_where_each_row_costs_a_step() -> None:
+    # A forward's every row costs as much as a plain step: drafting cannot pay.
+    steep = BatchProfile(verify=((4, tuple(0.2 * m for m in range(1, 18))),), draft=((4, 0.01),))
+    acceptance = _accepting(0.6)
+    assert acceptance.evidence >= EVIDENCE
+    wants = [Want(acceptance, room=16) for _ in range(4)]
+    plan = plan_batch(_costs(steep), wants)
+    assert plan is not None and plan.ks == (0,) * 4
+
+
+def test_rooms_cap_each_request_and_a_fixed_request_keeps_its_own_k() -> None:
+    flat = BatchProfile(verify=((3, (0.1,) * 17),), draft=((3, 0.003),))
+    acceptance = _accepting(1.0)
+    wants = [Want(acceptance, room=16), Want(acceptance, room=5), Want(acceptance, 16, fixed=2)]
+    plan = plan_batch(_costs(flat), wants)
+    assert plan is not None and plan.ks == (16, 5, 2)
+
+
+def test_the_prior_alone_never_rules_drafting_out() -> None:
+    steep = BatchProfile(verify=((2, tuple(0.2 * m for m in range(1, 18))),), draft=((2, 0.01),))
+    fresh = Acceptance()  # nothing observed: the prior
+    plan = BatchLength(_costs(steep)).choose([Want(fresh, 8), Want(fresh, 8)])
+    assert all(plan.ks)
+
+
+def test_an_unmeasured_shape_is_timed_and_a_measured_one_now_and_then() -> None:
+    flat = BatchProfile(verify=((2, (0.1,) * 17),), draft=((2, 0.003),))
+    planner = BatchLength(_costs(flat), explore_every=1000)
+    acceptance = _accepting(0.95)
+    timed = [planner.choose([Want(acceptance, 8), Want(acceptance, 8)]).timed for _ in range(16)]
+    assert timed.count(True) == 16 // PROBE_EVERY
+    fresh = BatchLength(_costs(), explore_every=1000)
+    assert fresh.choose([Want(acceptance, 8), Want(acceptance, 8)]).timed
+
+
+def test_now_and_then_auto_tries_a_longer_draft() -> None:
+    line = tuple(0.05 + 0.01 * (m - 1) for m in range(1, 18))
+    planner = BatchLength(_costs(BatchProfile(((2, line),), ((2, 0.01),))), explore_every=4)
+    acceptance = _accepting(0.7)
+    plans = [planner.choose([Want(acceptance, 12), Want(acceptance, 12)]) for _ in range(8)]
+    usual = max(p.ks[0] for p in plans if not p.explore)
+    tries = [p for p in plans if p.explore]
+    assert len(tries) == 2 and all(p.ks[0] > usual and p.timed for p in tries)
+
+
+def test_a_profile_survives_the_store_beside_the_single_profile(tmp_path) -> None:
+    store = ProfileStore(tmp_path / "profiles.json")
+    store.put("t", "d", SINGLE)
+    costs = BatchCosts(
+        CostModel(17, profile=SINGLE),
+        on_measured=lambda p: store.put_entry("t", "d", p.as_dict(), kind="batch"),
+    )
+    _observe(costs, 4, 8, 0.1)
+    raw = store.entry("t", "d", kind="batch")
+    assert raw is not None
+    again = BatchCosts(CostModel(17, profile=SINGLE), BatchProfile.from_dict(raw))
+    assert again.measured(4, 8) and again.verify(4, 8) == pytest.approx(0.1)
+    assert store.get("t", "d") == SINGLE  # the single profile is untouched
+    assert "100.0" in again.profile().table()  # 4 sequences of 8 rows: 100 ms
