@@ -41,6 +41,10 @@ from app.engine.costs import (
 log = logging.getLogger(__name__)
 
 PROBE_EVERY = 8  # once a shape is measured, one round in this many is still timed
+# Drafts whose shapes a sequence count must have run (rows 2, 4, 8 and 16 each):
+# between them a line holds. Until they have, every LEARN_EVERY-th round runs one.
+GRID = (1, 3, 7, 15)
+LEARN_EVERY = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,16 +423,30 @@ class BatchLength:
         return replace(plan, timed=timed or plan.explore or self._rounds % PROBE_EVERY == 0)
 
     def _explore(self, wants: Sequence[Want], best: BatchPlan) -> BatchPlan:
-        """Every :data:`explore_every` rounds, a longer draft for the Auto requests."""
-        if self._rounds % self.explore_every:
-            return best
+        """Now and then another draft length for the Auto requests.
+
+        While this many sequences have not run every draft of :data:`GRID`,
+        every :data:`LEARN_EVERY`-th round runs the one nearest the plan's:
+        the costs of shapes never run are guesses, and a guess that prices a
+        shape too high would never be corrected. After that, every
+        ``explore_every`` rounds a longer draft, so far positions' acceptance stays known.
+        """
         top = max(w.room for w in wants if w.fixed is None)
         current = max((best.ks[i] for i, _ in _auto(wants)), default=0)
-        longer = [k for k in spread(top) if k > current]
-        if not longer:
+        b = len(wants)
+        unknown = [
+            k for k in GRID if k <= top and k != current and not self.costs.measured(b, k + 1)
+        ]
+        if unknown and self._rounds % LEARN_EVERY == 0:
+            k = min(unknown, key=lambda j: abs(j - current))
+        elif not unknown and self._rounds % self.explore_every == 0:
+            longer = [k for k in spread(top) if k > current]
+            if not longer:
+                return best
+            k = longer[self._explored % len(longer)]
+            self._explored += 1
+        else:
             return best
-        k = longer[self._explored % len(longer)]
-        self._explored += 1
         trial = evaluate(self.costs, wants, k)
         return replace(trial, explore=True) if trial is not None else best
 

@@ -6,6 +6,7 @@ import pytest
 
 from app.engine.adaptive import EVIDENCE, Acceptance
 from app.engine.batch_costs import (
+    LEARN_EVERY,
     PROBE_EVERY,
     BatchCosts,
     BatchLength,
@@ -157,3 +158,14 @@ def test_a_profile_survives_the_store_beside_the_single_profile(tmp_path) -> Non
     assert again.measured(4, 8) and again.verify(4, 8) == pytest.approx(0.1)
     assert store.get("t", "d") == SINGLE  # the single profile is untouched
     assert "100.0" in again.profile().table()  # 4 sequences of 8 rows: 100 ms
+
+
+def test_a_count_runs_the_grid_of_shapes_before_it_trusts_its_guesses() -> None:
+    wide = BatchProfile(verify=((2, (None,) * 15 + (0.1, 0.1)),), draft=((2, 0.003),))
+    planner = BatchLength(_costs(wide), explore_every=1000)
+    acceptance = _accepting(1.0)
+    plans = [
+        planner.choose([Want(acceptance, 15), Want(acceptance, 15)]) for _ in range(LEARN_EVERY)
+    ]
+    assert [p.ks[0] for p in plans[:-1]] == [15] * (LEARN_EVERY - 1)  # the best known
+    assert plans[-1].explore and plans[-1].timed and plans[-1].ks[0] == 7  # the nearest of the grid
