@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import mlx.nn as nn
 
+from app.engine.adaptive import Acceptance
 from app.engine.batch import BatchDecoder, Turns, take_turns
 from app.engine.batch_costs import BatchCosts
 from app.engine.costs import CostModel, CostProfile
@@ -92,14 +93,16 @@ def _batch(
     draft: nn.Module | None,
     costs: Callable[[], CostModel],
     batch_costs: BatchCosts,
+    acceptance: Callable[[bool], Acceptance],
     prompts: list[list[int]],
     params: GenerationParams,
 ) -> Turns:
-    """``prompts`` opened at once on one fresh batch and pulled to the end.
+    """``prompts`` opened at once on one fresh batch (no cache to reuse) and pulled to the end.
 
-    The batch's costs carry over from run to run, as the app keeps them per pair.
+    The batch's costs and acceptance carry over from run to run, as the app
+    keeps them per pair.
     """
-    batch = BatchDecoder(target, draft, costs(), batch_costs)
+    batch = BatchDecoder(target, draft, costs(), batch_costs, acceptance)
     return take_turns([batch.generate(p, params) for p in prompts], params.max_tokens)
 
 
@@ -145,8 +148,10 @@ def measure_streams(
 
     Every run, the references included, is timed from opening its requests
     to its last token, prefill in, after an unmeasured run of the same shape
-    (``warmup``) so that no kernel build counts. Each run gets fresh decoders:
-    no cache, acceptance or chosen k carries over from the warm-up.
+    (``warmup``) so that no kernel build counts. Each run gets fresh decoders,
+    so no cache carries over from the warm-up; the batch's costs and
+    acceptance do, as the app keeps them for the pair from reply to reply
+    (the single-request references start afresh each run).
 
     Args:
         target: The model every stream gets its reply from.
@@ -183,6 +188,11 @@ def measure_streams(
         return CostModel(k_max + 1, profile)
 
     shared = batch_costs if batch_costs is not None else BatchCosts(costs())
+    learned: dict[bool, Acceptance] = {}
+
+    def acceptance(sampling: bool) -> Acceptance:
+        return learned.setdefault(sampling, Acceptance())
+
     plain_params = replace(params, num_draft=0)
     log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
     plain = _warmed(lambda: _solo(lambda: Decoder(target), prompts[0], plain_params), warmup)
@@ -203,7 +213,10 @@ def measure_streams(
     for n in streams:
         log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
         run = _warmed(
-            functools.partial(_batch, target, draft, costs, shared, prompts[:n], params), warmup
+            functools.partial(
+                _batch, target, draft, costs, shared, acceptance, prompts[:n], params
+            ),
+            warmup,
         )
         rounds = [r for rs in run.rounds for r in rs]
         drafted = sum(r.k for r in rounds)

@@ -169,3 +169,12 @@ def test_a_count_runs_the_grid_of_shapes_before_it_trusts_its_guesses() -> None:
     ]
     assert [p.ks[0] for p in plans[:-1]] == [15] * (LEARN_EVERY - 1)  # the best known
     assert plans[-1].explore and plans[-1].timed and plans[-1].ks[0] == 7  # the nearest of the grid
+
+
+def test_a_shape_that_could_not_win_even_at_half_its_guess_is_never_tried() -> None:
+    row = (None,) * 7 + (0.06,) + (None,) * 7 + (0.06, None)  # 8 and 16 rows measured
+    planner = BatchLength(_costs(BatchProfile(((2, row),), ((2, 1e-4),))), explore_every=1000)
+    acceptance = _accepting(1.0)
+    plans = [planner.choose([Want(acceptance, 15), Want(acceptance, 15)]) for _ in range(16)]
+    assert not any(p.explore for p in plans)  # 1 or 3 drafts: half the tokens at best
+    assert {p.ks for p in plans} == {(15, 15)}
