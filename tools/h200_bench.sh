@@ -14,7 +14,8 @@
 # 0.1, then 8b:1b at miss 0, all within 540 s); PART batch: the (sequences,
 # rows) cost table, batched and packed; PARTs r11a and r11b: run 11's streams at k = 15 and
 # Auto (70b:1b, then 8b:1b, at miss 0 and 0.1); PART r11c: run 11's miss-0.1 rows of Auto;
-# PART r11d: --batch-profile with the draft's step. Every configuration is warmed up over a full-length reply first, so
+# PART r11d: --batch-profile with the draft's step; PART r11e: 70b:1b at miss 0.1 with the
+# draft's catch-up priced apart. Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -114,6 +115,13 @@ r11a|r11b)  # run 11: streams at k = 15 and at Auto planned from the batch's own
     --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --json "$out/$name.json" \
     2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
+  ;;
+r11e)  # run 11, last: 70b:1b at miss 0.1 after the draft's catch-up is priced apart from its steps
+  echo "== streams-70b-catchup: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --max-tokens 128"
+  timeout ${BUDGET:-280} python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
+    --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 \
+    --json "$out/streams-70b-catchup.json" 2> "$out/streams-70b-catchup.err"
+  echo "rc=$?"
   ;;
 r11d)  # run 11: the (sequences, rows) table three ways, and the 1B draft's step packed or apart
   echo "== 70b:1b: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile"

@@ -402,7 +402,7 @@ class BatchDecoder:
         if self._last is not None:
             self.batch_costs.observe_round(*self._last[0], start - self._last[1])
         ks, timed = self._plan(requests)
-        proposals, q_rows, fed = self._draft(requests, ks)
+        proposals, q_rows, fed, first = self._draft(requests, ks, timed)
         if timed:
             mx.eval(proposals)  # the draft's time apart from the verification's
         draft_end = time.perf_counter()
@@ -417,7 +417,8 @@ class BatchDecoder:
         if timed:
             mx.eval(logits)
             verify = time.perf_counter() - draft_end
-            self.batch_costs.observe_parts(*round_shape, draft_end - start, verify)
+            first_step = first - start if first is not None else None
+            self.batch_costs.observe_parts(*round_shape, draft_end - start, verify, first_step)
         self._last = None if timed else (round_shape, start)
         verdicts = [
             self._judge(r, k, lg[0].astype(mx.float32), p, q)
@@ -458,17 +459,19 @@ class BatchDecoder:
         return [model(x[None], cache=c) for x, c in zip(rows, caches, strict=True)]
 
     def _draft(
-        self, requests: list[_Request], ks: list[int]
-    ) -> tuple[list[mx.array], list[list[mx.array | int]], list[list[int]]]:
+        self, requests: list[_Request], ks: list[int], timed: bool = False
+    ) -> tuple[list[mx.array], list[list[mx.array | int]], list[list[int]], float | None]:
         """Up to ``ks[i]`` draft tokens per request, the steps packed across requests.
 
         Returns:
             Each request's proposal (lazy), its proposal distributions (for
-            sampling) and the tokens its first step fed the draft.
+            sampling), the tokens its first step fed the draft and, where
+            ``timed``, when the first step ended (it waits for it).
         """
         parts: list[list[mx.array]] = [[] for _ in requests]
         q_rows: list[list[mx.array | int]] = [[] for _ in requests]
         fed = [r.seq[len(r.d_tokens) :] if k else [] for r, k in zip(requests, ks, strict=True)]
+        first: float | None = None
         x: list[mx.array] = [mx.array(f, dtype=mx.int32) for f in fed]
         for step in range(max(ks, default=0)):
             live = [i for i, k in enumerate(ks) if k > step]
@@ -490,11 +493,15 @@ class BatchDecoder:
                     q_rows[i].append(probs[0])
                 parts[i].append(token)
                 x[i] = token
-            mx.async_eval([x[i] for i in live])  # the device drafts while Python builds on
+            if timed and step == 0:
+                mx.eval([x[i] for i in live])  # the catch-up apart from the steps
+                first = time.perf_counter()
+            else:
+                mx.async_eval([x[i] for i in live])  # the device drafts while Python builds on
         proposals = [mx.concatenate(p) if p else mx.array([], dtype=mx.int32) for p in parts]
         for i, p in enumerate(parts):
             ks[i] = len(p)  # a cancel may have cut the draft short
-        return proposals, q_rows, fed
+        return proposals, q_rows, fed, first
 
     def _judge(
         self,

@@ -2,13 +2,16 @@
 
 A batched round drafts K steps for the requests that draft (their steps packed)
 and verifies every request's rows in one packed target forward. It costs
-K·c(d) + V(b, m) + o(b): c(d) one draft step of d sequences, V(b, m) the
-forward of b sequences of m rows each, o(b) what the round costs beyond them.
+u(d) + K·c(d) + V(b, m) + o(b): u(d) what the first draft step costs beyond
+the others (it reads what the last round committed), c(d) one draft step of d
+sequences, V(b, m) the forward of b sequences of m rows each, o(b) what the
+round costs beyond them.
 None of them is a line: on MLX's CUDA backend a 70B's packed forward costs
 182 ms for 4 × 1 rows, 100 ms for 4 × 4, 145 ms for 4 × 16 and 118 ms for 8 × 1.
 So they are measured on the batch's own rounds: a timed round waits for its
-draft before it verifies, so both parts are timed. Rounds of a shape not yet
-measured are timed, and one in :data:`PROBE_EVERY` after that.
+first draft step and for its draft before it verifies, so each part is timed.
+Rounds of a shape not yet measured are timed, and one in :data:`PROBE_EVERY`
+after that.
 
 Where a (b, m) has not run, V is read off b's measured widths (a line between
 them), else between measured sequence counts (one sequence is the pair's
@@ -59,6 +62,8 @@ class BatchProfile:
             packed forward of b sequences of m new rows each; ``None`` where
             not measured.
         draft: Per count of sequences drafting, the seconds of one draft step.
+        catchup: Per count of sequences drafting, what a round's first draft step
+            costs beyond the others: it feeds the draft what the last round committed.
         overhead: Per sequence count, what a round costs beyond its draft steps
             and its forward (each request's verdict, the sync, whatever reads it).
         device: MLX's device, as MLX names it.
@@ -69,6 +74,7 @@ class BatchProfile:
     verify: tuple[tuple[int, tuple[float | None, ...]], ...] = ()
     draft: tuple[tuple[int, float], ...] = ()
     overhead: tuple[tuple[int, float], ...] = ()
+    catchup: tuple[tuple[int, float], ...] = ()
     device: str = ""
     mlx: str = ""
     measured_at: float = 0.0
@@ -78,6 +84,7 @@ class BatchProfile:
             "verify": [[b, list(row)] for b, row in self.verify],
             "draft": [[d, t] for d, t in self.draft],
             "overhead": [[b, t] for b, t in self.overhead],
+            "catchup": [[d, t] for d, t in self.catchup],
             "device": self.device,
             "mlx": self.mlx,
             "measured_at": self.measured_at,
@@ -96,6 +103,7 @@ class BatchProfile:
             verify=verify,
             draft=pairs("draft"),
             overhead=pairs("overhead"),
+            catchup=pairs("catchup"),
             device=str(data.get("device", "")),
             mlx=str(data.get("mlx", "")),
             measured_at=float(data.get("measured_at", 0.0)),
@@ -111,6 +119,8 @@ class BatchProfile:
             lines.append(f"{b:>3} " + " ".join(f"{c:>6}" for c in cells))
         steps = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.draft)
         lines.append(f"draft step by sequences drafting, ms: {steps or '-'}")
+        first = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.catchup)
+        lines.append(f"first step's catch-up beyond a step, ms: {first or '-'}")
         return "\n".join(lines)
 
 
@@ -161,6 +171,7 @@ class BatchCosts:
         self._verify: dict[int, list[Samples]] = {}
         self._draft: dict[int, Samples] = {}
         self._overhead: dict[int, Samples] = {}
+        self._catchup: dict[int, Samples] = {}
         if profile is not None:
             self._load(profile)
 
@@ -173,6 +184,7 @@ class BatchCosts:
                     row[i] = Samples(counted, t)
         self._draft = {d: Samples(counted, t) for d, t in profile.draft}
         self._overhead = {b: Samples(counted, t) for b, t in profile.overhead}
+        self._catchup = {d: Samples(counted, t) for d, t in profile.catchup}
 
     def _row(self, b: int) -> list[Samples]:
         return self._verify.setdefault(b, [Samples() for _ in range(self.widths)])
@@ -226,13 +238,22 @@ class BatchCosts:
             return own.value
         return self.single.profile().overhead
 
+    def catchup(self, d: int) -> float:
+        """What the first draft step of ``d`` sequences costs beyond the others (0 unmeasured)."""
+        own = self._catchup.get(d)
+        if own is not None and own.value is not None:
+            return own.value
+        known = [(n, t) for n, s in sorted(self._catchup.items()) if (t := s.value) is not None]
+        return _line(known, d) or 0.0
+
     def round_seconds(self, b: int, m: int, steps: int, drafting: int) -> float | None:
         """Expected seconds of a round: ``steps`` draft steps of ``drafting`` sequences, V(b, m)."""
         v = self.verify(b, m)
         c = self.draft_step(drafting) if steps else 0.0
         if v is None or c is None:
             return None
-        return steps * c + v + self.overhead(b)
+        first = self.catchup(drafting) if steps else 0.0
+        return first + steps * c + v + self.overhead(b)
 
     def wants_timing(self, b: int, m: int, drafting: int) -> bool:
         """Whether a round of this shape should be timed part by part: it is not measured yet."""
@@ -242,10 +263,23 @@ class BatchCosts:
         return not self.measured(b, m) or (drafting > 0 and (draft is None or draft.value is None))
 
     def observe_parts(
-        self, b: int, m: int, steps: int, drafting: int, draft: float, verify: float
+        self,
+        b: int,
+        m: int,
+        steps: int,
+        drafting: int,
+        draft: float,
+        verify: float,
+        first: float | None = None,
     ) -> None:
         """A timed round: its ``steps`` draft steps of ``drafting`` sequences took ``draft``
-        seconds, and its forward of ``b`` sequences of ``m`` rows each ``verify``."""
+        seconds (the first of them ``first``), and its forward of ``b`` sequences of ``m``
+        rows each ``verify``.
+
+        With the first step apart, the others price a step and the first's
+        excess is the catch-up; without it (or with one step), the whole counts
+        as steps less the catch-up known.
+        """
         if b <= 1 or not 1 <= m <= self.widths:
             return
         new = False
@@ -254,9 +288,14 @@ class BatchCosts:
         cell.add(verify)
         new |= was is None and cell.value is not None
         if steps and drafting and draft > 0:
+            if first is not None and steps > 1:
+                step = (draft - first) / (steps - 1)
+                self._catchup.setdefault(drafting, Samples()).add(max(0.0, first - step))
+            else:
+                step = max(draft - self.catchup(drafting), 0.0) / steps
             samples = self._draft.setdefault(drafting, Samples())
             was = samples.value
-            samples.add(draft / steps)
+            samples.add(step)
             new |= was is None and samples.value is not None
         if new:
             self._report()
@@ -289,6 +328,7 @@ class BatchCosts:
             verify=verify,
             draft=settled(self._draft),
             overhead=settled(self._overhead),
+            catchup=settled(self._catchup),
             device=self._device,
             mlx=self._mlx,
             measured_at=time.time(),

@@ -178,3 +178,15 @@ def test_a_shape_that_could_not_win_even_at_half_its_guess_is_never_tried() -> N
     plans = [planner.choose([Want(acceptance, 15), Want(acceptance, 15)]) for _ in range(16)]
     assert not any(p.explore for p in plans)  # 1 or 3 drafts: half the tokens at best
     assert {p.ks for p in plans} == {(15, 15)}
+
+
+def test_the_first_draft_step_prices_its_catch_up_apart_from_the_steps() -> None:
+    costs = _costs()
+    for _ in range(2):  # the first step fed the draft what the last round committed
+        costs.observe_parts(4, 6, 5, 4, draft=0.07, verify=0.1, first=0.03)
+    assert costs.draft_step(4) == pytest.approx(0.01)
+    assert costs.catchup(4) == pytest.approx(0.02)
+    # A long draft is not charged the catch-up once per step.
+    assert costs.round_seconds(4, 16, 15, 4) == pytest.approx(0.02 + 15 * 0.01 + 0.1)
+    again = BatchCosts(CostModel(17, profile=SINGLE), costs.profile())
+    assert again.catchup(4) == pytest.approx(0.02)
