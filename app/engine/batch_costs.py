@@ -181,7 +181,7 @@ class BatchCosts:
             row = self._row(b)
             for i, t in enumerate(values[: self.widths]):
                 if t is not None:
-                    row[i] = Samples(counted, t)
+                    row[i] = Samples(counted, t, stored=True)
         self._draft = {d: Samples(counted, t) for d, t in profile.draft}
         self._overhead = {b: Samples(counted, t) for b, t in profile.overhead}
         self._catchup = {d: Samples(counted, t) for d, t in profile.catchup}
@@ -197,13 +197,30 @@ class BatchCosts:
         return row is not None and 1 <= m <= len(row) and row[m - 1].value is not None
 
     def _along(self, b: int, m: int) -> float | None:
-        """V(b, m) from b's own measured widths only."""
+        """V(b, m) from b's own measured widths only.
+
+        A width with fewer than three samples costs no more than the line
+        through the others says: one stalled round (a busy host) must not price
+        a width out, since a width never chosen is never measured again.
+        """
         if b <= 1:
             return self.single.profile().estimate(m)
         row = self._verify.get(b)
         if row is None or all(s.value is None for s in row):
             return None
-        return CostProfile(tuple(s.value for s in row)).estimate(m)
+        values = tuple(s.value for s in row)
+        own = CostProfile(values).estimate(m)
+        cell = row[m - 1] if 1 <= m <= len(row) else None
+        if cell is None or cell.value is None or cell.settled:
+            return own
+        others = (*values[: m - 1], None, *values[m:])
+        line = CostProfile(others).estimate(m) if any(v is not None for v in others) else None
+        return own if line is None or own is None else min(own, line)
+
+    def settled(self, b: int, m: int) -> bool:
+        """Whether a forward of ``b`` sequences of ``m`` rows each has enough samples to stand."""
+        row = self._verify.get(b)
+        return b <= 1 or (row is not None and 1 <= m <= len(row) and row[m - 1].settled)
 
     def verify(self, b: int, m: int) -> float | None:
         """Seconds of one packed forward of ``b`` sequences of ``m`` rows each, measured or not."""
@@ -260,7 +277,7 @@ class BatchCosts:
         if b <= 1:
             return False  # one request's rounds are the single-request profile's business
         draft = self._draft.get(drafting)
-        return not self.measured(b, m) or (drafting > 0 and (draft is None or draft.value is None))
+        return not self.settled(b, m) or (drafting > 0 and (draft is None or draft.value is None))
 
     def observe_parts(
         self,
@@ -394,12 +411,21 @@ def shape(ks: Sequence[int]) -> tuple[int, int, int, int]:
     return b, m, max(ks, default=0), sum(1 for k in ks if k)
 
 
+def _rates(wants: Sequence[Want], optimism: float = 0.0) -> dict[int, tuple[float, ...]]:
+    """Each distinct acceptance's per-position rates, by identity (requests share them)."""
+    return {id(w.acceptance): w.acceptance.rates(optimism) for w in wants}
+
+
 def evaluate(
-    costs: BatchCosts, wants: Sequence[Want], k: int, optimism: float = 0.0
+    costs: BatchCosts,
+    wants: Sequence[Want],
+    k: int,
+    optimism: float = 0.0,
+    rates: dict[int, tuple[float, ...]] | None = None,
 ) -> BatchPlan | None:
     """The round in which every Auto request drafts ``k`` (or its room) and the rest their own."""
     ks = tuple(min(k if w.fixed is None else w.fixed, w.room) for w in wants)
-    rates = {id(w.acceptance): w.acceptance.rates(optimism) for w in wants}
+    rates = rates if rates is not None else _rates(wants, optimism)
     tokens = sum(
         expected_tokens(rates[id(w.acceptance)], j) for w, j in zip(wants, ks, strict=True)
     )
@@ -435,8 +461,9 @@ def plan_batch(
     """
     top = max((w.room for w in wants if w.fixed is None), default=0)
     best: BatchPlan | None = None
+    rates = _rates(wants, optimism)
     for k in range(0 if plain or top == 0 else 1, top + 1):
-        plan = evaluate(costs, wants, k, optimism)
+        plan = evaluate(costs, wants, k, rates=rates)
         if plan is None:
             return None
         if best is None or plan.rate > best.rate:

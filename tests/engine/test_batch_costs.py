@@ -190,3 +190,15 @@ def test_the_first_draft_step_prices_its_catch_up_apart_from_the_steps() -> None
     assert costs.round_seconds(4, 16, 15, 4) == pytest.approx(0.02 + 15 * 0.01 + 0.1)
     again = BatchCosts(CostModel(17, profile=SINGLE), costs.profile())
     assert again.catchup(4) == pytest.approx(0.02)
+
+
+def test_one_slow_round_does_not_price_a_width_out_until_more_agree() -> None:
+    costs = _costs()
+    for m in (4, 8):
+        _observe(costs, 4, m, 0.1, times=4)  # three counted samples each: settled
+    _observe(costs, 4, 5, 0.3)  # one counted sample, three times its neighbours
+    assert costs.verify(4, 5) == pytest.approx(0.1)  # no dearer than the line through the rest
+    assert costs.wants_timing(4, 5, 4)  # so it is chosen, timed and measured again
+    _observe(costs, 4, 5, 0.3, times=2)
+    assert costs.verify(4, 5) == pytest.approx(0.3)  # three agree: it stands
+    assert not costs.wants_timing(4, 5, 4)
