@@ -184,6 +184,18 @@ def stretch_pair(
     return best, same
 
 
+def round_seconds(profile: CostProfile, k_max: int, width: int | None) -> list[float] | None:
+    """Seconds of a round of k drafts for k = 0 … k_max (index k), as ``plan_round`` prices them."""
+    c = profile.draft_step or 0.0
+    seconds = [0.0]
+    for k in range(1, k_max + 1):
+        padded = profile.padded_round(k + 1, width)
+        if padded is None:
+            return None
+        seconds.append(k * c + padded[0])
+    return seconds
+
+
 class StretchDraftLength(DraftLength):
     """The current Auto, with k from the best (after-rejection, after-bonus) stretch policy.
 
@@ -206,13 +218,9 @@ class StretchDraftLength(DraftLength):
         profile = self.costs.profile()
         acc = self.acceptance
         assert isinstance(acc, StretchAcceptance)
-        c = profile.draft_step or 0.0
-        seconds = [0.0]  # a port would share these with plan_round
-        for k in range(1, self.k_max + 1):
-            padded = profile.padded_round(k + 1, self._width)
-            if padded is None:
-                return plan
-            seconds.append(k * c + padded[0])
+        seconds = round_seconds(profile, self.k_max, self._width)
+        if seconds is None:
+            return plan
         rates = acc.stretch_rates()[: 2 * (self.k_max + 1)]
         (km, kb, rate), same = stretch_pair(rates, seconds, self.k_max)
         if rate < (1.0 + MIN_GAIN) * same[plan.k]:
@@ -350,13 +358,9 @@ class StateDraftLength(DraftLength):
         acc = self.acceptance
         assert isinstance(acc, StateAcceptance)
         pooled = acc.rates()
-        c = profile.draft_step or 0.0
-        seconds = [0.0]
-        for k in range(1, self.k_max + 1):
-            padded = profile.padded_round(k + 1, self._width)
-            if padded is None:
-                return plan
-            seconds.append(k * c + padded[0])
+        seconds = round_seconds(profile, self.k_max, self._width)
+        if seconds is None:
+            return plan
         km, kb, _ = best_pair(
             acc.state_rates(MISS, pooled), acc.state_rates(BONUS, pooled), seconds, self.k_max
         )

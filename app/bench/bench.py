@@ -521,8 +521,9 @@ def _concurrent(
                     log=log,
                 )
         print(streams_table(rows), flush=True)
-        print(batch_costs.profile().table(), flush=True)
-        meta["batch_costs"] = batch_costs.profile().as_dict()
+        learned = batch_costs.profile()
+        print(learned.table(), flush=True)
+        meta["batch_costs"] = learned.as_dict()
         json_path = _json_path(args.json, miss if len(drafts) > 1 else None)
         if json_path:
             meta.update(

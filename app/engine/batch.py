@@ -375,9 +375,9 @@ class BatchDecoder:
     def _want(self, request: _Request) -> Want:
         """What ``request`` allows the batch's plan: its room, and its own k unless on Auto."""
         wanted = request.num_draft()
-        length = self._length(request.params, wanted)
         if request.d_cache is None or wanted == 0:
-            return Want(length.acceptance, 0, 0)
+            return Want(self._acceptance(request.params.temperature > 0), 0, 0)
+        length = self._length(request.params, wanted)
         fixed = None if wanted is None else length.choose().k
         return Want(length.acceptance, self._room(request), fixed)
 

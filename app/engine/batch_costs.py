@@ -124,6 +124,11 @@ class BatchProfile:
         return "\n".join(lines)
 
 
+def _points(samples: dict[int, Samples]) -> tuple[tuple[int, float], ...]:
+    """(count, value) of every measured sample, by count."""
+    return tuple((n, v) for n, s in sorted(samples.items()) if (v := s.value) is not None)
+
+
 def _line(points: Sequence[tuple[int, float]], x: int) -> float | None:
     """The value at ``x`` of a line through the nearest ``points`` (sorted by x) about it.
 
@@ -239,7 +244,7 @@ class BatchCosts:
     def draft_step(self, d: int) -> float | None:
         """Seconds of one draft step of ``d`` sequences, measured or not."""
         c1 = self.single.draft_step
-        known = [(n, t) for n, s in sorted(self._draft.items()) if (t := s.value) is not None]
+        known = list(_points(self._draft))
         if c1 is not None and not any(n == 1 for n, _ in known):
             known.insert(0, (1, c1))
         if not known:
@@ -260,7 +265,7 @@ class BatchCosts:
         own = self._catchup.get(d)
         if own is not None and own.value is not None:
             return own.value
-        known = [(n, t) for n, s in sorted(self._catchup.items()) if (t := s.value) is not None]
+        known = list(_points(self._catchup))
         return _line(known, d) or 0.0
 
     def round_seconds(self, b: int, m: int, steps: int, drafting: int) -> float | None:
@@ -338,14 +343,11 @@ class BatchCosts:
             if any(s.value is not None for s in row)
         )
 
-        def settled(samples: dict[int, Samples]) -> tuple[tuple[int, float], ...]:
-            return tuple((n, v) for n, s in sorted(samples.items()) if (v := s.value) is not None)
-
         return BatchProfile(
             verify=verify,
-            draft=settled(self._draft),
-            overhead=settled(self._overhead),
-            catchup=settled(self._catchup),
+            draft=_points(self._draft),
+            overhead=_points(self._overhead),
+            catchup=_points(self._catchup),
             device=self._device,
             mlx=self._mlx,
             measured_at=time.time(),
@@ -420,12 +422,14 @@ def evaluate(
     costs: BatchCosts,
     wants: Sequence[Want],
     k: int,
-    optimism: float = 0.0,
     rates: dict[int, tuple[float, ...]] | None = None,
 ) -> BatchPlan | None:
-    """The round in which every Auto request drafts ``k`` (or its room) and the rest their own."""
+    """The round in which every Auto request drafts ``k`` (or its room) and the rest their own.
+
+    ``rates``: each acceptance's rates, where the caller has them already.
+    """
     ks = tuple(min(k if w.fixed is None else w.fixed, w.room) for w in wants)
-    rates = rates if rates is not None else _rates(wants, optimism)
+    rates = rates if rates is not None else _rates(wants)
     tokens = sum(
         expected_tokens(rates[id(w.acceptance)], j) for w, j in zip(wants, ks, strict=True)
     )

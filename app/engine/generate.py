@@ -121,11 +121,15 @@ def new_decoder(pair: ModelPair, store: ProfileStore | None = None) -> Decoder:
     return Decoder(pair.target.model, draft, cost_model_for(pair, store))
 
 
+def _stored_as(pair: ModelPair) -> tuple[str, str | None]:
+    """The (target, draft) the profile store files ``pair``'s profiles under."""
+    return str(pair.target.path), str(pair.draft.path) if pair.draft is not None else None
+
+
 def cost_model_for(pair: ModelPair, store: ProfileStore | None = None) -> CostModel:
     """A cost model seeded from ``store`` (the default one when omitted) that saves to it."""
     store = store if store is not None else ProfileStore()
-    target = str(pair.target.path)
-    draft = str(pair.draft.path) if pair.draft is not None else None
+    target, draft = _stored_as(pair)
 
     def save(profile: CostProfile) -> None:
         store.put(target, draft, profile)
@@ -138,8 +142,7 @@ def batch_costs_for(
 ) -> BatchCosts:
     """The pair's batched-round costs, seeded from ``store``, saved to it as shapes are measured."""
     store = store if store is not None else ProfileStore()
-    target = str(pair.target.path)
-    draft = str(pair.draft.path) if pair.draft is not None else None
+    target, draft = _stored_as(pair)
     raw = store.entry(target, draft, kind="batch")
     try:
         profile = BatchProfile.from_dict(raw) if raw is not None else None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,17 +14,6 @@ from tests.fakes import _tandem_here
 # Each test runs `tandem bench` through the CLI's main(), in this process (which has
 # MLX imported already): up to a few seconds apiece.
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _attention_mode_kept() -> Iterator[None]:
-    """`tandem bench` sets the verification attention for its process; keep this one's."""
-    from app.engine import attention
-
-    saved = dict(attention._state)
-    yield
-    attention._state.clear()
-    attention._state.update(saved)
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,6 @@ PROMPT = list(range(40, 64))
 @pytest.fixture(scope="module")
 def pair(tiny: TinyModels):
     return load_pair(tiny.target, tiny.noisy)  # a draft the target partly accepts
-
-
-@pytest.fixture(autouse=True)
-def _attention_mode_kept() -> Iterator[None]:
-    """`tandem bench` sets the verification attention for its process; keep this one's."""
-    from app.engine import attention
-
-    saved = dict(attention._state)
-    yield
-    attention._state.clear()
-    attention._state.update(saved)
 
 
 def test_variants_differ_only_in_their_last_token() -> None:

@@ -38,6 +38,18 @@ def _prompt(topic: str) -> list[Message]:
     return [Message("user", f"Tell me about {topic}.")]
 
 
+def _second_while_first_runs(
+    qtbot: QtBot, service: EngineService
+) -> tuple[int, int, dict[int, object]]:
+    """Two server replies, the second asked for once the first streams; both waited for."""
+    texts, ends = _collect(service)
+    first = service.generate(_prompt("cats"), LONG, shared=True).request_id
+    qtbot.waitUntil(lambda: first in texts, timeout=30_000)
+    second = service.generate(_prompt("dogs"), LONG, shared=True).request_id
+    qtbot.waitUntil(lambda: first in ends and second in ends, timeout=30_000)
+    return first, second, ends
+
+
 def test_server_replies_and_the_window_reply_run_side_by_side(
     qtbot: QtBot, make_service, tiny: TinyModels
 ) -> None:
@@ -89,11 +101,7 @@ def test_a_reply_whose_kv_cache_does_not_fit_beside_the_running_ones_is_refused(
     monkeypatch.setattr(es, "usable_memory_bytes", lambda: need * 3 // 2)
     service = make_service()
     _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
-    texts, ends = _collect(service)
-    first = service.generate(_prompt("cats"), LONG, shared=True).request_id
-    qtbot.waitUntil(lambda: first in texts, timeout=30_000)
-    second = service.generate(_prompt("dogs"), LONG, shared=True).request_id
-    qtbot.waitUntil(lambda: first in ends and second in ends, timeout=30_000)
+    first, second, ends = _second_while_first_runs(qtbot, service)
     refused = ends[second]
     assert isinstance(refused, EngineFailure) and refused.full
     assert "memory is full" in refused.message
@@ -115,10 +123,6 @@ def test_kept_caches_of_finished_replies_give_way_before_a_refusal(
     monkeypatch.setattr(BatchDecoder, "forget", forget)
     service = make_service()
     _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
-    texts, ends = _collect(service)
-    first = service.generate(_prompt("cats"), LONG, shared=True).request_id
-    qtbot.waitUntil(lambda: first in texts, timeout=30_000)
-    second = service.generate(_prompt("dogs"), LONG, shared=True).request_id
-    qtbot.waitUntil(lambda: first in ends and second in ends, timeout=30_000)
+    _, second, ends = _second_while_first_runs(qtbot, service)
     assert forgotten  # the kept caches went first
     assert isinstance(ends[second], GenerationResult)  # and then it fitted
