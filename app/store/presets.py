@@ -19,7 +19,7 @@ from app.store.db import default_data_dir
 FILE_VERSION = 1
 MAX_NAME_LENGTH = 60
 MAX_DRAFT = K_MAX  # the speculation panel's largest k: the longest draft the engine plans
-# The fields a preset shares with GenerationParams, checked against its ranges.
+# The sampling settings that Settings, presets and GenerationParams share.
 SAMPLING_FIELDS = (
     "temperature",
     "top_p",
@@ -28,8 +28,9 @@ SAMPLING_FIELDS = (
     "repetition_penalty",
     "max_tokens",
     "seed",
-    "num_draft",
 )
+# What a preset holds of GenerationParams, each checked against its range.
+PRESET_FIELDS = (*SAMPLING_FIELDS, "num_draft")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class Preset:
         name = self.name.strip()
         if not name or len(name) > MAX_NAME_LENGTH or "\n" in name:
             raise ValueError(f"name must be one line of 1 to {MAX_NAME_LENGTH} characters")
-        for field in SAMPLING_FIELDS:
+        for field in PRESET_FIELDS:
             check_param(field, getattr(self, field))
         if self.num_draft is None:  # a preset's fixed k is a number; Auto is auto_draft
             raise ValueError("num_draft must be a whole number, not None")

@@ -30,7 +30,7 @@ from app.engine.live import LiveStats
 from app.engine.types import GenerationParams
 from app.services import ChatController, EngineService, HubService, StoreEvents
 from app.store import Settings, SettingsFile, Store, pair_key
-from app.store.presets import Preset, PresetsFile
+from app.store.presets import SAMPLING_FIELDS, Preset, PresetsFile
 from app.ui.chat_actions import ChatActions, ChatHost
 from app.ui.chat_list import ChatList
 from app.ui.chat_view import ChatView, ChatViewHost
@@ -53,15 +53,6 @@ from app.ui.tune_flow import TUNE_KS, TuneFlow
 
 log = logging.getLogger(__name__)
 
-SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "max_tokens",
-    "seed",
-)
 PAIR_FIELDS = ("target", "draft")
 SERVER_FIELDS = ("server_enabled", "server_host", "server_port", "server_cors_origins")
 
