@@ -15,7 +15,10 @@
 # rows) cost table, batched and packed; PARTs r11a and r11b: run 11's streams at k = 15 and
 # Auto (70b:1b, then 8b:1b, at miss 0 and 0.1); PART r11c: run 11's miss-0.1 rows of Auto;
 # PART r11d: --batch-profile with the draft's step; PART r11e: 70b:1b at miss 0.1 with the
-# draft's catch-up priced apart. Every configuration is warmed up over a full-length reply first, so
+# draft's catch-up priced apart; PARTs r12a and r12b: run 12, the draft's steps after a round's
+# first run stacked (the draft's step four ways, then 70b:1b at miss 0.1; then 70b:1b at miss 0
+# and 8b:1b at miss 0 and 0.1; streams 1, 4 and 8, k = 15 and Auto); PART r12c: the first draft
+# step stacked too (tools/first_step_probe.py, then 70b:1b at miss 0 and 0.1). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -122,6 +125,32 @@ r11e)  # run 11, last: 70b:1b at miss 0.1 after the draft's catch-up is priced a
     --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 \
     --json "$out/streams-70b-catchup.json" 2> "$out/streams-70b-catchup.err"
   echo "rc=$?"
+  ;;
+r12a|r12b|r12c)  # run 12: the batch's draft steps stacked where that measures faster
+  end=$(( $(date +%s) + ${BUDGET:-520} ))
+  streams() {  # pair, miss rates, seconds kept back for what runs after it
+    name=streams-${1%%:*}-miss$(echo "$2" | tr , -)
+    echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss $2 --ks 15,auto --temps 0 --max-tokens 128"
+    start=$(date +%s)
+    timeout $(( end - start - $3 )) python3 -m app bench --synthetic "$1" --bits 4 --dtype bfloat16 \
+      --concurrent 1,4,8 --miss "$2" --ks 15,auto --temps 0 --max-tokens 128 \
+      --json "$out/$name.json" 2> "$out/$name.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  }
+  if [ "$part" = r12c ]; then  # after the first draft step runs stacked too
+    echo "== first-step probe: python3 tools/first_step_probe.py 8b:1b 8"
+    timeout 150 python3 tools/first_step_probe.py 8b:1b 8 2> "$out/probe.err"
+    streams 70b:1b 0,0.1 0
+  elif [ "$part" = r12a ]; then
+    echo "== batch-70b: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile"
+    python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile \
+      --json "$out/batch-70b.json" 2> "$out/batch-70b.err"
+    echo "rc=$?"
+    streams 70b:1b 0.1 0
+  else
+    streams 70b:1b 0 110
+    streams 8b:1b 0,0.1 0
+  fi
   ;;
 r11d)  # run 11: the (sequences, rows) table three ways, and the 1B draft's step packed or apart
   echo "== 70b:1b: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile"

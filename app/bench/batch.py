@@ -18,6 +18,7 @@ import mlx.nn as nn
 from app.engine.costs import probe_tokens, timed_runs, vocab_size
 from app.engine.packed import packable, packed_forward
 from app.engine.speculative import prefill
+from app.engine.stacked import Stack, stackable, stacked_step
 
 SEQUENCES = (1, 2, 4, 8)
 ROWS = (1, 4, 8, 16)
@@ -35,6 +36,9 @@ class BatchCost:
             model cannot be packed.
         separate: Seconds of one forward per sequence, one after another (in
             one graph): what running the sequences apart costs.
+        stacked: Seconds of one step with the caches side by side
+            (:mod:`app.engine.stacked`, as the batch's draft steps run); one
+            row each only, ``None`` elsewhere.
     """
 
     sequences: int
@@ -42,6 +46,7 @@ class BatchCost:
     batched: float
     packed: float | None
     separate: float | None = None
+    stacked: float | None = None
 
 
 def measure_batch_costs(
@@ -88,6 +93,12 @@ def measure_batch_costs(
                 for cache in singles[:b]:
                     trim_prompt_cache(cache, m)
 
+            stack = Stack(singles[:b], 1) if m == 1 and stackable(target, singles[:b]) else None
+
+            def stacked(new: list[int] = new, b: int = b, stack: Any = stack) -> None:
+                mx.eval(stacked_step(target, mx.array(new * b), stack))
+                stack.taken = 0  # the same column again: the caches are untouched
+
             out.append(
                 BatchCost(
                     sequences=b,
@@ -95,15 +106,18 @@ def measure_batch_costs(
                     batched=min(timed_runs(batched, 1 + repeats)[1:]),
                     packed=min(timed_runs(packed, 1 + repeats)[1:]) if can_pack else None,
                     separate=min(timed_runs(separate, 1 + repeats)[1:]),
+                    stacked=min(timed_runs(stacked, 1 + repeats)[1:]) if stack else None,
                 )
             )
     return out
 
 
 def batch_table(costs: Sequence[BatchCost]) -> str:
-    """ms per forward, batched / packed / one by one, one line per sequence count."""
+    """ms per forward, batched / packed / one by one (/ stacked), one line per sequence count."""
     rows = sorted({c.rows for c in costs})
-    lines = ["sequences x new tokens each: ms batched / packed / one by one"]
+    stacks = any(c.stacked is not None for c in costs)
+    ways = "batched / packed / one by one" + (" / stacked" if stacks else "")
+    lines = [f"sequences x new tokens each: ms {ways}"]
     lines.append(f"{'B':>3} " + " ".join(f"{'m=' + str(m):>23}" for m in rows))
 
     def ms(t: float | None) -> str:
@@ -113,9 +127,10 @@ def batch_table(costs: Sequence[BatchCost]) -> str:
         cells = []
         for m in rows:
             c = next((c for c in costs if c.sequences == b and c.rows == m), None)
-            cells.append(
-                "-" if c is None else f"{ms(c.batched)} / {ms(c.packed)} / {ms(c.separate)}"
-            )
+            cell = "-" if c is None else f"{ms(c.batched)} / {ms(c.packed)} / {ms(c.separate)}"
+            if c is not None and stacks:
+                cell += f" / {ms(c.stacked)}"
+            cells.append(cell)
         lines.append(f"{b:>3} " + " ".join(f"{cell:>23}" for cell in cells))
     return "\n".join(lines)
 

@@ -1,10 +1,12 @@
 """Speculative decoding for several requests at once, their target forwards shared.
 
-Each round drafts for every open request (the draft's steps packed across the
-requests that still draft) and then verifies all proposals in one packed
-target forward (:func:`app.engine.packed.packed_forward`): the projections and
-the MLP see every request's rows as one matrix, attention runs per request over
-its own cache. Each request then keeps its own accepted prefix by the one rule
+Each round drafts for every open request (the draft's steps shared across
+the requests that draft: packed, or with their caches side by side where the
+batch measures that faster, :mod:`app.engine.stacked`) and then verifies all
+proposals in one packed target forward
+(:func:`app.engine.packed.packed_forward`): the projections and the MLP see
+every request's rows as one matrix, attention runs per request over its own
+cache. Each request then keeps its own accepted prefix by the one rule
 of :func:`app.engine.speculative.judge`, so greedy replies are token for token
 what they are alone and sampling stays lossless.
 
@@ -55,9 +57,11 @@ from app.engine.speculative import (
     penalty_history,
     pick,
 )
+from app.engine.stacked import Stack, stackable, stacked_step
 from app.engine.types import GenerationParams, Origin, Reading
 
 PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in all
+STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
 KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
 
 
@@ -169,6 +173,7 @@ class BatchDecoder:
         self.costs = costs if costs is not None else CostModel()
         self.batch_costs = batch_costs if batch_costs is not None else BatchCosts(self.costs)
         self._planner = BatchLength(self.batch_costs)
+        self.batch_costs.can_stack = draft is not None and stackable(draft)
         # The last round's shape and start, to time it to the next round's start.
         self._last: tuple[tuple[int, int, int, int], float] | None = None
         self.vocab_size: int | None = getattr(getattr(target, "args", None), "vocab_size", None)
@@ -402,7 +407,8 @@ class BatchDecoder:
         if self._last is not None:
             self.batch_costs.observe_round(*self._last[0], start - self._last[1])
         ks, timed = self._plan(requests)
-        proposals, q_rows, fed, first = self._draft(requests, ks, timed)
+        stacked = self.batch_costs.stacks(shape(ks)[3])
+        proposals, q_rows, fed, first = self._draft(requests, ks, timed, stacked)
         if timed:
             mx.eval(proposals)  # the draft's time apart from the verification's
         draft_end = time.perf_counter()
@@ -418,7 +424,9 @@ class BatchDecoder:
             mx.eval(logits)
             verify = time.perf_counter() - draft_end
             first_step = first - start if first is not None else None
-            self.batch_costs.observe_parts(*round_shape, draft_end - start, verify, first_step)
+            self.batch_costs.observe_parts(
+                *round_shape, draft_end - start, verify, first_step, stacked
+            )
         self._last = None if timed else (round_shape, start)
         verdicts = [
             self._judge(r, k, lg[0].astype(mx.float32), p, q)
@@ -459,9 +467,15 @@ class BatchDecoder:
         return [model(x[None], cache=c) for x, c in zip(rows, caches, strict=True)]
 
     def _draft(
-        self, requests: list[_Request], ks: list[int], timed: bool = False
+        self, requests: list[_Request], ks: list[int], timed: bool = False, stacked: bool = False
     ) -> tuple[list[mx.array], list[list[mx.array | int]], list[list[int]], float | None]:
-        """Up to ``ks[i]`` draft tokens per request, the steps packed across requests.
+        """Up to ``ks[i]`` draft tokens per request, the steps shared across requests.
+
+        The first step feeds each request what it has committed since it last
+        drafted. Where ``stacked``, the steps run on the requests' caches side
+        by side (:mod:`app.engine.stacked`), one attention call a layer; from
+        the first step where each feeds at most :data:`STACK_FIRST` tokens,
+        else from the second. Otherwise they run packed.
 
         Returns:
             Each request's proposal (lazy), its proposal distributions (for
@@ -478,21 +492,16 @@ class BatchDecoder:
             if self.draft is None or any(requests[i].stopped for i in live):
                 break
             caches = [c for i in live if (c := requests[i].d_cache) is not None]
+            short = step > 0 or max(len(fed[i]) for i in live) <= STACK_FIRST
+            if stacked and short and stackable(self.draft, caches):
+                at = self._draft_stacked(
+                    requests, ks, step, [fed[i] for i in live], x, parts, q_rows, timed
+                )
+                first = at if first is None else first
+                break
             logits = self._forward(self.draft, [x[i] for i in live], caches)
             for i, lg in zip(live, logits, strict=True):
-                last = lg[0, -1:].astype(mx.float32)
-                if self.vocab_size is not None:
-                    last = fit_vocab(last, self.vocab_size)
-                r = requests[i]
-                ctx = []
-                if r.params.repetition_penalty != 1.0:
-                    seen = mx.concatenate([penalty_history(r.seq, r.params), *parts[i]])
-                    ctx = [seen[-r.params.repetition_context_size :]]
-                token, probs = pick(last, r.params, ctx, r.next_key())
-                if probs is not None:
-                    q_rows[i].append(probs[0])
-                parts[i].append(token)
-                x[i] = token
+                x[i] = self._propose(requests[i], lg[0, -1:], parts[i], q_rows[i])
             if timed and step == 0:
                 mx.eval([x[i] for i in live])  # the catch-up apart from the steps
                 first = time.perf_counter()
@@ -502,6 +511,74 @@ class BatchDecoder:
         for i, p in enumerate(parts):
             ks[i] = len(p)  # a cancel may have cut the draft short
         return proposals, q_rows, fed, first
+
+    def _draft_stacked(
+        self,
+        requests: list[_Request],
+        ks: list[int],
+        begin: int,
+        fed: list[list[int]],
+        x: list[mx.array],
+        parts: list[list[mx.array]],
+        q_rows: list[list[mx.array | int]],
+        timed: bool,
+    ) -> float | None:
+        """The draft steps from ``begin`` on, the drafting requests' caches side by side.
+
+        A request whose draft is done still feeds a token (its last) until the
+        longest is done; what those steps write is not kept.
+
+        Returns:
+            Where ``timed`` and ``begin`` is the first step, when it ended.
+        """
+        assert self.draft is not None
+        live = [i for i, k in enumerate(ks) if k > begin]
+        caches = [c for i in live if (c := requests[i].d_cache) is not None]
+        steps = max(ks[i] for i in live)
+        width = max(len(f) for f in fed) if begin == 0 else 1
+        stack = Stack(caches, width + steps - begin - 1)
+        first: float | None = None
+        for step in range(begin, steps):
+            going = [i for i in live if ks[i] > step]
+            if any(requests[i].stopped for i in going):
+                break
+            logits = stacked_step(self.draft, [x[i] for i in live], stack)
+            for j, i in enumerate(live):
+                if ks[i] > step:
+                    x[i] = self._propose(requests[i], logits[j, -1:], parts[i], q_rows[i])
+            if timed and step == 0:
+                mx.eval([x[i] for i in going])
+                first = time.perf_counter()
+            else:
+                mx.async_eval([x[i] for i in going])
+        # A draft's cache holds what it was fed and all but its last draft token.
+        fed_here = [len(f) if begin == 0 else 0 for f in fed]
+        kept = [
+            n + len(parts[i]) - 1 if parts[i] else 0 for i, n in zip(live, fed_here, strict=True)
+        ]
+        stack.write_back(caches, kept)
+        return first
+
+    def _propose(
+        self,
+        request: _Request,
+        logits: mx.array,
+        part: list[mx.array],
+        q_row: list[mx.array | int],
+    ) -> mx.array:
+        """The draft's next token for ``request`` from its ``(1, vocab)`` logits, noted."""
+        last = logits.astype(mx.float32)
+        if self.vocab_size is not None:
+            last = fit_vocab(last, self.vocab_size)
+        ctx = []
+        if request.params.repetition_penalty != 1.0:
+            seen = mx.concatenate([penalty_history(request.seq, request.params), *part])
+            ctx = [seen[-request.params.repetition_context_size :]]
+        token, probs = pick(last, request.params, ctx, request.next_key())
+        if probs is not None:
+            q_row.append(probs[0])
+        part.append(token)
+        return token
 
     def _judge(
         self,

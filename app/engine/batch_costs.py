@@ -1,6 +1,7 @@
 """What a round of several requests costs, by (sequences, rows each), and the k that pays best.
 
-A batched round drafts K steps for the requests that draft (their steps packed)
+A batched round drafts K steps for the requests that draft (their steps shared,
+packed or stacked: :meth:`BatchCosts.stacks` runs the layout measured faster)
 and verifies every request's rows in one packed target forward. It costs
 u(d) + K·c(d) + V(b, m) + o(b): u(d) what the first draft step costs beyond
 the others (it reads what the last round committed), c(d) one draft step of d
@@ -64,6 +65,9 @@ class BatchProfile:
         draft: Per count of sequences drafting, the seconds of one draft step.
         catchup: Per count of sequences drafting, what a round's first draft step
             costs beyond the others: it feeds the draft what the last round committed.
+        stacked: As ``draft``, with the steps after a round's first run on the
+            sequences' caches side by side (:mod:`app.engine.stacked`).
+        stacked_catchup: As ``catchup``, beyond a stacked step.
         overhead: Per sequence count, what a round costs beyond its draft steps
             and its forward (each request's verdict, the sync, whatever reads it).
         device: MLX's device, as MLX names it.
@@ -75,6 +79,8 @@ class BatchProfile:
     draft: tuple[tuple[int, float], ...] = ()
     overhead: tuple[tuple[int, float], ...] = ()
     catchup: tuple[tuple[int, float], ...] = ()
+    stacked: tuple[tuple[int, float], ...] = ()
+    stacked_catchup: tuple[tuple[int, float], ...] = ()
     device: str = ""
     mlx: str = ""
     measured_at: float = 0.0
@@ -85,6 +91,8 @@ class BatchProfile:
             "draft": [[d, t] for d, t in self.draft],
             "overhead": [[b, t] for b, t in self.overhead],
             "catchup": [[d, t] for d, t in self.catchup],
+            "stacked": [[d, t] for d, t in self.stacked],
+            "stacked_catchup": [[d, t] for d, t in self.stacked_catchup],
             "device": self.device,
             "mlx": self.mlx,
             "measured_at": self.measured_at,
@@ -104,6 +112,8 @@ class BatchProfile:
             draft=pairs("draft"),
             overhead=pairs("overhead"),
             catchup=pairs("catchup"),
+            stacked=pairs("stacked"),
+            stacked_catchup=pairs("stacked_catchup"),
             device=str(data.get("device", "")),
             mlx=str(data.get("mlx", "")),
             measured_at=float(data.get("measured_at", 0.0)),
@@ -117,10 +127,14 @@ class BatchProfile:
         for b, row in self.verify:
             cells = ["-" if t is None else f"{t * 1e3:.1f}" for t in row]
             lines.append(f"{b:>3} " + " ".join(f"{c:>6}" for c in cells))
-        steps = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.draft)
-        lines.append(f"draft step by sequences drafting, ms: {steps or '-'}")
-        first = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.catchup)
-        lines.append(f"first step's catch-up beyond a step, ms: {first or '-'}")
+        for name, values in (
+            ("draft step by sequences drafting, packed", self.draft),
+            ("draft step by sequences drafting, stacked", self.stacked),
+            ("first step's catch-up beyond a packed step", self.catchup),
+            ("first step's catch-up beyond a stacked step", self.stacked_catchup),
+        ):
+            ms = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in values)
+            lines.append(f"{name}, ms: {ms or '-'}")
         return "\n".join(lines)
 
 
@@ -174,9 +188,12 @@ class BatchCosts:
         self.on_measured = on_measured
         self._device, self._mlx = machine()
         self._verify: dict[int, list[Samples]] = {}
-        self._draft: dict[int, Samples] = {}
+        # Draft steps and catch-ups by layout: packed (False) or stacked (True).
+        self._draft: dict[bool, dict[int, Samples]] = {False: {}, True: {}}
+        self._catchup: dict[bool, dict[int, Samples]] = {False: {}, True: {}}
         self._overhead: dict[int, Samples] = {}
-        self._catchup: dict[int, Samples] = {}
+        # Whether the draft can run stacked at all; its decoder says so.
+        self.can_stack = True
         if profile is not None:
             self._load(profile)
 
@@ -187,9 +204,13 @@ class BatchCosts:
             for i, t in enumerate(values[: self.widths]):
                 if t is not None:
                     row[i] = Samples(counted, t, stored=True)
-        self._draft = {d: Samples(counted, t) for d, t in profile.draft}
-        self._overhead = {b: Samples(counted, t) for b, t in profile.overhead}
-        self._catchup = {d: Samples(counted, t) for d, t in profile.catchup}
+
+        def samples(pairs: tuple[tuple[int, float], ...]) -> dict[int, Samples]:
+            return {n: Samples(counted, t) for n, t in pairs}
+
+        self._draft = {False: samples(profile.draft), True: samples(profile.stacked)}
+        self._catchup = {False: samples(profile.catchup), True: samples(profile.stacked_catchup)}
+        self._overhead = samples(profile.overhead)
 
     def _row(self, b: int) -> list[Samples]:
         return self._verify.setdefault(b, [Samples() for _ in range(self.widths)])
@@ -241,10 +262,33 @@ class BatchCosts:
             return b * alone  # nothing batched has run: as if one after another
         return min(_line(known, b) or b * alone, b * alone)
 
+    def stacks(self, d: int) -> bool:
+        """Whether the draft steps of ``d`` sequences after a round's first run stacked.
+
+        Each layout is measured on this count's rounds, stacked first; then
+        the cheaper runs, and rounds that probe it keep its cost current.
+        """
+        if d < 2 or not self.can_stack:
+            return False
+        stacked, packed = self._draft[True].get(d), self._draft[False].get(d)
+        if stacked is None or stacked.value is None:
+            return True
+        if packed is None or packed.value is None:
+            return False
+        return stacked.value <= packed.value
+
     def draft_step(self, d: int) -> float | None:
-        """Seconds of one draft step of ``d`` sequences, measured or not."""
+        """Seconds of one draft step of ``d`` sequences in the layout they run, measured or not."""
+        packed = self._packed_step(d)
+        if not self.stacks(d):
+            return packed
+        own = _line(_points(self._draft[True]), d) if self._draft[True] else None
+        return own if own is not None else packed
+
+    def _packed_step(self, d: int) -> float | None:
+        """One packed draft step of ``d`` sequences: measured, a line, or one after another."""
         c1 = self.single.draft_step
-        known = list(_points(self._draft))
+        known = list(_points(self._draft[False]))
         if c1 is not None and not any(n == 1 for n, _ in known):
             known.insert(0, (1, c1))
         if not known:
@@ -262,11 +306,11 @@ class BatchCosts:
 
     def catchup(self, d: int) -> float:
         """What the first draft step of ``d`` sequences costs beyond the others (0 unmeasured)."""
-        own = self._catchup.get(d)
+        layout = self._catchup[self.stacks(d)]
+        own = layout.get(d)
         if own is not None and own.value is not None:
             return own.value
-        known = list(_points(self._catchup))
-        return _line(known, d) or 0.0
+        return _line(_points(layout), d) or 0.0
 
     def round_seconds(self, b: int, m: int, steps: int, drafting: int) -> float | None:
         """Expected seconds of a round: ``steps`` draft steps of ``drafting`` sequences, V(b, m)."""
@@ -281,7 +325,7 @@ class BatchCosts:
         """Whether a round of this shape should be timed part by part: it is not measured yet."""
         if b <= 1:
             return False  # one request's rounds are the single-request profile's business
-        draft = self._draft.get(drafting)
+        draft = self._draft[self.stacks(drafting)].get(drafting)
         return not self.settled(b, m) or (drafting > 0 and (draft is None or draft.value is None))
 
     def observe_parts(
@@ -293,10 +337,11 @@ class BatchCosts:
         draft: float,
         verify: float,
         first: float | None = None,
+        stacked: bool = False,
     ) -> None:
         """A timed round: its ``steps`` draft steps of ``drafting`` sequences took ``draft``
-        seconds (the first of them ``first``), and its forward of ``b`` sequences of ``m``
-        rows each ``verify``.
+        seconds (the first of them ``first``; the others ``stacked`` or packed), and its
+        forward of ``b`` sequences of ``m`` rows each ``verify``.
 
         With the first step apart, the others price a step and the first's
         excess is the catch-up; without it (or with one step), the whole counts
@@ -309,13 +354,17 @@ class BatchCosts:
         was = cell.value
         cell.add(verify)
         new |= was is None and cell.value is not None
+        stacked = stacked and steps > 1
         if steps and drafting and draft > 0:
+            catchups = self._catchup[stacked]
             if first is not None and steps > 1:
                 step = (draft - first) / (steps - 1)
-                self._catchup.setdefault(drafting, Samples()).add(max(0.0, first - step))
+                catchups.setdefault(drafting, Samples()).add(max(0.0, first - step))
             else:
-                step = max(draft - self.catchup(drafting), 0.0) / steps
-            samples = self._draft.setdefault(drafting, Samples())
+                known = catchups.get(drafting)
+                excess = known.value if known is not None and known.value is not None else 0.0
+                step = max(draft - excess, 0.0) / steps
+            samples = self._draft[stacked].setdefault(drafting, Samples())
             was = samples.value
             samples.add(step)
             new |= was is None and samples.value is not None
@@ -345,9 +394,11 @@ class BatchCosts:
 
         return BatchProfile(
             verify=verify,
-            draft=_points(self._draft),
+            draft=_points(self._draft[False]),
             overhead=_points(self._overhead),
-            catchup=_points(self._catchup),
+            catchup=_points(self._catchup[False]),
+            stacked=_points(self._draft[True]),
+            stacked_catchup=_points(self._catchup[True]),
             device=self._device,
             mlx=self._mlx,
             measured_at=time.time(),

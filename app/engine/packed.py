@@ -71,7 +71,7 @@ def packed_forward(
         layer_caches = [c[i] for c in caches]
         h = h + _attention(layer.self_attn, layer.input_layernorm(h), lengths, layer_caches)
         h = h + layer.mlp(layer.post_attention_layernorm(h))
-    logits = _head(model, inner.norm(h))
+    logits = head(model, inner.norm(h))
     return list(mx.split(logits, _bounds(lengths), axis=1))
 
 
@@ -108,10 +108,10 @@ def _attention(attn: Any, x: mx.array, lengths: Sequence[int], caches: Sequence[
     return attn.o_proj(mx.concatenate(out, axis=1))
 
 
-def _head(model: Any, h: mx.array) -> mx.array:
+def head(model: Any, h: mx.array) -> mx.array:
     """The model's output projection: its own head, or the tied embedding."""
-    head = getattr(model, "lm_head", None)
-    return head(h) if head is not None else model.model.embed_tokens.as_linear(h)
+    lm_head = getattr(model, "lm_head", None)
+    return lm_head(h) if lm_head is not None else model.model.embed_tokens.as_linear(h)
 
 
-__all__ = ["PACKABLE", "packable", "packed_forward"]
+__all__ = ["PACKABLE", "head", "packable", "packed_forward"]

@@ -160,7 +160,7 @@ def test_batch_profile_times_several_sequences_batched_and_packed(tmp_path: Path
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == "sequences x new tokens each: ms batched / packed / one by one"
+    assert lines[0] == "sequences x new tokens each: ms batched / packed / one by one / stacked"
     assert lines[1].split() == ["B", "m=1", "m=4", "m=8", "m=16"]
     assert [line.split()[0] for line in lines[2:6]] == ["1", "2", "4", "8"]
     costs = json.loads(out.read_text())["meta"]["batch_profile"]
@@ -170,6 +170,8 @@ def test_batch_profile_times_several_sequences_batched_and_packed(tmp_path: Path
     assert all(c["batched"] > 0 and c["packed"] > 0 and c["separate"] > 0 for c in costs)
     steps = json.loads(out.read_text())["meta"]["draft_batch_profile"]
     assert {(c["sequences"], c["rows"]) for c in steps} == {(b, 1) for b in (1, 2, 4, 8)}
+    # Side by side too, as the batch's draft steps after a round's first run.
+    assert all((c["stacked"] is None) == (c["sequences"] == 1) for c in steps)
     assert "the draft's step:" in lines
 
 

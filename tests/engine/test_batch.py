@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from app.engine import GenerationParams, load_pair
+from app.engine import batch as batch_module
 from app.engine.batch import PREFILL_CHUNK, BatchDecoder, take_turns
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile
@@ -206,6 +207,35 @@ def test_the_batch_times_the_shapes_it_has_not_measured_and_stores_them(pair) ->
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 24)
     assert costs.measured(2, 4) and costs.draft_step(2) is not None
     assert stored and dict(stored[-1].verify)[2][3] is not None  # 2 sequences of 4 rows
+
+
+def test_the_batch_measures_its_draft_steps_stacked_and_packed_and_runs_the_cheaper(
+    pair,
+) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS], 40)
+    assert got == [_solo(pair, p, 40) for p in PROMPTS]
+    learned = batch.batch_costs.profile()
+    stacked, packed = dict(learned.stacked), dict(learned.draft)
+    assert stacked.get(4) and packed.get(4)  # four requests drafted both ways
+    assert batch.batch_costs.stacks(4) == (stacked[4] <= packed[4])
+
+
+def test_a_stacked_draft_starts_with_what_each_request_committed(pair, monkeypatch) -> None:
+    widths: list[int] = []
+    real = batch_module.stacked_step
+
+    def step(model, tokens, stack):
+        widths.append(1 if isinstance(tokens, mx.array) else max(t.size for t in tokens))
+        return real(model, tokens, stack)
+
+    monkeypatch.setattr(batch_module, "stacked_step", step)
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    monkeypatch.setattr(batch.batch_costs, "stacks", lambda d: d > 1)  # every round stacked
+    got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS], 30)
+    assert got == [_solo(pair, p, 30) for p in PROMPTS]
+    # After a fully accepted draft a request feeds two tokens: its last draft and the bonus.
+    assert max(widths) == 2 and widths.count(1) > widths.count(2)
 
 
 def test_the_batch_learns_the_acceptance_its_pair_decoder_plans_with(pair) -> None:

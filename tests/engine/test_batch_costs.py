@@ -24,8 +24,11 @@ def _alone(m: int) -> float:
     return 0.05 + 0.01 * (m - 1)
 
 
-def _costs(profile: BatchProfile | None = None) -> BatchCosts:
-    return BatchCosts(CostModel(17, profile=SINGLE), profile)
+def _costs(profile: BatchProfile | None = None, stack: bool = False) -> BatchCosts:
+    """Costs of a draft that runs packed steps only, unless it may ``stack``."""
+    costs = BatchCosts(CostModel(17, profile=SINGLE), profile)
+    costs.can_stack = stack
+    return costs
 
 
 def _observe(costs: BatchCosts, b: int, m: int, seconds: float, times: int = 2) -> None:
@@ -125,8 +128,8 @@ def test_the_prior_alone_never_rules_drafting_out() -> None:
 
 
 def test_an_unmeasured_shape_is_timed_and_a_measured_one_now_and_then() -> None:
-    flat = BatchProfile(verify=((2, (0.1,) * 17),), draft=((2, 0.003),))
-    planner = BatchLength(_costs(flat), explore_every=1000)
+    flat = BatchProfile(verify=((2, (0.1,) * 17),), draft=((2, 0.003),), stacked=((2, 0.002),))
+    planner = BatchLength(_costs(flat, stack=True), explore_every=1000)
     acceptance = _accepting(0.95)
     timed = [planner.choose([Want(acceptance, 8), Want(acceptance, 8)]).timed for _ in range(16)]
     assert timed.count(True) == 16 // PROBE_EVERY
@@ -188,7 +191,7 @@ def test_the_first_draft_step_prices_its_catch_up_apart_from_the_steps() -> None
     assert costs.catchup(4) == pytest.approx(0.02)
     # A long draft is not charged the catch-up once per step.
     assert costs.round_seconds(4, 16, 15, 4) == pytest.approx(0.02 + 15 * 0.01 + 0.1)
-    again = BatchCosts(CostModel(17, profile=SINGLE), costs.profile())
+    again = _costs(costs.profile())
     assert again.catchup(4) == pytest.approx(0.02)
 
 
@@ -202,3 +205,22 @@ def test_one_slow_round_does_not_price_a_width_out_until_more_agree() -> None:
     _observe(costs, 4, 5, 0.3, times=2)
     assert costs.verify(4, 5) == pytest.approx(0.3)  # three agree: it stands
     assert not costs.wants_timing(4, 5, 4)
+
+
+def test_each_draft_layout_is_measured_on_the_rounds_and_the_cheaper_runs() -> None:
+    costs = _costs(stack=True)
+    assert not costs.stacks(1)  # one sequence has nothing to stack
+    assert costs.stacks(4)  # stacked first
+    for _ in range(2):
+        costs.observe_parts(4, 5, 4, 4, draft=0.024, verify=0.1, first=0.006, stacked=True)
+    assert not costs.stacks(4)  # then packed, priced as before until it is measured
+    assert costs.draft_step(4) == pytest.approx(4 * 0.002)
+    for _ in range(2):
+        costs.observe_parts(4, 5, 4, 4, draft=0.040, verify=0.1, first=0.010)
+    assert costs.stacks(4) and costs.draft_step(4) == pytest.approx(0.006)
+    assert costs.catchup(4) == pytest.approx(0.0)
+    again = BatchCosts(CostModel(17, profile=SINGLE), costs.profile())
+    assert again.stacks(4) and again.draft_step(4) == pytest.approx(0.006)
+    assert "stacked, ms: 4: 6.0" in again.profile().table()
+    again.can_stack = False  # a draft that cannot stack runs and prices packed steps only
+    assert not again.stacks(4) and again.draft_step(4) == pytest.approx(0.010)
