@@ -111,6 +111,9 @@ class RequestLog:
 
 BACKEND_KEY = web.AppKey("backend", object)
 CONFIG_KEY = web.AppKey("config", ServerConfig)
+# What a request's log line reports: tokens it produced, its prompt where debug logging is on.
+TOKENS_KEY = web.RequestKey("tokens", int)
+PROMPT_KEY = web.RequestKey("prompt", str)
 
 
 def _error(error: RequestError) -> web.Response:
@@ -178,8 +181,8 @@ def create_app(
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         start = time.monotonic()
-        request["tokens"] = 0
-        request["prompt"] = ""
+        request[TOKENS_KEY] = 0
+        request[PROMPT_KEY] = ""
 
         def record(status: int) -> None:
             if on_request is not None:
@@ -189,8 +192,8 @@ def create_app(
                         request.path,
                         status,
                         time.monotonic() - start,
-                        request["tokens"],
-                        request["prompt"],
+                        request[TOKENS_KEY],
+                        request[PROMPT_KEY],
                     )
                 )
 
@@ -290,7 +293,7 @@ def create_app(
             req = parse_chat_request(body, models, defaults())
         except RequestError as exc:
             return _error(exc)
-        request["prompt"] = req.messages[-1].content if debug_logging() else ""
+        request[PROMPT_KEY] = req.messages[-1].content if debug_logging() else ""
         events = backend.generate(req.messages, req.params)
         # Closing the events, as this block does however it ends (a client gone
         # while waiting or streaming, a failed write), stops this request's
@@ -314,7 +317,7 @@ def create_app(
             if isinstance(event, TextDelta):
                 text.append(event.text)
             elif isinstance(event, ReplyFinished):
-                request["tokens"] = event.stats.tokens
+                request[TOKENS_KEY] = event.stats.tokens
                 body = completion(completion_id(), created, model, "".join(text), event)
                 return web.json_response(body)
             elif isinstance(event, ReplyFailed):
@@ -348,7 +351,7 @@ def create_app(
                 if event.text:
                     await response.write(sse(chunks.content(event.text)))
             elif isinstance(event, ReplyFinished):
-                request["tokens"] = event.stats.tokens
+                request[TOKENS_KEY] = event.stats.tokens
                 await response.write(sse(chunks.finish(event)))
                 if include_usage:
                     await response.write(sse(chunks.usage(event)))
