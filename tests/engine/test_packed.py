@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from app.engine.fuse import fuse
 from app.engine.packed import packable, packed_forward
-from app.testing.tiny import model_config
-
-
-def _model(model_type: str, tied: bool = False, fused: bool = False) -> nn.Module:
-    config = {**model_config(model_type), "tie_word_embeddings": tied}
-    family = importlib.import_module(f"mlx_lm.models.{model_type}")
-    mx.random.seed(0)
-    model: nn.Module = family.Model(family.ModelArgs.from_dict(config))
-    mx.eval(model.parameters())
-    if fused:  # as the app loads models: q/k/v and gate/up as one matmul each
-        fuse(model)
-    return model
-
-
-def _cache(model: nn.Module, prompt: list[int]) -> list[Any]:
-    cache = make_prompt_cache(model)
-    mx.eval(model(mx.array(prompt)[None], cache=cache))
-    return cache
-
+from tests.engine.families import cache_of, tiny_model
 
 PROMPTS = [list(range(5, 22)), list(range(40, 43)), list(range(100, 160))]
 NEW = [[7, 8, 9, 10, 11], [44], [161, 162, 163, 170, 171, 172, 173, 174, 175]]
@@ -40,12 +18,12 @@ NEW = [[7, 8, 9, 10, 11], [44], [161, 162, 163, 170, 171, 172, 173, 174, 175]]
     ("model_type", "tied", "fused"), [("llama", False, False), ("qwen2", True, True)]
 )
 def test_each_sequence_gets_what_it_gets_alone(model_type: str, tied: bool, fused: bool) -> None:
-    model = _model(model_type, tied, fused)
+    model = tiny_model(model_type, tied, fused)
     alone, together = [], []
     for prompt, new in zip(PROMPTS, NEW, strict=True):
-        cache = _cache(model, prompt)
+        cache = cache_of(model, prompt)
         alone.append((model(mx.array(new)[None], cache=cache), cache))
-    caches = [_cache(model, p) for p in PROMPTS]
+    caches = [cache_of(model, p) for p in PROMPTS]
     together = packed_forward(model, NEW, caches)
     for (want, want_cache), got, cache, new in zip(alone, together, caches, NEW, strict=True):
         assert got.shape == (1, len(new), want.shape[-1])
@@ -60,7 +38,7 @@ def test_each_sequence_gets_what_it_gets_alone(model_type: str, tied: bool, fuse
 
 
 def test_what_cannot_be_packed_is_refused() -> None:
-    model = _model("llama")
+    model = tiny_model("llama")
     assert packable(model)
     assert not packable(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="cannot be packed"):
