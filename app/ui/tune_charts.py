@@ -65,9 +65,6 @@ class TuneCharts(QWidget):
         self.best_series.setMarkerSize(16)
         self.best_series.setColor(BEST_COLOR)
         self.best_series.setBorderColor(BEST_COLOR.darker(140))
-        self.best_series.setPointLabelsFormat("@yPoint tok/s")
-        self.best_series.setPointLabelsColor(BEST_COLOR.darker(160))
-        self.best_series.setPointLabelsVisible(True)
         self.auto_series = QScatterSeries()
         self.auto_series.setName("auto")
         self.auto_series.setMarkerShape(QScatterSeries.MarkerShape.MarkerShapeTriangle)
@@ -172,6 +169,7 @@ class TuneCharts(QWidget):
         )
         best = r.best
         self.best_series.replace([QPointF(best.k or 0, round(best.tps, 1))])
+        # No label by the point: it would cover Auto's markers; the summary gives its speed.
         self.best_series.setName(f"best k = {r.best_k}")
         auto = r.point(None)
         if auto is not None and auto.mean_k is not None:

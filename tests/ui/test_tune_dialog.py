@@ -68,6 +68,8 @@ def test_result_is_charted_with_the_best_k_marked(dialog: TuneDialog) -> None:
     assert [p.y() for p in accept] == pytest.approx([90, 85, 80, 72, 65])
     assert _points(dialog.charts.best_series) == [(4, 80)]
     assert dialog.charts.best_series.name() == "best k = 4"
+    assert not dialog.charts.best_series.pointLabelsVisible()  # it would cover Auto's markers
+    assert "80.0 tok/s" in dialog.summary.text()
     assert _points(dialog.charts.auto_series) == [(3.5, 77)]
     assert dialog.charts.auto_series.isVisible()
     assert dialog.charts.auto_series.name() == "auto, mean k 3.5"
