@@ -29,13 +29,18 @@ from app.engine.packed import head, packable
 
 # RoPE modules that take one offset per sequence (an array) as MLX's fast rope does.
 _ROPES = frozenset({"RoPE", "Llama3RoPE"})
+# A stack is a copy of its sequences' caches padded to the longest; past this many times
+# their own size it is not made, so it never holds more than that (memory fit counts it).
+SLACK = 2
 
 
 def stackable(model: nn.Module, caches: Sequence[list[Any]] | None = None) -> bool:
     """Whether ``model``'s steps can run stacked, and where given, on these ``caches``.
 
     The model must be packable with a RoPE that takes one offset per
-    sequence; the caches plain KV caches of several sequences, none empty.
+    sequence; the caches plain KV caches of several sequences, none empty,
+    none so much longer than the rest that the stack's padding would take
+    it past :data:`SLACK` times their own size.
     """
     from mlx_lm.models.cache import KVCache
 
@@ -45,9 +50,12 @@ def stackable(model: nn.Module, caches: Sequence[list[Any]] | None = None) -> bo
         return False
     if caches is None:
         return True
-    return len(caches) > 1 and all(
+    if len(caches) < 2 or not all(
         type(c) is KVCache and c.offset > 0 for cache in caches for c in cache
-    )
+    ):
+        return False
+    lengths = [cache[0].offset for cache in caches]
+    return len(lengths) * max(lengths) <= SLACK * sum(lengths)
 
 
 class Stack:
@@ -194,4 +202,4 @@ def _attention(
     return attn.o_proj(o.transpose(0, 2, 1, 3).reshape(1, d * r, -1))
 
 
-__all__ = ["Stack", "stackable", "stacked_step"]
+__all__ = ["SLACK", "Stack", "stackable", "stacked_step"]

@@ -43,6 +43,7 @@ from app.engine.generate import (
 )
 from app.engine.loader import LoadProgress, ModelPair, free_memory
 from app.engine.speculative import Decoder, DraftControl
+from app.engine.stacked import SLACK
 from app.engine.types import (
     Chunk,
     Finished,
@@ -250,18 +251,24 @@ class ReplyHandle:
         self._request.control.set(num_draft)
 
 
-def reply_kv_bytes(pair: ModelPair, messages: Sequence[Message], max_tokens: int) -> int:
-    """The KV caches one reply may grow to, in both models (0 where it cannot be told)."""
+def reply_kv_bytes(
+    pair: ModelPair, messages: Sequence[Message], max_tokens: int, batched: bool = False
+) -> int:
+    """The KV caches one reply may grow to, in both models (0 where it cannot be told).
+
+    A ``batched`` reply's draft cache counts :data:`~app.engine.stacked.SLACK`
+    times more: a round's stacked draft steps copy it, padded.
+    """
     try:
         tokens = len(encode_chat(pair.target.tokenizer, messages)) + max_tokens
     except Exception:  # the reply itself says what is wrong with its messages
         return 0
     total = 0
-    for model in (pair.target, pair.draft):
+    for model, copies in ((pair.target, 1), (pair.draft, 1 + SLACK if batched else 1)):
         if model is None:
             continue
         try:
-            total += kv_cache_bytes(model.config, tokens)
+            total += copies * kv_cache_bytes(model.config, tokens)
         except ModelError:
             continue
     return total
@@ -566,7 +573,7 @@ class EngineWorker(QObject):
     def _reserve(self, request: GenerateRequest) -> bool:
         """Whether the batch's memory holds this reply's KV caches too; says why not."""
         assert self._pair is not None
-        need = reply_kv_bytes(self._pair, request.messages, request.params.max_tokens)
+        need = reply_kv_bytes(self._pair, request.messages, request.params.max_tokens, batched=True)
         if not any(s.shared for s in self._streams):
             self._reserved.clear()
             self._kv_budget = usable_memory_bytes()

@@ -9,7 +9,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from app.engine.stacked import Stack, stackable, stacked_step
 from tests.engine.families import cache_of, tiny_model
 
-PROMPTS = [list(range(5, 22)), list(range(40, 43)), list(range(100, 160))]
+PROMPTS = [list(range(5, 22)), list(range(40, 49)), list(range(100, 130))]
 STEPS = [[7, 8, 9], [44, 45, 46], [161, 162, 163]]
 
 
@@ -45,6 +45,10 @@ def test_only_plain_caches_of_several_sequences_stack() -> None:
     assert stackable(model)
     assert not stackable(model, one)  # nothing to gain from a stack of one
     assert not stackable(model, [*one, make_prompt_cache(model)])  # an empty cache
+    # One far longer than the rest: its padding would make the stack past SLACK its size.
+    short = [cache_of(model, [5, 6]) for _ in range(3)]
+    assert stackable(model, [cache_of(model, list(range(5, 9))), *short])
+    assert not stackable(model, [cache_of(model, list(range(5, 60))), *short])
 
 
 def test_a_stack_refuses_more_steps_than_it_has_room_for() -> None:

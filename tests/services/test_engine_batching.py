@@ -9,6 +9,9 @@ from app.engine import GenerationParams, Message, load_pair
 from app.engine.batch import BatchDecoder
 from app.engine.batch_costs import BatchProfile
 from app.engine.costs import ProfileStore
+from app.engine.generate import encode_chat
+from app.engine.stacked import SLACK
+from app.hub.fit import kv_cache_bytes
 from app.services import EngineFailure, EngineService, GenerationResult, TokenBatch
 from app.services import engine_service as es
 from tests.conftest import TinyModels
@@ -95,7 +98,7 @@ def test_a_reply_whose_kv_cache_does_not_fit_beside_the_running_ones_is_refused(
     qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
-    need = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens)
+    need = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens, batched=True)
     assert need > 0
     # Room for one reply's caches and a half: a lone reply always runs, a second does not fit.
     monkeypatch.setattr(es, "usable_memory_bytes", lambda: need * 3 // 2)
@@ -108,11 +111,31 @@ def test_a_reply_whose_kv_cache_does_not_fit_beside_the_running_ones_is_refused(
     assert isinstance(ends[first], GenerationResult)  # the running reply ran on whole
 
 
+def test_the_memory_fit_counts_the_copy_that_stacked_draft_steps_make(
+    qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pair = load_pair(tiny.target, tiny.noisy)
+    own = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens)
+    tokens = len(encode_chat(pair.target.tokenizer, _prompt("cats"))) + LONG.max_tokens
+    assert pair.draft is not None
+    draft = kv_cache_bytes(pair.draft.config, tokens)
+    batched = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens, batched=True)
+    assert batched == own + SLACK * draft
+    # Two replies' own caches fit, but not the stack their drafts are copied into.
+    monkeypatch.setattr(es, "usable_memory_bytes", lambda: 2 * own)
+    service = make_service()
+    _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
+    first, second, ends = _second_while_first_runs(qtbot, service)
+    refused = ends[second]
+    assert isinstance(refused, EngineFailure) and refused.full
+    assert isinstance(ends[first], GenerationResult)
+
+
 def test_kept_caches_of_finished_replies_give_way_before_a_refusal(
     qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
-    need = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens)
+    need = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens, batched=True)
     monkeypatch.setattr(es, "usable_memory_bytes", lambda: need * 3 // 2)
     forgotten: list[int] = []
 

@@ -34,7 +34,7 @@ def test_a_reply_the_memory_cannot_hold_beside_the_running_one_is_answered_429(
     qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
-    need = es.reply_kv_bytes(pair, [Message("user", PROMPT)], 600)
+    need = es.reply_kv_bytes(pair, [Message("user", PROMPT)], 600, batched=True)
     monkeypatch.setattr(es, "usable_memory_bytes", lambda: need * 3 // 2)
     engine = make_service()
     server = ServerService(engine)
