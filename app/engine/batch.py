@@ -408,7 +408,7 @@ class BatchDecoder:
             self.batch_costs.observe_round(*self._last[0], start - self._last[1])
         ks, timed = self._plan(requests)
         stacked = self.batch_costs.stacks(shape(ks)[3])
-        proposals, q_rows, fed, first = self._draft(requests, ks, timed, stacked)
+        proposals, q_rows, fed, first, stacked = self._draft(requests, ks, timed, stacked)
         if timed:
             mx.eval(proposals)  # the draft's time apart from the verification's
         draft_end = time.perf_counter()
@@ -468,7 +468,7 @@ class BatchDecoder:
 
     def _draft(
         self, requests: list[_Request], ks: list[int], timed: bool = False, stacked: bool = False
-    ) -> tuple[list[mx.array], list[list[mx.array | int]], list[list[int]], float | None]:
+    ) -> tuple[list[mx.array], list[list[mx.array | int]], list[list[int]], float | None, bool]:
         """Up to ``ks[i]`` draft tokens per request, the steps shared across requests.
 
         The first step feeds each request what it has committed since it last
@@ -479,13 +479,15 @@ class BatchDecoder:
 
         Returns:
             Each request's proposal (lazy), its proposal distributions (for
-            sampling), the tokens its first step fed the draft and, where
-            ``timed``, when the first step ended (it waits for it).
+            sampling), the tokens its first step fed the draft, where
+            ``timed`` when the first step ended (it waits for it), and whether
+            steps after the first ran stacked (caches too ragged to stack run packed).
         """
         parts: list[list[mx.array]] = [[] for _ in requests]
         q_rows: list[list[mx.array | int]] = [[] for _ in requests]
         fed = [r.seq[len(r.d_tokens) :] if k else [] for r, k in zip(requests, ks, strict=True)]
         first: float | None = None
+        ran_stacked = False
         x: list[mx.array] = [mx.array(f, dtype=mx.int32) for f in fed]
         for step in range(max(ks, default=0)):
             live = [i for i, k in enumerate(ks) if k > step]
@@ -497,8 +499,12 @@ class BatchDecoder:
                 at = self._draft_stacked(
                     requests, ks, step, [fed[i] for i in live], x, parts, q_rows, timed
                 )
-                first = at if first is None else first
+                first = at if step == 0 else first
+                ran_stacked = True
                 break
+            if stacked and step > 0:  # too ragged to stack: packed for a while
+                self.batch_costs.unstackable(sum(1 for k in ks if k))
+                stacked = False
             logits = self._forward(self.draft, [x[i] for i in live], caches)
             for i, lg in zip(live, logits, strict=True):
                 x[i] = self._propose(requests[i], lg[0, -1:], parts[i], q_rows[i])
@@ -510,7 +516,7 @@ class BatchDecoder:
         proposals = [mx.concatenate(p) if p else mx.array([], dtype=mx.int32) for p in parts]
         for i, p in enumerate(parts):
             ks[i] = len(p)  # a cancel may have cut the draft short
-        return proposals, q_rows, fed, first
+        return proposals, q_rows, fed, first, ran_stacked
 
     def _draft_stacked(
         self,

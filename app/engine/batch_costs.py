@@ -52,6 +52,8 @@ LEARN_EVERY = 4
 # An unmeasured shape is tried only if it would win with its forward this much cheaper
 # than its guess: guesses err by less (packed widths of one count differ by under half).
 HOPE = 0.5
+# Rounds a count of drafting sequences runs packed after its caches were too ragged to stack.
+RETRY_STACK = 4 * PROBE_EVERY
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +196,8 @@ class BatchCosts:
         self._overhead: dict[int, Samples] = {}
         # Whether the draft can run stacked at all; its decoder says so.
         self.can_stack = True
+        self._rounds = 0  # batched rounds seen
+        self._barred: dict[int, int] = {}  # count -> last round it may not stack in
         if profile is not None:
             self._load(profile)
 
@@ -268,7 +272,7 @@ class BatchCosts:
         Each layout is measured on this count's rounds, stacked first; then
         the cheaper runs, and rounds that probe it keep its cost current.
         """
-        if d < 2 or not self.can_stack:
+        if d < 2 or not self.can_stack or self._barred.get(d, -1) >= self._rounds:
             return False
         stacked, packed = self._draft[True].get(d), self._draft[False].get(d)
         if stacked is None or stacked.value is None:
@@ -276,6 +280,14 @@ class BatchCosts:
         if packed is None or packed.value is None:
             return False
         return stacked.value <= packed.value
+
+    def unstackable(self, d: int) -> None:
+        """The caches of ``d`` drafting sequences were too ragged to stack: packed for a while.
+
+        Their rounds are priced, and timed, as packed ones until
+        :data:`RETRY_STACK` rounds have passed.
+        """
+        self._barred[d] = self._rounds + RETRY_STACK
 
     def draft_step(self, d: int) -> float | None:
         """Seconds of one draft step of ``d`` sequences in the layout they run, measured or not."""
@@ -349,6 +361,7 @@ class BatchCosts:
         """
         if b <= 1 or not 1 <= m <= self.widths:
             return
+        self._rounds += 1
         new = False
         cell = self._row(b)[m - 1]
         was = cell.value
@@ -375,6 +388,7 @@ class BatchCosts:
         """A round ran ``seconds`` from its start to the next's: its remainder is overhead."""
         if b <= 1:
             return
+        self._rounds += 1
         predicted = self.round_seconds(b, m, steps, drafting)
         if predicted is None or seconds <= 0:
             return

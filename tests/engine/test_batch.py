@@ -238,6 +238,15 @@ def test_a_stacked_draft_starts_with_what_each_request_committed(pair, monkeypat
     assert max(widths) == 2 and widths.count(1) > widths.count(2)
 
 
+def test_requests_too_ragged_to_stack_draft_packed_and_stay_exact(pair) -> None:
+    prompts = [list(range(40, 240)), [7, 8, 9], [11, 12, 13], [15, 16, 17]]
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in prompts], 12)
+    assert got == [_solo(pair, p, 12) for p in prompts]
+    assert not batch.batch_costs.stacks(4)  # the long prompt would pad the stack past SLACK
+    assert 4 in dict(batch.batch_costs.profile().draft)  # so it drafted packed
+
+
 def test_the_batch_learns_the_acceptance_its_pair_decoder_plans_with(pair) -> None:
     decoder = Decoder(pair.target.model, pair.draft.model)
     batch = BatchDecoder(pair.target.model, pair.draft.model, acceptance=decoder.acceptance)

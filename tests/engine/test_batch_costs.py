@@ -8,6 +8,7 @@ from app.engine.adaptive import EVIDENCE, Acceptance
 from app.engine.batch_costs import (
     LEARN_EVERY,
     PROBE_EVERY,
+    RETRY_STACK,
     BatchCosts,
     BatchLength,
     BatchProfile,
@@ -224,3 +225,20 @@ def test_each_draft_layout_is_measured_on_the_rounds_and_the_cheaper_runs() -> N
     assert "stacked, ms: 4: 6.0" in again.profile().table()
     again.can_stack = False  # a draft that cannot stack runs and prices packed steps only
     assert not again.stacks(4) and again.draft_step(4) == pytest.approx(0.010)
+
+
+def test_a_count_too_ragged_to_stack_runs_packed_for_a_while_then_tries_again() -> None:
+    costs = _costs(stack=True)
+    assert costs.stacks(4)
+    costs.unstackable(4)
+    assert not costs.stacks(4) and costs.stacks(3)  # other counts are their own
+    assert costs.wants_timing(4, 5, 4)  # packed is not measured either
+    for _ in range(4):  # the shape settles, and the packed step is measured
+        costs.observe_parts(4, 5, 4, 4, draft=0.04, verify=0.1, first=0.01)
+    assert not costs.wants_timing(4, 5, 4)  # priced and timed as packed meanwhile
+    assert costs.draft_step(4) == pytest.approx(0.01)
+    for _ in range(RETRY_STACK - 4):
+        costs.observe_round(4, 5, 4, 4, 0.2)
+    assert not costs.stacks(4)
+    costs.observe_round(4, 5, 4, 4, 0.2)
+    assert costs.stacks(4)  # stacked again: its step is still to be measured
