@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from PySide6.QtCore import QEvent, QPoint, QUrl, Signal, Slot
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QUrl, Signal, Slot
 from PySide6.QtGui import (
     QGuiApplication,
     QMouseEvent,
@@ -33,6 +33,7 @@ from PySide6.QtGui import (
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextDocument,
     QTextFormat,
 )
 from PySide6.QtWidgets import QTextBrowser, QTextEdit, QWidget
@@ -49,6 +50,7 @@ from app.ui.transcript_style import (
     ROLE_LABELS,
     bold,
     header_format,
+    is_chrome,
     note_of,
     origin_format,
 )
@@ -341,6 +343,30 @@ class TranscriptView(QTextBrowser):
             cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
+
+    def createMimeDataFromSelection(self) -> QMimeData:
+        """The selection as HTML and text, without the footers' and code headers' links."""
+        doc = QTextDocument()
+        QTextCursor(doc).insertFragment(self.textCursor().selection())
+        spans = []  # each chrome line with the line break before it (after it, first)
+        block = doc.begin()
+        while block.isValid():
+            if is_chrome(block):
+                start, end = block.position(), block.position() + block.length() - 1
+                if start > 0:
+                    spans.append((start - 1, end))
+                else:
+                    spans.append((0, min(end + 1, doc.characterCount() - 1)))
+            block = block.next()
+        for start, end in reversed(spans):  # from the end, so earlier positions hold
+            cut = QTextCursor(doc)
+            cut.setPosition(start)
+            cut.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+            cut.removeSelectedText()
+        mime = QMimeData()
+        mime.setHtml(doc.toHtml())
+        mime.setText(doc.toPlainText().strip("\n"))
+        return mime
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         super().mouseMoveEvent(event)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtGui import QColor, QFont, QTextBlock, QTextBlockFormat, QTextCharFormat
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QTextBlock,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextFormat,
+)
 
 from app.engine.types import Origin, Reading, Segment, Stats
 from app.store import StoredMessage
@@ -77,6 +84,15 @@ def bold() -> QTextCharFormat:
     fmt = QTextCharFormat()
     fmt.setFontWeight(QFont.Weight.Bold)
     return fmt
+
+
+# Marks a message's footer block (its links), which copied text leaves out.
+FOOTER_PROPERTY = QTextFormat.Property.UserProperty.value + 1
+
+
+def is_chrome(block: QTextBlock) -> bool:
+    """Whether ``block`` is links about the text, not text: a footer or a code block's header."""
+    return block.blockFormat().boolProperty(FOOTER_PROPERTY) or is_code_header(block)
 
 
 def is_code_header(block: QTextBlock) -> bool:

@@ -31,6 +31,7 @@ from app.ui.transcript_style import (
     COPY_MESSAGE_SCHEME,
     DELETE_SCHEME,
     EDIT_SCHEME,
+    FOOTER_PROPERTY,
     NEXT_BRANCH_SCHEME,
     ORIGIN_COLORS,
     PREVIOUS_BRANCH_SCHEME,
@@ -167,6 +168,7 @@ class TranscriptWriter:
             base.setFontPointSize(size * 0.85)
         block = QTextBlockFormat()
         block.setTopMargin(2)
+        block.setProperty(FOOTER_PROPERTY, True)
         cursor.insertBlock(block, base)
         if footer.note:
             italic = QTextCharFormat(base)

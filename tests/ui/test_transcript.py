@@ -421,6 +421,28 @@ def test_branch_switcher_emits_the_message_id_and_direction(qtbot: QtBot) -> Non
     assert emitted == [(21, 1), (22, -1), (22, 1)]
 
 
+def test_copied_text_leaves_out_the_footers_and_code_headers(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show_messages(
+        [
+            _message(31, "user", "Question"),
+            _message(32, "assistant", "Answer:\n\n```python\nx = 1\n```", stats=Stats()),
+        ],
+        {32: (2, 3)},
+    )
+    view.selectAll()
+    mime = view.createMimeDataFromSelection()
+    text = mime.text()
+    assert "Question" in text and "Answer:" in text and "x = 1" in text
+    for chrome in ("Copy", "Regenerate", "Delete", "Stats…", "2/3", "\u2002"):
+        assert chrome not in text, chrome
+    assert "Regenerate" not in mime.html() and "Answer:" in mime.html()
+    # A selection within one message copies just its own words.
+    cursor = view.document().find("Answer")
+    view.setTextCursor(cursor)
+    assert view.createMimeDataFromSelection().text() == "Answer"
+
+
 def test_end_reply_adds_the_footer(qtbot: QtBot) -> None:
     view = _view(qtbot)
     view.append_message("user", "Hi", message_id=1)
