@@ -96,7 +96,7 @@ def measure_batch_costs(
             stack = Stack(singles[:b], 1) if m == 1 and stackable(target, singles[:b]) else None
 
             def stacked(new: list[int] = new, b: int = b, stack: Any = stack) -> None:
-                mx.eval(stacked_step(target, mx.array(new * b), stack))
+                mx.eval(stacked_step(target, [mx.array(new)] * b, stack))
                 stack.taken = 0  # the same column again: the caches are untouched
 
             out.append(

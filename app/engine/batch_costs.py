@@ -294,7 +294,7 @@ class BatchCosts:
         packed = self._packed_step(d)
         if not self.stacks(d):
             return packed
-        own = _line(_points(self._draft[True]), d) if self._draft[True] else None
+        own = _line(_points(self._draft[True]), d)
         return own if own is not None else packed
 
     def _packed_step(self, d: int) -> float | None:

@@ -1,4 +1,4 @@
-"""Single-row steps of several sequences with one attention call per layer.
+"""Draft steps of several sequences with one attention call per layer.
 
 A packed forward (:mod:`app.engine.packed`) attends per sequence: for a small,
 launch-bound draft that is most of a step's graph (a 1B's step of 8
@@ -141,24 +141,22 @@ class Stack:
                 )
 
 
-def stacked_step(model: nn.Module, tokens: Sequence[mx.array] | mx.array, stack: Stack) -> mx.array:
+def stacked_step(model: nn.Module, tokens: Sequence[mx.array], stack: Stack) -> mx.array:
     """One step of every sequence on ``stack``.
 
     Args:
         model: A model :func:`stackable` accepts.
-        tokens: ``(count,)`` tokens, one per sequence, or on a stack's first
-            step, each sequence's new tokens (lazy is fine).
+        tokens: Each sequence's new tokens (lazy is fine): one each, or on a
+            stack's first step one or a few.
         stack: The sequences' caches side by side; the step takes its next columns.
 
     Returns:
         ``(count, r, vocab)`` logits, r the most new tokens of a sequence;
         each sequence's last new token's at ``[j, -1]``.
     """
-    rows = [1] * stack.count if isinstance(tokens, mx.array) else [t.size for t in tokens]
+    rows = [t.size for t in tokens]
     r = max(rows)
-    if isinstance(tokens, mx.array):
-        x = tokens.astype(mx.int32)
-    elif r == 1:
+    if r == 1:
         x = mx.concatenate(list(tokens)).astype(mx.int32)
     else:  # each sequence's tokens at the end of its r rows; the front is padding
         x = mx.concatenate(

@@ -24,7 +24,7 @@ def test_each_sequence_steps_as_it_would_alone(model_type: str, fused: bool) -> 
     assert stackable(model, caches)
     stack = Stack(caches, columns=len(STEPS[0]))
     for step in range(len(STEPS[0])):
-        logits = stacked_step(model, mx.array([s[step] for s in STEPS]), stack)
+        logits = stacked_step(model, [mx.array([s[step]]) for s in STEPS], stack)
         assert logits.shape[:2] == (len(PROMPTS), 1)
         for j, want in enumerate(alone):
             assert mx.allclose(logits[j, -1], want[step], atol=1e-4).item(), (step, j)
@@ -56,7 +56,7 @@ def test_a_stack_refuses_more_steps_than_it_has_room_for() -> None:
     stack = Stack([cache_of(model, p) for p in PROMPTS[:2]], columns=1)
     stack.taken = stack.size - stack.base
     with pytest.raises(ValueError, match="no column"):
-        stacked_step(model, mx.array([1, 2]), stack)
+        stacked_step(model, [mx.array([1]), mx.array([2])], stack)
 
 
 def test_a_first_step_of_different_rows_per_sequence_gives_each_its_own() -> None:
@@ -73,7 +73,7 @@ def test_a_first_step_of_different_rows_per_sequence_gives_each_its_own() -> Non
     stack = Stack(caches, columns=3 + 2)
     got = [stacked_step(model, [mx.array(a) for a in first], stack)[:, -1]]
     for step in range(2):
-        got.append(stacked_step(model, mx.array([b[step] for b in then]), stack)[:, -1])
+        got.append(stacked_step(model, [mx.array([b[step]]) for b in then], stack)[:, -1])
     for step, logits in enumerate(got):
         for j, want in enumerate(alone):
             assert mx.allclose(logits[j], want[step], atol=1e-4).item(), (step, j)
