@@ -502,7 +502,7 @@ class BatchDecoder:
                 first = at if step == 0 else first
                 ran_stacked = True
                 break
-            if stacked and step > 0:  # too ragged to stack: packed for a while
+            if stacked and step > 0 and len(live) > 1:  # too ragged to stack: packed a while
                 self.batch_costs.unstackable(sum(1 for k in ks if k))
                 stacked = False
             logits = self._forward(self.draft, [x[i] for i in live], caches)

@@ -318,7 +318,11 @@ class BatchCosts:
 
     def catchup(self, d: int) -> float:
         """What the first draft step of ``d`` sequences costs beyond the others (0 unmeasured)."""
-        layout = self._catchup[self.stacks(d)]
+        return self._catchup_in(self.stacks(d), d)
+
+    def _catchup_in(self, stacked: bool, d: int) -> float:
+        """The catch-up beyond a step of one layout: measured, a line, or 0."""
+        layout = self._catchup[stacked]
         own = layout.get(d)
         if own is not None and own.value is not None:
             return own.value
@@ -374,9 +378,7 @@ class BatchCosts:
                 step = (draft - first) / (steps - 1)
                 catchups.setdefault(drafting, Samples()).add(max(0.0, first - step))
             else:
-                known = catchups.get(drafting)
-                excess = known.value if known is not None and known.value is not None else 0.0
-                step = max(draft - excess, 0.0) / steps
+                step = max(draft - self._catchup_in(stacked, drafting), 0.0) / steps
             samples = self._draft[stacked].setdefault(drafting, Samples())
             was = samples.value
             samples.add(step)

@@ -238,6 +238,22 @@ def test_a_stacked_draft_starts_with_what_each_request_committed(pair, monkeypat
     assert max(widths) == 2 and widths.count(1) > widths.count(2)
 
 
+def test_a_round_where_one_request_drafts_on_alone_does_not_bar_stacking(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    # The first step runs packed (a one-token prompt leaves the draft's cache empty),
+    # and from the second only the first request still drafts: nothing to stack.
+    gens = [
+        batch.generate([7], GenerationParams(num_draft=3)),
+        batch.generate(PROMPTS[0], GenerationParams(num_draft=1)),
+    ]
+    assert all(isinstance(next(gen), Prefill) for gen in gens)  # both join the first round
+    rounds = [next(e for e in gen if isinstance(e, Round)) for gen in gens]
+    assert [r.k for r in rounds] == [3, 1]
+    assert batch.batch_costs.stacks(2)
+    for gen in gens:
+        gen.close()
+
+
 def test_requests_too_ragged_to_stack_draft_packed_and_stay_exact(pair) -> None:
     prompts = [list(range(40, 240)), [7, 8, 9], [11, 12, 13], [15, 16, 17]]
     batch = BatchDecoder(pair.target.model, pair.draft.model)

@@ -242,3 +242,15 @@ def test_a_count_too_ragged_to_stack_runs_packed_for_a_while_then_tries_again() 
     assert not costs.stacks(4)
     costs.observe_round(4, 5, 4, 4, 0.2)
     assert costs.stacks(4)  # stacked again: its step is still to be measured
+
+
+def test_a_one_step_round_takes_the_catch_up_off_its_count_s_line() -> None:
+    costs = _costs()
+    for d in (2, 8):  # catch-ups of 10 and 40 ms, steps of 5 ms
+        first = 0.005 * d + 0.005
+        for _ in range(2):
+            costs.observe_parts(d, 5, 4, d, draft=first + 3 * 0.005, verify=0.1, first=first)
+    for _ in range(2):  # one step of 4 sequences: its catch-up lies between 2's and 8's
+        costs.observe_parts(4, 2, 1, 4, draft=0.03, verify=0.1)
+    assert costs.catchup(4) == pytest.approx(0.02)
+    assert costs.draft_step(4) == pytest.approx(0.01)
