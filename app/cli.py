@@ -140,7 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     bench.add_argument(
-        "--ks", default="0,2,4,6,8,auto", help="draft lengths from 0 to 16; 'auto' adapts"
+        "--ks",
+        default="0,2,4,6,8,auto",
+        help="draft lengths from 0 to 16; 'auto' adapts ('auto-pooled': without stretches)",
     )
     bench.add_argument(
         "--k-max",

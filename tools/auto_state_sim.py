@@ -1,22 +1,11 @@
-"""Auto that knows where a round starts: a prototype, simulated against Auto and fixed k.
+"""Auto that knows where a round starts, simulated against the Auto before it and fixed k.
 
 Usage: PYTHONPATH=. python3 tools/auto_state_sim.py [--wide] [SCENARIO ...]
        VARIANTS=current,stretch SEEDS=32 ... to run only some controllers, more seeds
 
-The variant ("stretch", :class:`StretchDraftLength`): acceptance comes in
-stretches that end at a rejection. Auto keeps, beside its per-position table,
-one by distance from a stretch's start (:class:`StretchAcceptance`). A round
-after a rejection starts a stretch; one after a full acceptance goes on from
-d + k + 1, unless the bonus token (which nothing tests) was where the stretch
-ended, in which case it starts a new one. That is never seen, so each round
-carries a belief over the distances it may start at, and its evidence is
-shared between them (Bayes, with the table's own rates). The plan
-(:func:`stretch_pair`) takes stretches to renew and picks the policy
-(k after a rejection, k after a full acceptance) of highest long-run tokens
-per second, the bonus-on-the-stretch's-end case included; it replaces the
-current Auto's k only where it beats that k (played in both states) by
-:data:`MIN_GAIN` in the same model. Plain decoding, unmeasured widths and
-tries of longer drafts stay the current Auto's.
+"stretch" is the engine's Auto as the single decoder runs it, with the stream's
+belief over where its next round starts (app/engine/stretch.py); "current" is
+the same Auto without a belief, as it ran before (and as the batch runs it).
 
 Also here, for the record: "2-state" (tables per previous outcome, the best
 pair of the two-state chain: the value of a state depends on the k that led
@@ -40,12 +29,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import accumulate
-from operator import mul
 from pathlib import Path
 
 from app.engine.adaptive import PRIOR_WEIGHT, Acceptance, DraftLength
 from app.engine.costs import K_MAX, CostModel, CostProfile, Plan, plan_round
+from app.engine.stretch import FRESH, Belief, best_policy
 from app.testing.synthetic import cycle_length
 
 ROOT = Path(__file__).parent.parent
@@ -53,135 +41,8 @@ REPLY = 192
 REPLIES = 4
 
 # --------------------------------------------------------------------------------------
-# The variant: acceptance along stretches, and the best (after-miss, after-bonus) policy.
+# The variant: the engine's Auto with a stretch belief per stream (app/engine/stretch.py).
 # --------------------------------------------------------------------------------------
-
-STRETCH_PRIOR = float(os.environ.get("STRETCH_PRIOR", 3.0))  # rounds a distance's prior is worth
-MIN_GAIN = float(os.environ.get("MIN_GAIN", 0.01))  # over the current Auto's k, to replace it
-PRUNE = 0.01  # beliefs below this chance are dropped
-STRETCH_DECAY = float(os.environ.get("STRETCH_DECAY", 0.98))  # per round, as Acceptance
-
-
-class StretchAcceptance(Acceptance):
-    """The pooled per-position table, and acceptance by distance from a stretch's start.
-
-    ``stretch_rates()[x]``: the chance that the draft of the token ``x`` after
-    a stretch's start is accepted, given that every one before it was. Each
-    distance leans on the one before while it has seen little (errs long, as
-    :meth:`Acceptance.rates`). Distances past the last pool into it.
-    """
-
-    def __init__(self, positions: int = K_MAX, decay: float = 0.98) -> None:
-        super().__init__(positions, decay)
-        self.distances = 2 * (positions + 1)
-        self._far_reached = [0.0] * self.distances
-        self._far_accepted = [0.0] * self.distances
-        self._rates: list[float] | None = None
-
-    def stretch_rates(self) -> list[float]:
-        if self._rates is None:
-            out, lean = [], self.alpha
-            for r, a in zip(self._far_reached, self._far_accepted, strict=True):
-                lean = min((a + lean * STRETCH_PRIOR) / (r + STRETCH_PRIOR), 0.999)
-                out.append(lean)
-            self._rates = out
-        return self._rates
-
-    def observe_stretch(self, belief: dict[int, float], k: int, accepted: int) -> dict[int, float]:
-        """Records a round that started at ``belief`` ({distance: chance}); the belief after it."""
-        self.observe(k, accepted)
-        if k <= 0:
-            return belief
-        rates, last = self.stretch_rates(), self.distances - 1
-        full = accepted >= k
-        post: dict[int, float] = {}  # how likely each start is, given what the round did
-        for t, w in belief.items():
-            for i in range(accepted):
-                w *= rates[min(t + i, last)]
-            post[t] = w if full else w * (1.0 - rates[min(t + accepted, last)])
-        total = sum(post.values())
-        if total <= 0.0:
-            post, total = {0: 1.0}, 1.0
-        reached, acc = self._far_reached, self._far_accepted
-        for i in range(self.distances):
-            reached[i] *= STRETCH_DECAY
-            acc[i] *= STRETCH_DECAY
-        after: dict[int, float] = {}
-        for t, w in post.items():
-            w /= total
-            for i in range(min(k, accepted + 1)):
-                x = min(t + i, last)
-                reached[x] += w
-                if i < accepted:
-                    acc[x] += w
-            if full:  # the bonus token's place is untested: the stretch may have ended there
-                slot = rates[min(t + k, last)]
-                nxt = min(t + k + 1, last)
-                after[nxt] = after.get(nxt, 0.0) + w * slot
-                after[0] = after.get(0, 0.0) + w * (1.0 - slot)
-        self._rates = None
-        if not full:
-            return {0: 1.0}
-        kept = {t: w for t, w in after.items() if w >= PRUNE}
-        norm = sum(kept.values())
-        return {t: w / norm for t, w in kept.items()}
-
-
-def stretch_pair(
-    rates: list[float], seconds: list[float], k_max: int
-) -> tuple[tuple[int, int, float], list[float]]:
-    """(k after a rejection, k after a full acceptance, rate) of the best such policy,
-    and the rate of each k played in both states.
-
-    Stretches renew: a stretch's start (after a rejection, or after a bonus
-    token that fell where the stretch ended, unseen) forgets what came before.
-    From a start, rounds run along the stretch until one ends in a rejection
-    (the next start is then known: state M, which plays k_m) or in a bonus on
-    the stretch's end (a start taken for a continuation: state B, which plays
-    k_b from distance 0). ``go[t]`` for one k: expected tokens, seconds and
-    chance of ending in B, from distance t playing k until the next start.
-    The two starts form a two-state chain; its long-run rate is the policy's.
-
-    Args:
-        rates: Acceptance by distance from a stretch's start (the last repeats).
-        seconds: ``seconds[k]``: a round of k drafts (index 0 unused).
-    """
-    last = len(rates) - 1
-    ext = list(rates) + [rates[-1]] * (k_max + 1)
-    # full[t][k]: the chance that k drafts from distance t are all accepted; tokens[t][k]: E(k).
-    full = [list(accumulate(ext[t : t + k_max], mul, initial=1.0)) for t in range(last + 1)]
-    tokens = [list(accumulate(p)) for p in full]
-    ks = range(1, k_max + 1)
-    cont: list[tuple[list[float], list[float], list[float]]] = [([], [], [])]
-    for k in ks:
-        sk = seconds[k]
-        e, p, slot = tokens[last][k], full[last][k], rates[last]
-        stay = 1.0 - p * slot
-        gt = [e / stay] * (last + k + 2)  # past the last distance: as at the last
-        gs = [sk / stay] * (last + k + 2)
-        gb = [p * (1.0 - slot) / stay] * (last + k + 2)
-        for t in range(last - 1, -1, -1):
-            e, p, slot = tokens[t][k], full[t][k], ext[t + k]
-            on, n = p * slot, t + k + 1
-            gt[t] = e + on * gt[n]
-            gs[t] = sk + on * gs[n]
-            gb[t] = p * (1.0 - slot) + on * gb[n]
-        cont.append((gt, gs, gb))
-    best = (1, 1, -1.0)
-    same = [0.0]  # same[k]: the rate of k in both states
-    starts = [(cont[kb][0][0], cont[kb][1][0], cont[kb][2][0]) for kb in ks]
-    for km in ks:
-        e, p, slot, sm = tokens[0][km], full[0][km], ext[km], seconds[km]
-        on, miss_b, n = p * slot, p * (1.0 - slot), km + 1
-        for kb, (gt, gs, gb), (bt, bs, qb) in zip(ks, cont[1:], starts, strict=True):
-            # Stationary weights: π_M ∝ 1 - q_B, π_B ∝ q_M.
-            wm, wb = 1.0 - qb, miss_b + on * gb[n]
-            rate = (wm * (e + on * gt[n]) + wb * bt) / (wm * (sm + on * gs[n]) + wb * bs)
-            if rate > best[2]:
-                best = (km, kb, rate)
-            if kb == km:
-                same.append(rate)
-    return best, same
 
 
 def round_seconds(profile: CostProfile, k_max: int, width: int | None) -> list[float] | None:
@@ -197,58 +58,37 @@ def round_seconds(profile: CostProfile, k_max: int, width: int | None) -> list[f
 
 
 class StretchDraftLength(DraftLength):
-    """The current Auto, with k from the best (after-rejection, after-bonus) stretch policy.
+    """The engine's Auto, given the stream's belief as the single decoder gives it.
 
-    ``belief`` belongs to the stream (one per request where requests share a
-    controller); a reply starts a stretch (:meth:`reset`).
+    A reply starts a stretch (:meth:`reset`).
     """
 
     def __init__(self, k_max: int = 8, costs: CostModel | None = None) -> None:
-        super().__init__(k_max, None, costs, StretchAcceptance())
-        self.belief: dict[int, float] = {0: 1.0}
-        self.pair = (0, 0)
+        super().__init__(k_max, None, costs)
+        self.belief: Belief = FRESH
 
     def reset(self) -> None:
-        self.belief = {0: 1.0}
+        self.belief = FRESH
 
-    def _choose(self) -> Plan:
-        plan = super()._choose()
-        if plan.k == 0 or plan.explore or self.costs.missing():
-            return plan  # plain, a try, or measuring a width: as the current Auto
-        profile = self.costs.profile()
-        acc = self.acceptance
-        assert isinstance(acc, StretchAcceptance)
-        seconds = round_seconds(profile, self.k_max, self._width)
-        if seconds is None:
-            return plan
-        rates = acc.stretch_rates()[: 2 * (self.k_max + 1)]
-        (km, kb, rate), same = stretch_pair(rates, seconds, self.k_max)
-        if rate < (1.0 + MIN_GAIN) * same[plan.k]:
-            km = kb = plan.k  # no clear gain over the current Auto's k
-        self.pair = (km, kb)
-        k = km if self.belief == {0: 1.0} else kb
-        if k == plan.k:
-            return plan
-        return plan_round(profile, acc.rates(), self.k_max, k, keep=self._width) or plan
+    def choose(self, belief: Belief | None = None) -> Plan:
+        return super().choose(self.belief)
 
-    def observe(self, k: int, accepted: int) -> None:
-        acc = self.acceptance
-        assert isinstance(acc, StretchAcceptance)
-        self.belief = acc.observe_stretch(self.belief, k, accepted)
+    def observe(self, k: int, accepted: int, belief: Belief | None = None) -> Belief:
+        self.belief = super().observe(k, accepted, self.belief)
+        return self.belief
 
 
 class SeenStretchDraftLength(StretchDraftLength):
     """Ablation: a round's evidence goes to the distance it seems to start at (no belief)."""
 
-    def observe(self, k: int, accepted: int) -> None:
+    def observe(self, k: int, accepted: int, belief: Belief | None = None) -> Belief:
         acc = self.acceptance
-        assert isinstance(acc, StretchAcceptance)
-        (start,) = self.belief
-        acc.observe_stretch({start: 1.0}, k, accepted)
+        ((start, _),) = self.belief
+        acc.observe_stretch(((start, 1.0),), k, accepted)
         if k > 0:
-            self.belief = (
-                {min(start + k + 1, acc.distances - 1): 1.0} if accepted >= k else {0: 1.0}
-            )
+            far = min(start + k + 1, acc.stretch.distances - 1)
+            self.belief = ((far, 1.0),) if accepted >= k else FRESH
+        return self.belief
 
 
 # --------------------------------------------------------------------------------------
@@ -702,9 +542,9 @@ def timing(variants: dict[str, Callable[[CostModel], DraftLength]]) -> None:
     for _ in range(5):
         t0 = time.perf_counter()
         for _ in range(200):
-            stretch_pair(rates, seconds, 15)
+            best_policy(rates, seconds, 15)
         best = min(best, (time.perf_counter() - t0) / 200)
-    print(f"stretch_pair alone: {best * 1e3:.3f} ms (k_max 15, 32 distances)")
+    print(f"best_policy alone: {best * 1e3:.3f} ms (k_max 15, 32 distances)")
 
 
 if __name__ == "__main__":

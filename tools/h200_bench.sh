@@ -18,7 +18,10 @@
 # draft's catch-up priced apart; PARTs r12a and r12b: run 12, the draft's steps after a round's
 # first run stacked (the draft's step four ways, then 70b:1b at miss 0.1; then 70b:1b at miss 0
 # and 8b:1b at miss 0 and 0.1; streams 1, 4 and 8, k = 15 and Auto); PART r12c: the first draft
-# step stacked too (tools/first_step_probe.py, then 70b:1b at miss 0 and 0.1). Every configuration is warmed up over a full-length reply first, so
+# step stacked too (tools/first_step_probe.py, then 70b:1b at miss 0 and 0.1); PARTs r13a and
+# r13b: run 13, Auto along stretches (32b:0.5b at miss 0 and 0.1 and 8b:1b at miss 0; then
+# 70b:1b at miss 0, 0.1 and 0.28, one build); PART r13c: Auto with and without stretches
+# side by side, five repeats (32b:0.5b, then 70b:1b, at miss 0.1). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -84,6 +87,17 @@ r9c)  # run 9, final code: the 70B pair, five repeats, the ks that compete at ea
 r9d)  # run 9, last code (optimism before stopping to draft): 70b:1b at 0.28, 32b:0.5b at 0.1
   run 70b-1b-r5-doubt-miss0.28 --synthetic 70b:1b --miss 0.28 --ks 0,8,auto --impls plain,tandem --repeats 5
   run 32b-0.5b-doubt-miss0.1 --synthetic 32b:0.5b --miss 0.1 --ks 0,14,15,auto --impls plain,tandem
+  ;;
+r13a)  # run 13: Auto along stretches, the 32B and 8B pairs
+  run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,13,14,15,auto --impls plain,tandem
+  run 8b-1b --synthetic 8b:1b --miss 0 --ks 0,8,15,auto --impls plain,tandem
+  ;;
+r13b)  # run 13: Auto along stretches, the 70B pair at three miss rates, one build
+  run 70b-1b --synthetic 70b:1b --miss 0,0.1,0.28 --ks 0,8,13,15,auto --impls plain,tandem
+  ;;
+r13c)  # run 13: Auto with and without stretches in one process, five repeats
+  run 32b-0.5b-ab --synthetic 32b:0.5b --miss 0.1 --ks 0,13,auto,auto-pooled --impls plain,tandem --repeats 5
+  run 70b-1b-ab --synthetic 70b:1b --miss 0.1 --ks 0,13,auto,auto-pooled --impls plain,tandem --repeats 5
   ;;
 r9b)  # run 9: the 32B and 8B pairs
   run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,12,14,15,auto --impls plain,tandem

@@ -304,6 +304,10 @@ def benchmark(
                 if "tandem" in impls and "plain" not in impls:
                     configs.append(("tandem", 0, temp))
                 continue
+            if k == POOLED:  # Auto as the batch runs it (every round planned alike)
+                if "tandem" in impls and (draft is not None or lookup):
+                    configs.append(("tandem", k, temp))
+                continue
             if "mlx-lm" in impls and draft is not None and k is not None and mlx_ks is None:
                 configs.append(("mlx-lm", k, temp))
             if "tandem" in impls and (draft is not None or lookup):
@@ -315,8 +319,9 @@ def benchmark(
     # across turns (its draft-length controller and baseline carry over).
     tandem = [c for c in configs if c[0] == "tandem"]
     decoders = {c: Decoder(target, draft, CostModel(k_max + 1, profile)) for c in tandem}
-    for decoder in decoders.values():
+    for (_, k, _), decoder in decoders.items():
         decoder.draft_cutoff = draft_cutoff
+        decoder.stretch = k != POOLED
 
     def once(impl: str, k: int | None, temp: float, prompt: list[int], n: int) -> Run:
         if impl == "plain":
@@ -324,12 +329,13 @@ def benchmark(
         if impl == "mlx-lm":
             assert draft is not None and k is not None
             return run_mlx_lm(target, draft, prompt, n, temp, k)
-        return run_tandem(decoders[(impl, k, temp)], prompt, n, temp, k, lookup, k_max)
+        auto = None if k == POOLED else k
+        return run_tandem(decoders[(impl, k, temp)], prompt, n, temp, auto, lookup, k_max)
 
     log(f"warm-up: {len(configs)} configurations, {warmup} tokens")
     for impl, k, temp in configs:
         once(impl, k, temp, prompts[0], min(warmup, max_tokens))
-    rows = {c: Row(c[0], "auto" if c[1] is None else str(c[1]), c[2]) for c in configs}
+    rows = {c: Row(c[0], _label(c[1]), c[2]) for c in configs}
     mx.random.seed(seed)
     for r in range(repeats):
         # The order rotates each repeat: no configuration always runs first or last.
@@ -358,8 +364,9 @@ def benchmark(
 
 def table(rows: Sequence[Row]) -> str:
     """A plain-text table of the results."""
+    w = max([4, *(len(r.k) for r in rows)])
     lines = [
-        f"{'impl':<8} {'k':>4} {'temp':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} "
+        f"{'impl':<8} {'k':>{w}} {'temp':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} "
         f"{'tok/call':>8} {'mean k':>6}"
     ]
     for r in rows:
@@ -368,28 +375,39 @@ def table(rows: Sequence[Row]) -> str:
         tpc = f"{r.tokens_per_call:.2f}" if r.tokens_per_call is not None else "-"
         mk = f"{statistics.mean(r.ks):.1f}" if r.ks else "-"
         lines.append(
-            f"{r.impl:<8} {r.k:>4} {r.temp:>5.2f} {r.median_tps:>8.2f} {sp:>8} {acc:>7} "
+            f"{r.impl:<8} {r.k:>{w}} {r.temp:>5.2f} {r.median_tps:>8.2f} {sp:>8} {acc:>7} "
             f"{tpc:>8} {mk:>6}"
         )
     return "\n".join(lines)
 
 
 def _ks(text: str) -> list[int | None]:
-    """``"0,2,auto"`` -> ``[0, 2, None]``; k from 0 to 16.
+    """``"0,2,auto,auto-pooled"`` -> ``[0, 2, None, POOLED]``; k from 0 to 16.
 
     Raises:
-        ValueError: A value that is neither ``auto`` nor a k in range.
+        ValueError: A value that is neither ``auto``, ``auto-pooled`` nor a k in range.
     """
     out: list[int | None] = []
     for part in text.split(","):
         part = part.strip()
-        if part == "auto":
-            out.append(None)
+        if part in _AUTO:
+            out.append(_AUTO[part])
             continue
         if not part.isdigit() or int(part) > K_MAX:
-            raise ValueError(f"--ks takes 'auto' or whole numbers from 0 to {K_MAX}, not '{part}'")
+            raise ValueError(
+                f"--ks takes 'auto', 'auto-pooled' or whole numbers from 0 to {K_MAX}, not '{part}'"
+            )
         out.append(int(part))
     return out
+
+
+POOLED = -1  # --ks auto-pooled: Auto without the stretch belief
+_AUTO: dict[str, int | None] = {"auto": None, "auto-pooled": POOLED}
+
+
+def _label(k: int | None) -> str:
+    """A configuration's k as the table shows it."""
+    return next((name for name, v in _AUTO.items() if v == k), str(k))
 
 
 def _stream_counts(text: str) -> list[int]:
@@ -559,6 +577,8 @@ def main(args: Any) -> int:
     try:
         ks = _ks(args.ks)
         counts = _stream_counts(args.concurrent) if args.concurrent else None
+        if counts and POOLED in ks:
+            raise ValueError("--concurrent plans its streams together: leave out 'auto-pooled'")
     except ValueError as exc:
         log(f"tandem: {exc}")
         return 2
@@ -571,7 +591,7 @@ def main(args: Any) -> int:
     from app.engine import attention
 
     attention.set_mode(args.attention)
-    k_max = min(args.k_max or max([k for k in ks if k] or [K_MAX]), K_MAX)
+    k_max = min(args.k_max or max([k for k in ks if k and k > 0] or [K_MAX]), K_MAX)
     meta: dict[str, Any] = {
         "device": str(mx.default_device()),
         "mlx": getattr(mx, "__version__", "?"),

@@ -27,6 +27,7 @@ from app.engine.adaptive import Acceptance, DraftLength, Ema
 from app.engine.costs import K_MAX, CostModel, Plan
 from app.engine.lookup import PromptLookup
 from app.engine.sampling import contexts_for, log_probs, penalize
+from app.engine.stretch import FRESH
 from app.engine.types import AcceptRule, GenerationParams, Origin, Reading
 
 PREFILL_STEP = 512
@@ -390,6 +391,8 @@ class Decoder:
         self.probe_every = PROBE_EVERY  # 0: never a plain step between drafting rounds
         # End a draft early when its own confidence says the rest will be rejected.
         self.draft_cutoff = False
+        # Auto plans each round from where it starts along a stretch (off: every round alike).
+        self.stretch = True
         self._step = Ema(0.8)  # seconds of one plain target step
         self.costs = costs if costs is not None else CostModel()
         # Acceptance per (sampling, lookup) and controllers per setting outlive
@@ -615,6 +618,7 @@ class Decoder:
         if lookup is not None:
             lookup.reset(seq)
         last: tuple[Round, float] | None = None  # the previous drafting round and its start
+        belief = FRESH  # where the next round starts along a stretch of accepted drafts
         while (num_draft := wanted()) != 0 and not self._stopped():
             started = time.perf_counter()
             if last is not None:
@@ -623,13 +627,14 @@ class Decoder:
                 last = None
             n_round = next(rounds)
             lengths = self.draft_length(params, num_draft)
-            plan = lengths.choose()
+            plan = lengths.choose(belief if self.stretch else None)
             if plan.k == 0:
                 # Auto found that drafting does not pay: plain decoding for a while.
                 for rnd in self._plain(seq, params, limit=max(1, round(plan.tokens))):
                     if lookup is not None:
                         lookup.extend(list(rnd.tokens))
                     yield replace(rnd, auto=True)
+                belief = FRESH  # plain tokens test no draft: where a stretch stands is unknown
                 continue
             if can_draft and not self._draft_ready(seq):
                 # Plain bursts leave the draft behind; it catches up only when a
@@ -651,6 +656,7 @@ class Decoder:
                 new = tuple(self._plain_steps(seq, params))
                 step = self._step.value or 0.0
                 rnd = _target_round(new, step)
+                belief = FRESH
             else:
                 spoken = self._speculate(
                     seq, params, proposed, plan, plan.k if can_draft else 0, n_round
@@ -658,7 +664,7 @@ class Decoder:
                 if spoken is None:
                     return  # cancelled before verifying
                 rnd = spoken
-                lengths.observe(rnd.k, rnd.accepted)
+                belief = lengths.observe(rnd.k, rnd.accepted, belief if self.stretch else None)
                 if rnd.k and not proposed and not rnd.timed:  # lookup rounds cost no draft steps
                     last = (rnd, started)
                 if num_draft is None:

@@ -179,3 +179,31 @@ def test_bench_refuses_a_miss_rate_out_of_range() -> None:
     r = _bench("--synthetic", "tiny:tiny", "--miss", "0,1.5")
     assert r.returncode == 2
     assert "--miss takes rates from 0 to 1" in r.stderr
+
+
+def test_auto_with_and_without_stretches_run_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--synthetic",
+        "tiny:tiny",
+        "--miss",
+        "0.1",
+        "--ks",
+        "0,auto,auto-pooled",
+        "--impls",
+        "plain,tandem",
+        "--max-tokens",
+        "24",
+        "--json",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    rows = {(row["impl"], row["k"]) for row in json.loads(out.read_text())["rows"]}
+    assert rows == {("plain", "0"), ("tandem", "auto"), ("tandem", "auto-pooled")}
+    assert "auto-pooled" in r.stdout
+
+
+def test_streams_refuse_auto_without_stretches() -> None:
+    r = _bench("--synthetic", "tiny:tiny", "--concurrent", "1,2", "--ks", "auto-pooled")
+    assert r.returncode == 2
+    assert "auto-pooled" in r.stderr

@@ -496,6 +496,21 @@ def test_auto_decodes_plainly_where_drafting_cannot_pay(models, monkeypatch) -> 
     assert sum(len(r.tokens) for r in late if r.k == 0) >= 0.9 * sum(len(r.tokens) for r in late)
 
 
+@pytest.mark.parametrize("stretch", [True, False])
+def test_a_reply_teaches_acceptance_along_stretches_and_stays_exact(stretch: bool) -> None:
+    target, draft = syn.build("tiny"), syn.build("tiny", miss=0.1, seed=1)
+    prompt = syn.prompt("tiny")
+    want, _ = _tokens(Decoder(target), prompt, 120, num_draft=0)
+    decoder = Decoder(target, draft)
+    decoder.stretch = stretch
+    got, rounds = _tokens(decoder, prompt, 120, num_draft=None, k_max=12)
+    assert got == want
+    assert any(r.k for r in rounds)
+    rates = decoder.acceptance().stretch_rates()
+    # Unseen distances all lean on the pooled rate; seen ones follow the misses.
+    assert (len(set(rates)) > 1) is stretch
+
+
 def test_auto_measures_unknown_widths_and_stores_the_profile(tiny, tmp_path) -> None:
     from app.engine.costs import ProfileStore
     from app.engine.generate import new_decoder
