@@ -49,8 +49,12 @@ def solo(tiny: TinyModels) -> dict[str, str]:
     return out
 
 
-def _stream(server: Server, prompt: str, num_draft: int | str) -> str:
-    stream = server.client().chat.completions.create(
+def _stream(
+    client: openai.OpenAI, prompt: str, num_draft: int | str, start: threading.Barrier | None = None
+) -> str:
+    if start is not None:
+        start.wait(30)
+    stream = client.chat.completions.create(
         model="tiny-llama",
         messages=[{"role": "user", "content": prompt}],
         max_tokens=TOKENS,
@@ -79,17 +83,21 @@ def test_concurrent_greedy_streams_equal_their_solo_replies(
     prompts = PROMPTS[:streams]
     got: dict[str, str] = {}
     errors: list[BaseException] = []
+    # Clients are built first and the requests leave together: on a slow host a
+    # short reply could otherwise end before the next one arrives.
+    clients = [server.client() for _ in prompts]
+    start = threading.Barrier(streams)
 
-    def one(prompt: str, num_draft: int | str) -> None:
+    def one(client: openai.OpenAI, prompt: str, num_draft: int | str) -> None:
         try:
-            got[prompt] = _stream(server, prompt, num_draft)
+            got[prompt] = _stream(client, prompt, num_draft, start)
         except (openai.OpenAIError, httpx.HTTPError) as exc:
             errors.append(exc)
 
     # Fixed and adaptive draft lengths side by side in one batch.
     threads = [
-        threading.Thread(target=one, args=(p, 3 if i % 2 else "auto"))
-        for i, p in enumerate(prompts)
+        threading.Thread(target=one, args=(c, p, 3 if i % 2 else "auto"))
+        for i, (c, p) in enumerate(zip(clients, prompts, strict=True))
     ]
     for t in threads:
         t.start()
