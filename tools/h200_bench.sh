@@ -21,7 +21,8 @@
 # step stacked too (tools/first_step_probe.py, then 70b:1b at miss 0 and 0.1); PARTs r13a and
 # r13b: run 13, Auto along stretches (32b:0.5b at miss 0 and 0.1 and 8b:1b at miss 0; then
 # 70b:1b at miss 0, 0.1 and 0.28, one build); PART r13c: Auto with and without stretches
-# side by side, five repeats (32b:0.5b, then 70b:1b, at miss 0.1). Every configuration is warmed up over a full-length reply first, so
+# side by side, five repeats (32b:0.5b, then 70b:1b, at miss 0.1); PART r14: 70b:1b at miss
+# 0.1 again, Auto free up to k = 15. Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -98,6 +99,9 @@ r13b)  # run 13: Auto along stretches, the 70B pair at three miss rates, one bui
 r13c)  # run 13: Auto with and without stretches in one process, five repeats
   run 32b-0.5b-ab --synthetic 32b:0.5b --miss 0.1 --ks 0,13,auto,auto-pooled --impls plain,tandem --repeats 5
   run 70b-1b-ab --synthetic 70b:1b --miss 0.1 --ks 0,13,auto,auto-pooled --impls plain,tandem --repeats 5
+  ;;
+r14)  # run 14: a quiet re-run of 70b:1b at miss 0.1, where Auto sat near its target
+  run 70b-1b-miss0.1 --synthetic 70b:1b --miss 0.1 --ks 0,13,auto --k-max 15 --impls plain,tandem
   ;;
 r9b)  # run 9: the 32B and 8B pairs
   run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,12,14,15,auto --impls plain,tandem

@@ -28,6 +28,7 @@ from app.engine.calibrate import default_prompts
 from app.engine.costs import K_MAX, CostModel, CostProfile, ProfileProgress, measure_profile
 from app.engine.speculative import Decoder, Prefill, Round
 from app.engine.types import GenerationParams
+from app.files import write_atomic
 
 IMPLS = ("plain", "mlx-lm", "tandem")
 
@@ -287,6 +288,7 @@ def benchmark(
     k_max: int = K_MAX,
     draft_cutoff: bool = False,
     mlx_ks: Sequence[int] | None = None,
+    on_repeat: Callable[[list[Row], int], None] | None = None,
 ) -> list[Row]:
     """Runs every configuration ``repeats`` times over ``prompts``, interleaved.
 
@@ -294,6 +296,8 @@ def benchmark(
 
     Tandem's decoders start from ``profile`` (measured once per pair, as the
     app stores it); without one they measure costs as they run.
+    ``on_repeat`` gets the rows so far and the repeats done after each repeat,
+    so that a run cut short still leaves its numbers.
     """
     configs: list[tuple[str, int | None, float]] = []
     for temp in temps:
@@ -352,6 +356,16 @@ def benchmark(
                 row.ks += run.ks
                 row.rounds += run.rounds
             log(f"repeat {r + 1}/{repeats}, prompt {i + 1}/{len(prompts)} done")
+        if on_repeat is not None:
+            on_repeat(_summarise(rows, decoders), r + 1)
+    return _summarise(rows, decoders)
+
+
+def _summarise(
+    rows: dict[tuple[str, int | None, float], Row],
+    decoders: dict[tuple[str, int | None, float], Decoder],
+) -> list[Row]:
+    """The rows with what each decoder learned and the speedup over plain decoding."""
     for config, decoder in decoders.items():
         rows[config].learned = decoder.costs.profile().as_dict()
     out = list(rows.values())
@@ -679,6 +693,16 @@ def main(args: Any) -> int:
             if json_path:
                 json_path.write_text(json.dumps({"meta": meta}, indent=2))
             continue
+
+        def save(
+            rows: list[Row], done: int, path: Path | None = json_path, meta: dict[str, Any] = meta
+        ) -> None:
+            if path is None:
+                return
+            meta.update(max_tokens=args.max_tokens, repeats=done, lookup=args.prompt_lookup)
+            out = {"meta": meta, "rows": [r.as_dict() for r in rows]}
+            write_atomic(path, json.dumps(out, indent=2).encode())
+
         rows = benchmark(
             target,
             draft_model,
@@ -695,6 +719,7 @@ def main(args: Any) -> int:
             k_max=k_max,
             draft_cutoff=args.draft_cutoff,
             mlx_ks=[int(k) for k in args.mlx_ks.split(",")] if args.mlx_ks else None,
+            on_repeat=save,
         )
         print(table(rows), flush=True)
         if args.ttft:
@@ -711,10 +736,7 @@ def main(args: Any) -> int:
                 f"cold {ttft2['cold_ttft_seconds']:.3f} s, warm {ttft2['warm_ttft_seconds']:.3f} s "
                 f"({ttft2['warm_reused_tokens']} tokens reused)"
             )
-        if json_path:
-            meta.update(max_tokens=args.max_tokens, repeats=args.repeats, lookup=args.prompt_lookup)
-            out = {"meta": meta, "rows": [r.as_dict() for r in rows]}
-            json_path.write_text(json.dumps(out, indent=2))
+        save(rows, args.repeats)
         del draft_model
         mx.clear_cache()
     return 0

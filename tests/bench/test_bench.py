@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,3 +208,29 @@ def test_streams_refuse_auto_without_stretches() -> None:
     r = _bench("--synthetic", "tiny:tiny", "--concurrent", "1,2", "--ks", "auto-pooled")
     assert r.returncode == 2
     assert "auto-pooled" in r.stderr
+
+
+def test_a_run_cut_short_keeps_the_repeats_it_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.bench.bench as bench
+
+    out = tmp_path / "bench.json"
+    calls: list[int] = []
+    plain = bench.run_plain
+
+    def stopped_in_the_third_repeat(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 4:  # the warm-up, two repeats, then the time limit strikes
+            raise KeyboardInterrupt
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_plain", stopped_in_the_third_repeat)
+    args = ("--synthetic", "tiny:tiny", "--ks", "0,2", "--impls", "plain,tandem")
+    with pytest.raises(KeyboardInterrupt):
+        _bench(*args, "--max-tokens", "16", "--repeats", "3", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert data["meta"]["repeats"] == 2
+    assert {row["k"]: len(row["tps"]) for row in data["rows"]} == {"0": 2, "2": 2}
+    tandem = next(row for row in data["rows"] if row["impl"] == "tandem")
+    assert tandem["speedup"] is not None and tandem["learned"] is not None
