@@ -17,6 +17,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import overload
 
 from app.engine.costs import (
     K_MAX,
@@ -27,7 +28,7 @@ from app.engine.costs import (
     expected_tokens,
     plan_round,
 )
-from app.engine.stretch import FRESH, Belief, Policy, StretchTable, best_policy
+from app.engine.stretch import Belief, Policy, StretchTable, best_policy
 
 PRIOR = 0.6  # acceptance assumed before any round
 PRIOR_WEIGHT = 4.0  # rounds of evidence the prior is worth
@@ -283,7 +284,13 @@ class DraftLength:
         k = longer[self._explored % len(longer)]
         return plan_round(profile, rates, self.k_max, k, keep=self._width)
 
-    def observe(self, k: int, accepted: int, belief: Belief | None = None) -> Belief:
+    @overload
+    def observe(self, k: int, accepted: int, belief: Belief) -> Belief: ...
+
+    @overload
+    def observe(self, k: int, accepted: int, belief: None = None) -> None: ...
+
+    def observe(self, k: int, accepted: int, belief: Belief | None = None) -> Belief | None:
         """Records a round: ``k`` proposed, the first ``accepted`` kept.
 
         Args:
@@ -292,12 +299,12 @@ class DraftLength:
             belief: Where the round started along a stretch, if the stream keeps one.
 
         Returns:
-            Where the stream's next round starts (:data:`~app.engine.stretch.FRESH`
-            without a belief).
+            Where the stream's next round starts, or ``None`` for a stream that
+            keeps no belief.
         """
         if belief is None:
             self.acceptance.observe(k, accepted)
-            return FRESH
+            return None
         return self.acceptance.observe_stretch(belief, k, accepted)
 
 

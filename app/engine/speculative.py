@@ -618,7 +618,9 @@ class Decoder:
         if lookup is not None:
             lookup.reset(seq)
         last: tuple[Round, float] | None = None  # the previous drafting round and its start
-        belief = FRESH  # where the next round starts along a stretch of accepted drafts
+        # Where the next round starts along a stretch of accepted drafts, if kept.
+        fresh = FRESH if self.stretch else None
+        belief = fresh
         while (num_draft := wanted()) != 0 and not self._stopped():
             started = time.perf_counter()
             if last is not None:
@@ -627,14 +629,14 @@ class Decoder:
                 last = None
             n_round = next(rounds)
             lengths = self.draft_length(params, num_draft)
-            plan = lengths.choose(belief if self.stretch else None)
+            plan = lengths.choose(belief)
             if plan.k == 0:
                 # Auto found that drafting does not pay: plain decoding for a while.
                 for rnd in self._plain(seq, params, limit=max(1, round(plan.tokens))):
                     if lookup is not None:
                         lookup.extend(list(rnd.tokens))
                     yield replace(rnd, auto=True)
-                belief = FRESH  # plain tokens test no draft: where a stretch stands is unknown
+                belief = fresh  # plain tokens test no draft: where a stretch stands is unknown
                 continue
             if can_draft and not self._draft_ready(seq):
                 # Plain bursts leave the draft behind; it catches up only when a
@@ -656,7 +658,7 @@ class Decoder:
                 new = tuple(self._plain_steps(seq, params))
                 step = self._step.value or 0.0
                 rnd = _target_round(new, step)
-                belief = FRESH
+                belief = fresh
             else:
                 spoken = self._speculate(
                     seq, params, proposed, plan, plan.k if can_draft else 0, n_round
@@ -664,7 +666,7 @@ class Decoder:
                 if spoken is None:
                     return  # cancelled before verifying
                 rnd = spoken
-                belief = lengths.observe(rnd.k, rnd.accepted, belief if self.stretch else None)
+                belief = lengths.observe(rnd.k, rnd.accepted, belief)
                 if rnd.k and not proposed and not rnd.timed:  # lookup rounds cost no draft steps
                     last = (rnd, started)
                 if num_draft is None:

@@ -63,8 +63,7 @@ def _auto(belief_kept: bool, misses: set[int], replies: int = 4, reply: int = 19
             accepted = 0
             while accepted < k and (pos + accepted + r) % 64 not in misses:
                 accepted += 1
-            belief_after = auto.observe(k, accepted, belief)
-            belief = belief_after if belief_kept else None
+            belief = auto.observe(k, accepted, belief)
             cost = k * DRAFT_STEP + VERIFY[plan.width - 1]
             auto.costs.observe_round(k, plan.width, cost)
             pos, done, seconds = pos + accepted + 1, done + accepted + 1, seconds + cost
