@@ -58,6 +58,7 @@ from app.engine.speculative import (
     pick,
 )
 from app.engine.stacked import Stack, stackable, stacked_step
+from app.engine.stretch import FRESH, Belief
 from app.engine.types import GenerationParams, Origin, Reading
 
 PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in all
@@ -85,6 +86,9 @@ class _Request:
     prompt: int = 0  # tokens of the prompt
     d_tokens: list[int] = field(default_factory=list)  # what the draft's cache holds
     out: deque[Prefill | Round] = field(default_factory=deque)
+    # Where its next round starts along a stretch of accepted drafts: a lone
+    # request's Auto plans along stretches, as the single decoder's does.
+    belief: Belief = FRESH
 
     @property
     def reading(self) -> bool:
@@ -375,7 +379,8 @@ class BatchDecoder:
         wanted = request.num_draft()
         if request.d_cache is None or wanted == 0:
             return 0
-        return min(self._length(request.params, wanted).choose().k, self._room(request))
+        plan = self._length(request.params, wanted).choose(request.belief)
+        return min(plan.k, self._room(request))
 
     def _want(self, request: _Request) -> Want:
         """What ``request`` allows the batch's plan: its room, and its own k unless on Auto."""
@@ -607,7 +612,10 @@ class BatchDecoder:
         n = verdict.accepted
         trim_prompt_cache(request.t_cache, k - n)
         if k:
-            self._length(request.params, request.num_draft()).observe(k, n)
+            length = self._length(request.params, request.num_draft())
+            request.belief = length.observe(k, n, request.belief)
+        else:
+            request.belief = FRESH  # a plain token tests no draft
         committed = [*request.seq, *verdict.proposed[:n], verdict.next_token]
         if k and request.d_cache is not None:
             # The draft's cache holds what it was fed and all but its last draft token.

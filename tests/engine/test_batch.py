@@ -307,3 +307,20 @@ def test_sampled_first_token_keeps_the_target_distribution(pair) -> None:
     # Power: samples from the draft's own distribution would fail the same test.
     q = _exact(pair.draft.model, prompt, params)
     assert _chi_square(counts.sum() * q, p)[0] > critical
+
+
+def test_a_lone_auto_request_plans_along_stretches_and_stays_exact() -> None:
+    from app.engine.adaptive import Acceptance
+    from app.testing import synthetic as syn
+
+    target, draft = syn.build("tiny"), syn.build("tiny", miss=0.1, seed=1)
+    prompt = syn.prompt("tiny")
+    tables: dict[bool, Acceptance] = {}
+    batch = BatchDecoder(target, draft, acceptance=lambda s: tables.setdefault(s, Acceptance()))
+    gen = batch.generate(prompt, GenerationParams(num_draft=None, k_max=12))
+    (got,), (rounds,) = _turns([gen], 120)
+    assert got == [syn.CYCLE_START + i % 64 for i in range(len(prompt), len(prompt) + 120)]
+    assert any(r.k for r in rounds)
+    # The request's rounds taught the table by distance from a stretch's start:
+    # unseen distances would all lean on the pooled rate.
+    assert len(set(tables[False].stretch_rates())) > 1
