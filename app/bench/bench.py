@@ -465,6 +465,16 @@ def _json_path(path: str | None, miss: float | None) -> Path | None:
     return p if miss is None else p.with_name(f"{p.stem}-miss{miss:g}{p.suffix}")
 
 
+def _write_json(
+    path: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]] | None = None
+) -> None:
+    """Writes a run's JSON whole: a run killed meanwhile leaves the file it had before."""
+    out: dict[str, Any] = {"meta": meta}
+    if rows is not None:
+        out["rows"] = list(rows)
+    write_atomic(path, json.dumps(out, indent=2).encode())
+
+
 def _next_draft(
     miss: float | None, make: Callable[[], nn.Module | None], count: int, meta: dict[str, Any]
 ) -> nn.Module | Literal[False] | None:
@@ -501,7 +511,7 @@ def _batch_profile(
     if args.json:
         meta["batch_profile"] = [asdict(c) for c in costs]
         meta["draft_batch_profile"] = [asdict(c) for c in steps]
-        Path(args.json).write_text(json.dumps({"meta": meta}, indent=2))
+        _write_json(Path(args.json), meta)
     return 0
 
 
@@ -561,8 +571,7 @@ def _concurrent(
             meta.update(
                 max_tokens=args.max_tokens, concurrent=list(counts), prompt_tokens=len(prompt)
             )
-            out = {"meta": meta, "rows": [asdict(r) for r in rows]}
-            json_path.write_text(json.dumps(out, indent=2))
+            _write_json(json_path, meta, [asdict(r) for r in rows])
         del draft_model
         mx.clear_cache()
     return 0
@@ -691,17 +700,13 @@ def main(args: Any) -> int:
         json_path = _json_path(args.json, miss if len(drafts) > 1 else None)
         if args.profile:
             if json_path:
-                json_path.write_text(json.dumps({"meta": meta}, indent=2))
+                _write_json(json_path, meta)
             continue
 
-        def save(
-            rows: list[Row], done: int, path: Path | None = json_path, meta: dict[str, Any] = meta
-        ) -> None:
-            if path is None:
-                return
-            meta.update(max_tokens=args.max_tokens, repeats=done, lookup=args.prompt_lookup)
-            out = {"meta": meta, "rows": [r.as_dict() for r in rows]}
-            write_atomic(path, json.dumps(out, indent=2).encode())
+        def save(rows: list[Row], done: int, path: Path | None = json_path) -> None:
+            if path is not None:
+                meta.update(max_tokens=args.max_tokens, repeats=done, lookup=args.prompt_lookup)
+                _write_json(path, meta, [r.as_dict() for r in rows])
 
         rows = benchmark(
             target,

@@ -50,10 +50,9 @@ def solo(tiny: TinyModels) -> dict[str, str]:
 
 
 def _stream(
-    client: openai.OpenAI, prompt: str, num_draft: int | str, start: threading.Barrier | None = None
+    client: openai.OpenAI, prompt: str, num_draft: int | str, start: threading.Barrier
 ) -> str:
-    if start is not None:
-        start.wait(30)
+    start.wait(30)
     stream = client.chat.completions.create(
         model="tiny-llama",
         messages=[{"role": "user", "content": prompt}],
