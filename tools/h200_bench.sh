@@ -22,7 +22,11 @@
 # r13b: run 13, Auto along stretches (32b:0.5b at miss 0 and 0.1 and 8b:1b at miss 0; then
 # 70b:1b at miss 0, 0.1 and 0.28, one build); PART r13c: Auto with and without stretches
 # side by side, five repeats (32b:0.5b, then 70b:1b, at miss 0.1); PART r14: 70b:1b at miss
-# 0.1 again, Auto free up to k = 15. Every configuration is warmed up over a full-length reply first, so
+# 0.1 again, Auto free up to k = 15; PARTs r15a and r15b: run 15, issue 13's table once more
+# with the final code (70b:1b at miss 0, 0.1 and 0.28, one build; then 32b:0.5b at miss 0 and
+# 0.1, 8b:1b at miss 0, and mlx-lm's loop at k = 3 beside Auto on 70b:1b at miss 0); PART r15c:
+# 8b:1b at miss 0 and 70b:1b at miss 0.28 again once the profile's draft step is the fastest
+# of three runs. Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -102,6 +106,18 @@ r13c)  # run 13: Auto with and without stretches in one process, five repeats
   ;;
 r14)  # run 14: a quiet re-run of 70b:1b at miss 0.1, where Auto sat near its target
   run 70b-1b-miss0.1 --synthetic 70b:1b --miss 0.1 --ks 0,13,auto --k-max 15 --impls plain,tandem
+  ;;
+r15a)  # run 15: the 70B pair at three miss rates, one build, the final code
+  run 70b-1b --synthetic 70b:1b --miss 0,0.1,0.28 --ks 0,8,13,15,auto --impls plain,tandem
+  ;;
+r15b)  # run 15: the 32B and 8B pairs, then mlx-lm's loop at its default k = 3 on 70b:1b
+  run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,13,14,15,auto --impls plain,tandem
+  run 8b-1b --synthetic 8b:1b --miss 0 --ks 0,8,15,auto --impls plain,tandem
+  run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,15,auto --impls plain,tandem,mlx-lm --mlx-lm-ks 3
+  ;;
+r15c)  # run 15, last: the draft step of a profile is the fastest of three runs
+  run 8b-1b-c --synthetic 8b:1b --miss 0 --ks 0,8,15,auto --impls plain,tandem
+  run 70b-1b-c --synthetic 70b:1b --miss 0.28 --ks 0,8,auto --impls plain,tandem
   ;;
 r9b)  # run 9: the 32B and 8B pairs
   run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,12,14,15,auto --impls plain,tandem

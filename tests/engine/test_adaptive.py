@@ -362,6 +362,31 @@ def test_measure_profile_on_a_tiny_pair() -> None:
     assert profile.draft_step is not None and profile.draft_step > 0
 
 
+def test_measure_profile_draft_step_ignores_one_stalled_run() -> None:
+    from app.engine.costs import measure_profile
+    from app.testing import synthetic as syn
+
+    draft = syn.build("tiny", seed=1)
+    steps = 0
+
+    class Stalling(type(draft)):  # type: ignore[misc]
+        """The third one-token step (the first timed one) stalls, as on a busy host."""
+
+        def __call__(self, x, *args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal steps
+            if x.shape[1] == 1:
+                steps += 1
+                if steps == 3:
+                    time.sleep(0.4)
+            return super().__call__(x, *args, **kwargs)
+
+    draft.__class__ = Stalling
+    *_, profile = list(measure_profile(syn.build("tiny"), draft, widths=2, context=32))
+    assert isinstance(profile, CostProfile) and profile.draft_step is not None
+    assert steps > 3  # the stall ran
+    assert profile.draft_step < 0.4 / 16 / 2  # the stalled run does not count
+
+
 def test_measure_profile_times_what_a_new_width_builds() -> None:
     from app.engine.costs import measure_profile
     from app.testing import synthetic as syn
