@@ -142,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--ks",
         default="0,2,4,6,8,auto",
-        help="draft lengths from 0 to 16; 'auto' adapts ('auto-pooled': without stretches)",
+        help="draft lengths from 0 to 16; 'auto' adapts ('auto-pooled': without stretches; "
+        "'auto-cutoff': ending drafts where the draft is unsure)",
     )
     bench.add_argument(
         "--k-max",

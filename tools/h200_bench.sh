@@ -26,7 +26,8 @@
 # with the final code (70b:1b at miss 0, 0.1 and 0.28, one build; then 32b:0.5b at miss 0 and
 # 0.1, 8b:1b at miss 0, and mlx-lm's loop at k = 3 beside Auto on 70b:1b at miss 0); PART r15c:
 # 8b:1b at miss 0 and 70b:1b at miss 0.28 again once the profile's draft step is the fastest
-# of three runs. Every configuration is warmed up over a full-length reply first, so
+# of three runs; PART r16: issue 17's streams (70b:1b at miss 0 and 0.1; 1, 4 and 8 streams;
+# k = 15 and Auto) with the final code. Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -118,6 +119,15 @@ r15b)  # run 15: the 32B and 8B pairs, then mlx-lm's loop at its default k = 3 o
 r15c)  # run 15, last: the draft step of a profile is the fastest of three runs
   run 8b-1b-c --synthetic 8b:1b --miss 0 --ks 0,8,15,auto --impls plain,tandem
   run 70b-1b-c --synthetic 70b:1b --miss 0.28 --ks 0,8,auto --impls plain,tandem
+  ;;
+r16)  # run 16: issue 17's streams with the final code, within one device call
+  name=streams-70b-1b
+  echo "== $name: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128"
+  start=$(date +%s)
+  timeout ${BUDGET:-480} python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
+    --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
+    --json "$out/$name.json" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
 r9b)  # run 9: the 32B and 8B pairs
   run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,12,14,15,auto --impls plain,tandem

@@ -308,7 +308,7 @@ def benchmark(
                 if "tandem" in impls and "plain" not in impls:
                     configs.append(("tandem", 0, temp))
                 continue
-            if k == POOLED:  # Auto as the batch runs it (every round planned alike)
+            if k in VARIANTS:  # Auto as the batch runs it, or with the draft cutoff
                 if "tandem" in impls and (draft is not None or lookup):
                     configs.append(("tandem", k, temp))
                 continue
@@ -324,7 +324,7 @@ def benchmark(
     tandem = [c for c in configs if c[0] == "tandem"]
     decoders = {c: Decoder(target, draft, CostModel(k_max + 1, profile)) for c in tandem}
     for (_, k, _), decoder in decoders.items():
-        decoder.draft_cutoff = draft_cutoff
+        decoder.draft_cutoff = draft_cutoff or k == CUTOFF
         decoder.stretch = k != POOLED
 
     def once(impl: str, k: int | None, temp: float, prompt: list[int], n: int) -> Run:
@@ -333,7 +333,7 @@ def benchmark(
         if impl == "mlx-lm":
             assert draft is not None and k is not None
             return run_mlx_lm(target, draft, prompt, n, temp, k)
-        auto = None if k == POOLED else k
+        auto = None if k in VARIANTS else k
         return run_tandem(decoders[(impl, k, temp)], prompt, n, temp, auto, lookup, k_max)
 
     log(f"warm-up: {len(configs)} configurations, {warmup} tokens")
@@ -399,7 +399,7 @@ def _ks(text: str) -> list[int | None]:
     """``"0,2,auto,auto-pooled"`` -> ``[0, 2, None, POOLED]``; k from 0 to 16.
 
     Raises:
-        ValueError: A value that is neither ``auto``, ``auto-pooled`` nor a k in range.
+        ValueError: A value that is neither one of Auto's names nor a k in range.
     """
     out: list[int | None] = []
     for part in text.split(","):
@@ -409,14 +409,17 @@ def _ks(text: str) -> list[int | None]:
             continue
         if not part.isdigit() or int(part) > K_MAX:
             raise ValueError(
-                f"--ks takes 'auto', 'auto-pooled' or whole numbers from 0 to {K_MAX}, not '{part}'"
+                f"--ks takes {', '.join(repr(a) for a in _AUTO)} or whole numbers "
+                f"from 0 to {K_MAX}, not '{part}'"
             )
         out.append(int(part))
     return out
 
 
 POOLED = -1  # --ks auto-pooled: Auto without the stretch belief
-_AUTO: dict[str, int | None] = {"auto": None, "auto-pooled": POOLED}
+CUTOFF = -2  # --ks auto-cutoff: Auto that ends a draft where the draft is unsure
+VARIANTS = (POOLED, CUTOFF)  # Auto run another way, beside plain Auto in one process
+_AUTO: dict[str, int | None] = {"auto": None, "auto-pooled": POOLED, "auto-cutoff": CUTOFF}
 
 
 def _label(k: int | None) -> str:
@@ -600,8 +603,10 @@ def main(args: Any) -> int:
     try:
         ks = _ks(args.ks)
         counts = _stream_counts(args.concurrent) if args.concurrent else None
-        if counts and POOLED in ks:
-            raise ValueError("--concurrent plans its streams together: leave out 'auto-pooled'")
+        if counts and any(k in VARIANTS for k in ks):
+            raise ValueError(
+                "--concurrent plans its streams together: leave out 'auto-pooled' and 'auto-cutoff'"
+            )
     except ValueError as exc:
         log(f"tandem: {exc}")
         return 2

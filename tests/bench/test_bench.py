@@ -204,10 +204,32 @@ def test_auto_with_and_without_stretches_run_side_by_side(tmp_path: Path) -> Non
     assert "auto-pooled" in r.stdout
 
 
-def test_streams_refuse_auto_without_stretches() -> None:
-    r = _bench("--synthetic", "tiny:tiny", "--concurrent", "1,2", "--ks", "auto-pooled")
+def test_auto_with_the_draft_cutoff_runs_beside_auto(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--synthetic",
+        "tiny:tiny",
+        "--ks",
+        "0,auto,auto-cutoff",
+        "--impls",
+        "plain,tandem",
+        "--max-tokens",
+        "24",
+        "--json",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    rows = {(row["impl"], row["k"]) for row in data["rows"]}
+    assert rows == {("plain", "0"), ("tandem", "auto"), ("tandem", "auto-cutoff")}
+    assert data["meta"]["draft_cutoff"] is False  # only that row ends drafts early
+
+
+@pytest.mark.parametrize("variant", ["auto-pooled", "auto-cutoff"])
+def test_streams_refuse_auto_run_another_way(variant: str) -> None:
+    r = _bench("--synthetic", "tiny:tiny", "--concurrent", "1,2", "--ks", variant)
     assert r.returncode == 2
-    assert "auto-pooled" in r.stderr
+    assert variant in r.stderr
 
 
 def test_a_run_cut_short_keeps_the_repeats_it_finished(
