@@ -143,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         "--ks",
         default="0,2,4,6,8,auto",
         help="draft lengths from 0 to 16; 'auto' adapts ('auto-pooled': without stretches; "
-        "'auto-cutoff': ending drafts where the draft is unsure)",
+        "'auto-cutoff': ending every draft where the draft is unsure; 'auto-uncut': never)",
     )
     bench.add_argument(
         "--k-max",
@@ -176,7 +176,9 @@ def _parser() -> argparse.ArgumentParser:
         "--context", type=int, default=512, help="cache length the profile is measured against"
     )
     bench.add_argument(
-        "--draft-cutoff", action="store_true", help="end a draft early when the draft is unsure"
+        "--draft-cutoff",
+        action="store_true",
+        help="end every draft early when the draft is unsure (by default only Auto's sampled ones)",
     )
     bench.add_argument(
         "--ttft",

@@ -308,7 +308,7 @@ def benchmark(
                 if "tandem" in impls and "plain" not in impls:
                     configs.append(("tandem", 0, temp))
                 continue
-            if k in VARIANTS:  # Auto as the batch runs it, or with the draft cutoff
+            if k in VARIANTS:  # Auto as the batch runs it, or with the draft cutoff or without
                 if "tandem" in impls and (draft is not None or lookup):
                     configs.append(("tandem", k, temp))
                 continue
@@ -324,7 +324,9 @@ def benchmark(
     tandem = [c for c in configs if c[0] == "tandem"]
     decoders = {c: Decoder(target, draft, CostModel(k_max + 1, profile)) for c in tandem}
     for (_, k, _), decoder in decoders.items():
-        decoder.draft_cutoff = draft_cutoff or k == CUTOFF
+        # The app's own rule (None) unless the cutoff is asked for, or off.
+        cut = True if draft_cutoff or k == CUTOFF else None
+        decoder.draft_cutoff = False if k == UNCUT else cut
         decoder.stretch = k != POOLED
 
     def once(impl: str, k: int | None, temp: float, prompt: list[int], n: int) -> Run:
@@ -417,9 +419,15 @@ def _ks(text: str) -> list[int | None]:
 
 
 POOLED = -1  # --ks auto-pooled: Auto without the stretch belief
-CUTOFF = -2  # --ks auto-cutoff: Auto that ends a draft where the draft is unsure
-VARIANTS = (POOLED, CUTOFF)  # Auto run another way, beside plain Auto in one process
-_AUTO: dict[str, int | None] = {"auto": None, "auto-pooled": POOLED, "auto-cutoff": CUTOFF}
+CUTOFF = -2  # --ks auto-cutoff: Auto that ends every draft where the draft is unsure
+UNCUT = -3  # --ks auto-uncut: Auto that never ends a draft early
+VARIANTS = (POOLED, CUTOFF, UNCUT)  # Auto run another way, beside plain Auto in one process
+_AUTO: dict[str, int | None] = {
+    "auto": None,
+    "auto-pooled": POOLED,
+    "auto-cutoff": CUTOFF,
+    "auto-uncut": UNCUT,
+}
 
 
 def _label(k: int | None) -> str:
@@ -605,7 +613,8 @@ def main(args: Any) -> int:
         counts = _stream_counts(args.concurrent) if args.concurrent else None
         if counts and any(k in VARIANTS for k in ks):
             raise ValueError(
-                "--concurrent plans its streams together: leave out 'auto-pooled' and 'auto-cutoff'"
+                "--concurrent plans its streams together: leave out 'auto-pooled', "
+                "'auto-cutoff' and 'auto-uncut'"
             )
     except ValueError as exc:
         log(f"tandem: {exc}")

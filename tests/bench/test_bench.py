@@ -204,13 +204,13 @@ def test_auto_with_and_without_stretches_run_side_by_side(tmp_path: Path) -> Non
     assert "auto-pooled" in r.stdout
 
 
-def test_auto_with_the_draft_cutoff_runs_beside_auto(tmp_path: Path) -> None:
+def test_auto_with_and_without_the_draft_cutoff_runs_beside_auto(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     r = _bench(
         "--synthetic",
         "tiny:tiny",
         "--ks",
-        "0,auto,auto-cutoff",
+        "0,auto,auto-cutoff,auto-uncut",
         "--impls",
         "plain,tandem",
         "--max-tokens",
@@ -221,11 +221,16 @@ def test_auto_with_the_draft_cutoff_runs_beside_auto(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
     rows = {(row["impl"], row["k"]) for row in data["rows"]}
-    assert rows == {("plain", "0"), ("tandem", "auto"), ("tandem", "auto-cutoff")}
-    assert data["meta"]["draft_cutoff"] is False  # only that row ends drafts early
+    assert rows == {
+        ("plain", "0"),
+        ("tandem", "auto"),
+        ("tandem", "auto-cutoff"),
+        ("tandem", "auto-uncut"),
+    }
+    assert data["meta"]["draft_cutoff"] is False  # no --draft-cutoff: each row keeps its own
 
 
-@pytest.mark.parametrize("variant", ["auto-pooled", "auto-cutoff"])
+@pytest.mark.parametrize("variant", ["auto-pooled", "auto-cutoff", "auto-uncut"])
 def test_streams_refuse_auto_run_another_way(variant: str) -> None:
     r = _bench("--synthetic", "tiny:tiny", "--concurrent", "1,2", "--ks", variant)
     assert r.returncode == 2

@@ -544,6 +544,35 @@ def test_a_draft_cut_short_when_unsure_keeps_greedy_exact(models) -> None:
     assert any(0 < r.k < 8 for r in rounds)
 
 
+@pytest.mark.parametrize(
+    ("setting", "temperature", "num_draft", "cuts"),
+    [
+        (None, 0.7, None, True),  # the default: Auto's sampled replies, where it measured faster
+        (None, 0.0, None, False),  # greedy: within noise, so not
+        (None, 0.7, 4, False),  # a fixed k drafts the k it was given
+        (False, 0.7, None, False),
+        (True, 0.0, 4, True),
+    ],
+)
+def test_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_pay(
+    models, monkeypatch, setting, temperature, num_draft, cuts
+) -> None:
+    pair = models["draft"]
+    decoder = Decoder(pair.target.model, pair.draft.model, _costs(TILED, draft_ms=8.0))
+    decoder.draft_cutoff = setting
+    thresholds: list[float] = []
+    real = Decoder._draft_tokens
+
+    def spy(self, seq, params, parts, q_rows, fed, n_draft, stop_below, timed=False):  # type: ignore[no-untyped-def]
+        thresholds.append(stop_below)
+        return real(self, seq, params, parts, q_rows, fed, n_draft, stop_below, timed)
+
+    monkeypatch.setattr(Decoder, "_draft_tokens", spy)
+    _tokens(decoder, PROMPT_IDS, 32, num_draft=num_draft, temperature=temperature, seed=3)
+    assert thresholds  # rounds drafted
+    assert any(t > 0 for t in thresholds) is cuts
+
+
 def test_rounds_teach_the_pair_what_a_round_costs_beyond_its_forwards(models) -> None:
     pair = models["draft"]
     # A profile that explains almost none of a round: the rest is its fixed cost.
