@@ -612,10 +612,8 @@ def main(args: Any) -> int:
         ks = _ks(args.ks)
         counts = _stream_counts(args.concurrent) if args.concurrent else None
         if counts and any(k in VARIANTS for k in ks):
-            raise ValueError(
-                "--concurrent plans its streams together: leave out 'auto-pooled', "
-                "'auto-cutoff' and 'auto-uncut'"
-            )
+            others = ", ".join(repr(name) for name, v in _AUTO.items() if v in VARIANTS)
+            raise ValueError(f"--concurrent plans its streams together: leave out {others}")
     except ValueError as exc:
         log(f"tandem: {exc}")
         return 2
