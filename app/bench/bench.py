@@ -324,9 +324,7 @@ def benchmark(
     tandem = [c for c in configs if c[0] == "tandem"]
     decoders = {c: Decoder(target, draft, CostModel(k_max + 1, profile)) for c in tandem}
     for (_, k, _), decoder in decoders.items():
-        # The app's own rule (None) unless the cutoff is asked for, or off.
-        cut = True if draft_cutoff or k == CUTOFF else None
-        decoder.draft_cutoff = False if k == UNCUT else cut
+        decoder.draft_cutoff = _cutoff(k, draft_cutoff)
         decoder.stretch = k != POOLED
 
     def once(impl: str, k: int | None, temp: float, prompt: list[int], n: int) -> Run:
@@ -422,12 +420,20 @@ POOLED = -1  # --ks auto-pooled: Auto without the stretch belief
 CUTOFF = -2  # --ks auto-cutoff: Auto that ends every draft where the draft is unsure
 UNCUT = -3  # --ks auto-uncut: Auto that never ends a draft early
 VARIANTS = (POOLED, CUTOFF, UNCUT)  # Auto run another way, beside plain Auto in one process
+BATCHED = (CUTOFF, UNCUT)  # the variants that --concurrent runs too
 _AUTO: dict[str, int | None] = {
     "auto": None,
     "auto-pooled": POOLED,
     "auto-cutoff": CUTOFF,
     "auto-uncut": UNCUT,
 }
+
+
+def _cutoff(k: int | None, asked: bool) -> bool | None:
+    """A configuration's draft cutoff: the app's own rule (None) unless asked for, or off."""
+    if k == UNCUT:
+        return False
+    return True if asked or k == CUTOFF else None
 
 
 def _label(k: int | None) -> str:
@@ -551,7 +557,8 @@ def _concurrent(
             return 2
         profile = None
         # Only Auto plans with the costs: a fixed k runs without the profile's minutes.
-        if None in ks and draft_model is not None and not args.cold:
+        auto = any(k is None or k in VARIANTS for k in ks)
+        if auto and draft_model is not None and not args.cold:
             log(f"measuring verification costs for widths 1-{k_max + 1}")
             profile = _measure(target, draft_model, k_max + 1, args.context)
             meta["profile"] = profile.as_dict()
@@ -560,7 +567,8 @@ def _concurrent(
         batch_costs = BatchCosts(CostModel(k_max + 1, profile))
         for k in ks:
             for temp in temps:
-                params = GenerationParams(num_draft=k, temperature=temp, k_max=k_max)
+                num_draft = None if k in VARIANTS else k
+                params = GenerationParams(num_draft=num_draft, temperature=temp, k_max=k_max)
                 rows += measure_streams(
                     target,
                     draft_model,
@@ -571,6 +579,8 @@ def _concurrent(
                     profile=profile,
                     replies=replies,
                     batch_costs=batch_costs,
+                    cutoff=_cutoff(k, args.draft_cutoff),
+                    label=_label(k),
                     log=log,
                 )
         print(streams_table(rows), flush=True)
@@ -611,8 +621,10 @@ def main(args: Any) -> int:
     try:
         ks = _ks(args.ks)
         counts = _stream_counts(args.concurrent) if args.concurrent else None
-        if counts and any(k in VARIANTS for k in ks):
-            others = ", ".join(repr(name) for name, v in _AUTO.items() if v in VARIANTS)
+        if counts and any(k in VARIANTS and k not in BATCHED for k in ks):
+            others = ", ".join(
+                repr(name) for name, v in _AUTO.items() if v in VARIANTS and v not in BATCHED
+            )
             raise ValueError(f"--concurrent plans its streams together: leave out {others}")
     except ValueError as exc:
         log(f"tandem: {exc}")

@@ -96,13 +96,15 @@ def _batch(
     acceptance: Callable[[bool], Acceptance],
     prompts: list[list[int]],
     params: GenerationParams,
+    cutoff: bool | None,
 ) -> Turns:
     """``prompts`` opened at once on one fresh batch (no cache to reuse) and pulled to the end.
 
     The batch's costs and acceptance carry over from run to run, as the app
-    keeps them per pair.
+    keeps them per pair; ``cutoff`` is its ``draft_cutoff``.
     """
     batch = BatchDecoder(target, draft, costs(), batch_costs, acceptance)
+    batch.draft_cutoff = cutoff
     return take_turns([batch.generate(p, params) for p in prompts], params.max_tokens)
 
 
@@ -142,6 +144,8 @@ def measure_streams(
     profile: CostProfile | None = None,
     replies: Replies | None = None,
     batch_costs: BatchCosts | None = None,
+    cutoff: bool | None = None,
+    label: str | None = None,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.
@@ -168,6 +172,8 @@ def measure_streams(
         batch_costs: The batch's costs, which its rounds measure and Auto
             plans with; they carry over from run to run (by default from this
             call's first run on).
+        cutoff: The draft cutoff of every decoder (``draft_cutoff``; None: the app's rule).
+        label: The rows' k (by default ``auto`` or the fixed k).
         log: Where progress lines go.
 
     Raises:
@@ -196,11 +202,15 @@ def measure_streams(
     plain_params = replace(params, num_draft=0)
     log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
     plain = _warmed(lambda: _solo(lambda: Decoder(target), prompts[0], plain_params), warmup)
+
+    def speculative() -> Decoder:
+        decoder = Decoder(target, draft, costs())
+        decoder.draft_cutoff = cutoff
+        return decoder
+
     spec = None
     if draft is not None:
-        spec = _warmed(
-            lambda: _solo(lambda: Decoder(target, draft, costs()), prompts[0], params), warmup
-        )
+        spec = _warmed(lambda: _solo(speculative, prompts[0], params), warmup)
     greedy = params.temperature == 0
     known: Replies = replies if replies is not None else {}
     if greedy:
@@ -208,13 +218,13 @@ def measure_streams(
         _greedy(target, prompts, params, known)
     plain_tps = _tps(max_tokens, plain.seconds)
     spec_tps = _tps(max_tokens, spec.seconds) if spec is not None else None
-    k = "auto" if params.num_draft is None else str(params.num_draft)
+    k = label or ("auto" if params.num_draft is None else str(params.num_draft))
     rows = []
     for n in streams:
         log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
         run = _warmed(
             functools.partial(
-                _batch, target, draft, costs, shared, acceptance, prompts[:n], params
+                _batch, target, draft, costs, shared, acceptance, prompts[:n], params, cutoff
             ),
             warmup,
         )

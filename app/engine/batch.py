@@ -42,7 +42,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
-from app.engine.costs import K_MAX, CostModel
+from app.engine.costs import K_MAX, CostModel, expected_tokens
 from app.engine.packed import packable, packed_forward
 from app.engine.speculative import (
     CacheError,
@@ -51,11 +51,13 @@ from app.engine.speculative import (
     Round,
     Verdict,
     common_prefix,
+    draft_cuts,
     draft_kept,
     fit_vocab,
     judge,
     penalty_history,
     pick,
+    stop_below,
 )
 from app.engine.stacked import Stack, stackable, stacked_step
 from app.engine.stretch import FRESH, Belief
@@ -111,6 +113,43 @@ class _Request:
             return None
         self.key, sub = mx.random.split(self.key)
         return sub
+
+
+@dataclass(eq=False)
+class _Cutoff:
+    """Ends a request's draft once the draft's own chance of its tokens so far is below its stop.
+
+    Each chance is read one step late, so the device drafts on while Python looks.
+    """
+
+    stops: list[float]  # per request; 0: it drafts its k
+    sure: list[list[mx.array]] = field(init=False)
+    chain: list[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sure = [[] for _ in self.stops]
+        self.chain = [1.0] * len(self.stops)
+
+    def note(self, i: int, token: mx.array, probs: mx.array | None, logits: mx.array) -> None:
+        """Keeps (lazily) the draft's chance of request ``i``'s new ``token``, if it is watched."""
+        if self.stops[i] > 0:
+            p = probs if probs is not None else mx.softmax(logits, axis=-1)
+            self.sure[i].append(mx.take(p[0], token))
+
+    def latest(self, going: Sequence[int]) -> list[mx.array]:
+        """The chances this step noted, to evaluate with its tokens."""
+        return [self.sure[i][-1] for i in going if self.stops[i] > 0]
+
+    def check(self, ks: list[int], step: int, going: Sequence[int]) -> None:
+        """Ends after this step the drafts of ``going`` whose chance so far is below their stop."""
+        watched = [i for i in going if self.stops[i] > 0 and step > 0]
+        if not watched:
+            return
+        seen = mx.concatenate([self.sure[i][step - 1] for i in watched]).tolist()
+        for i, p in zip(watched, cast(list[float], seen), strict=True):
+            self.chain[i] *= p
+            if self.chain[i] < self.stops[i]:
+                ks[i] = step + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +228,9 @@ class BatchDecoder:
         self._rounds = self._drafted = self._accepted = self._tokens = self._largest = 0
         # Learned on the first request, so that making a batch costs nothing until it decodes.
         self._trimmable: bool | None = None
+        # End a request's draft early where the draft is unsure: as the single
+        # decoder's ``draft_cutoff`` (True always, False never, None by default).
+        self.draft_cutoff: bool | None = None
 
     @property
     def active(self) -> int:
@@ -406,6 +448,31 @@ class BatchDecoder:
         b, m, _, drafting = shape(ks)
         return ks, self.batch_costs.wants_timing(b, m, drafting)
 
+    def _stops(self, requests: list[_Request], ks: list[int]) -> list[float]:
+        """Per request, the chance of its draft so far below which its draft ends (0: never).
+
+        As alone (:func:`app.engine.speculative.stop_below`), one more token
+        must be worth its step at the round's expected rate; a request's share
+        of a step is the step over the requests it drafts for.
+        """
+        cuts = [
+            k > 0 and draft_cuts(r.params, r.num_draft() is None, self.draft_cutoff)
+            for r, k in zip(requests, ks, strict=True)
+        ]
+        b, m, steps, d = shape(ks)
+        seconds = self.batch_costs.round_seconds(b, m, steps, d) if any(cuts) else None
+        step = self.batch_costs.draft_step(d) if seconds else None
+        if not seconds or not step:
+            return [0.0] * len(ks)
+        tokens = sum(
+            expected_tokens(self._length(r.params, r.num_draft()).acceptance.rates(), k)
+            if k
+            else 1.0
+            for r, k in zip(requests, ks, strict=True)
+        )
+        stop = stop_below(step / d, tokens / seconds)
+        return [stop if cut else 0.0 for cut in cuts]
+
     def _round(self, requests: list[_Request]) -> None:
         """Drafts for ``requests``, verifies them all in one forward, commits each."""
         start = time.perf_counter()
@@ -413,7 +480,8 @@ class BatchDecoder:
             self.batch_costs.observe_round(*self._last[0], start - self._last[1])
         ks, timed = self._plan(requests)
         stacked = self.batch_costs.stacks(shape(ks)[3])
-        proposals, q_rows, fed, first, stacked = self._draft(requests, ks, timed, stacked)
+        cutoff = _Cutoff(self._stops(requests, ks))
+        proposals, q_rows, fed, first, stacked = self._draft(requests, ks, timed, stacked, cutoff)
         if timed:
             mx.eval(proposals)  # the draft's time apart from the verification's
         draft_end = time.perf_counter()
@@ -472,7 +540,12 @@ class BatchDecoder:
         return [model(x[None], cache=c) for x, c in zip(rows, caches, strict=True)]
 
     def _draft(
-        self, requests: list[_Request], ks: list[int], timed: bool = False, stacked: bool = False
+        self,
+        requests: list[_Request],
+        ks: list[int],
+        timed: bool = False,
+        stacked: bool = False,
+        cutoff: _Cutoff | None = None,
     ) -> tuple[list[mx.array], list[list[mx.array | int]], list[list[int]], float | None, bool]:
         """Up to ``ks[i]`` draft tokens per request, the steps shared across requests.
 
@@ -480,7 +553,8 @@ class BatchDecoder:
         drafted. Where ``stacked``, the steps run on the requests' caches side
         by side (:mod:`app.engine.stacked`), one attention call a layer; from
         the first step where each feeds at most :data:`STACK_FIRST` tokens,
-        else from the second. Otherwise they run packed.
+        else from the second. Otherwise they run packed. A request's draft
+        may end before its k where ``cutoff`` says (``ks`` then holds what it drafted).
 
         Returns:
             Each request's proposal (lazy), its proposal distributions (for
@@ -488,6 +562,7 @@ class BatchDecoder:
             ``timed`` when the first step ended (it waits for it), and whether
             steps after the first ran stacked (caches too ragged to stack run packed).
         """
+        cutoff = cutoff if cutoff is not None else _Cutoff([0.0] * len(requests))
         parts: list[list[mx.array]] = [[] for _ in requests]
         q_rows: list[list[mx.array | int]] = [[] for _ in requests]
         fed = [r.seq[len(r.d_tokens) :] if k else [] for r, k in zip(requests, ks, strict=True)]
@@ -496,13 +571,13 @@ class BatchDecoder:
         x: list[mx.array] = [mx.array(f, dtype=mx.int32) for f in fed]
         for step in range(max(ks, default=0)):
             live = [i for i, k in enumerate(ks) if k > step]
-            if self.draft is None or any(requests[i].stopped for i in live):
+            if not live or self.draft is None or any(requests[i].stopped for i in live):
                 break
             caches = [c for i in live if (c := requests[i].d_cache) is not None]
             short = step > 0 or max(len(fed[i]) for i in live) <= STACK_FIRST
             if stacked and short and stackable(self.draft, caches):
                 at = self._draft_stacked(
-                    requests, ks, step, [fed[i] for i in live], x, parts, q_rows, timed
+                    requests, ks, step, [fed[i] for i in live], x, parts, q_rows, timed, cutoff
                 )
                 first = at if step == 0 else first
                 ran_stacked = True
@@ -512,12 +587,14 @@ class BatchDecoder:
                 stacked = False
             logits = self._forward(self.draft, [x[i] for i in live], caches)
             for i, lg in zip(live, logits, strict=True):
-                x[i] = self._propose(requests[i], lg[0, -1:], parts[i], q_rows[i])
+                x[i] = self._propose(requests[i], lg[0, -1:], parts[i], q_rows[i], cutoff, i)
             if timed and step == 0:
                 mx.eval([x[i] for i in live])  # the catch-up apart from the steps
                 first = time.perf_counter()
             else:
-                mx.async_eval([x[i] for i in live])  # the device drafts while Python builds on
+                # The device drafts while Python builds on.
+                mx.async_eval([x[i] for i in live], cutoff.latest(live))
+            cutoff.check(ks, step, live)
         proposals = [mx.concatenate(p) if p else mx.array([], dtype=mx.int32) for p in parts]
         for i, p in enumerate(parts):
             ks[i] = len(p)  # a cancel may have cut the draft short
@@ -533,6 +610,7 @@ class BatchDecoder:
         parts: list[list[mx.array]],
         q_rows: list[list[mx.array | int]],
         timed: bool,
+        cutoff: _Cutoff,
     ) -> float | None:
         """The draft steps from ``begin`` on, the drafting requests' caches side by side.
 
@@ -551,17 +629,19 @@ class BatchDecoder:
         first: float | None = None
         for step in range(begin, steps):
             going = [i for i in live if ks[i] > step]
-            if any(requests[i].stopped for i in going):
+            if not going or any(requests[i].stopped for i in going):
                 break
             logits = stacked_step(self.draft, [x[i] for i in live], stack)
             for j, i in enumerate(live):
                 if ks[i] > step:
-                    x[i] = self._propose(requests[i], logits[j, -1:], parts[i], q_rows[i])
+                    last = logits[j, -1:]
+                    x[i] = self._propose(requests[i], last, parts[i], q_rows[i], cutoff, i)
             if timed and step == 0:
                 mx.eval([x[i] for i in going])
                 first = time.perf_counter()
             else:
-                mx.async_eval([x[i] for i in going])
+                mx.async_eval([x[i] for i in going], cutoff.latest(going))
+            cutoff.check(ks, step, going)
         # A draft's cache holds what it was fed and all but its last draft token.
         fed_here = [len(f) if begin == 0 else 0 for f in fed]
         kept = [
@@ -576,8 +656,13 @@ class BatchDecoder:
         logits: mx.array,
         part: list[mx.array],
         q_row: list[mx.array | int],
+        cutoff: _Cutoff,
+        index: int,
     ) -> mx.array:
-        """The draft's next token for ``request`` from its ``(1, vocab)`` logits, noted."""
+        """The draft's next token for ``request`` from its ``(1, vocab)`` logits, noted.
+
+        ``cutoff`` notes how sure the draft was of it, for request ``index`` of the round.
+        """
         last = logits.astype(mx.float32)
         if self.vocab_size is not None:
             last = fit_vocab(last, self.vocab_size)
@@ -588,6 +673,7 @@ class BatchDecoder:
         token, probs = pick(last, request.params, ctx, request.next_key())
         if probs is not None:
             q_row.append(probs[0])
+        cutoff.note(index, token, probs, last)
         part.append(token)
         return token
 

@@ -350,6 +350,32 @@ def judge(
     return Verdict(_ints(tokens), accepted, _ints(fallback)[accepted])
 
 
+def draft_cuts(params: GenerationParams, auto: bool, setting: bool | None = None) -> bool:
+    """Whether a round's draft ends once the draft's own probabilities say the rest will fail.
+
+    By default only on Auto's sampled replies: on the CPU's real pair at
+    T = 0.7 Auto ran 1.16x and 1.19x as fast with it, greedy within noise
+    (docs/benchmarks.md); a fixed k drafts the k it was given.
+
+    Args:
+        params: The reply's sampling.
+        auto: Whether Auto chose the round's k.
+        setting: True always, False never, None by default.
+    """
+    if setting is not None:
+        return setting
+    return auto and params.temperature > 0
+
+
+def stop_below(step: float | None, rate: float) -> float:
+    """The chance of a draft's tokens so far below which it ends: 0 for never.
+
+    One more draft token must be worth its step: the tokens that the step's
+    seconds give at the round's rate.
+    """
+    return min(step * rate, 0.9) if step and rate > 0 else 0.0
+
+
 def draft_kept(held: list[int], drafted: Sequence[int], committed: Sequence[int]) -> int:
     """Rows of a draft's cache still right after a round: the rest are trimmed.
 
@@ -403,15 +429,8 @@ class Decoder:
         self._cancel: threading.Event | None = None  # the running reply's, while it runs
 
     def _cuts(self, params: GenerationParams, auto: bool) -> bool:
-        """Whether a round's draft ends once the draft's own probabilities say the rest will fail.
-
-        By default only on Auto's sampled replies: on the CPU's real pair at
-        T = 0.7 Auto ran 1.16x and 1.19x as fast with it, greedy within noise
-        (docs/benchmarks.md); a fixed k drafts the k it was given.
-        """
-        if self.draft_cutoff is not None:
-            return self.draft_cutoff
-        return auto and params.temperature > 0
+        """Whether a round's draft may end early (:func:`draft_cuts`, by this decoder's setting)."""
+        return draft_cuts(params, auto, self.draft_cutoff)
 
     def _stopped(self) -> bool:
         """Whether the running reply was cancelled (asked between draft steps too)."""
@@ -812,12 +831,12 @@ class Decoder:
         q_rows: list[mx.array | int],
         feed: list[int],
         n_draft: int,
-        stop_below: float,
+        stop: float,
         timed: bool = False,
     ) -> tuple[int, float | None]:
         """Drafts up to ``n_draft`` tokens onto ``parts`` (and their rows onto ``q_rows``).
 
-        With ``stop_below`` above 0 the draft ends once the product of its own
+        With ``stop`` above 0 the draft ends once the product of its own
         probabilities of its tokens falls below it; each probability is read one
         step late, so the device keeps drafting while Python looks.
 
@@ -853,13 +872,13 @@ class Decoder:
             if timed and i == 0:
                 mx.eval(token)
                 first_at = time.perf_counter()
-            if stop_below > 0:
+            if stop > 0:
                 p = probs if probs is not None else mx.softmax(logits, axis=-1)
                 sure.append(mx.take(p[0], token))
                 mx.async_eval(x, sure[-1])
                 if i:
                     chain *= cast(float, sure[i - 1].item())
-                    if chain < stop_below:
+                    if chain < stop:
                         return i + 1, first_at
             else:
                 mx.async_eval(x)  # the device drafts while Python builds the next step
@@ -936,10 +955,9 @@ class Decoder:
             assert self.draft is not None and self._d_cache is not None
             fed = seq[len(self._d_tokens) :] + looked_up
             # Each more draft token must be worth its step at the round's rate.
-            step, rate = self.costs.draft_step, plan.rate
-            stop_below = min(step * rate, 0.9) if cut and step and rate else 0.0
+            stop = stop_below(self.costs.draft_step, plan.rate) if cut else 0.0
             drafted, first_at = self._draft_tokens(
-                seq, params, parts, q_rows, fed, drafted, stop_below, timed
+                seq, params, parts, q_rows, fed, drafted, stop, timed
             )
         filler = looked_up[-1] if looked_up else seq[-1]
         return _Proposal(

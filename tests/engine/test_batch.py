@@ -18,6 +18,7 @@ from app.engine.sampling import log_probs
 from app.engine.speculative import Decoder, Prefill, Round
 from app.engine.types import Reading
 from tests.conftest import TinyModels
+from tests.engine.test_speculative import CUTOFF_CASES
 
 PROMPTS = [list(range(40, 80)), list(range(100, 112)), list(range(60, 70)) * 3, [7, 8, 9]]
 
@@ -324,3 +325,41 @@ def test_a_lone_auto_request_plans_along_stretches_and_stays_exact() -> None:
     # The request's rounds taught the table by distance from a stretch's start:
     # unseen distances would all lean on the pooled rate.
     assert len(set(tables[False].stretch_rates())) > 1
+
+
+def _cutting(pair, setting: bool | None) -> BatchDecoder:
+    """A batch whose draft step costs half a forward: unsure drafts are worth ending."""
+    single = CostModel(7, profile=CostProfile(verify=(1.0,) * 7, draft_step=0.5))
+    flat = BatchProfile(verify=((2, (1.0,) * 17),), draft=((2, 0.5),))
+    batch = BatchDecoder(pair.target.model, pair.draft.model, single, BatchCosts(single, flat))
+    batch.draft_cutoff = setting
+    return batch
+
+
+def test_a_batched_draft_cut_short_when_unsure_keeps_greedy_exact(pair) -> None:
+    batch = _cutting(pair, True)
+    params = GenerationParams(num_draft=6)  # its budget leaves room for 6 in every round
+    got, rounds = _turns([batch.generate(p, params) for p in PROMPTS[:3]], 40)
+    assert got == [_solo(pair, p, 40) for p in PROMPTS[:3]]
+    assert any(0 < r.k < 6 for rs in rounds for r in rs)
+
+
+@pytest.mark.parametrize(("setting", "temperature", "num_draft", "cuts"), CUTOFF_CASES)
+def test_batched_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_pay(
+    pair, monkeypatch, setting, temperature, num_draft, cuts
+) -> None:
+    stops: list[float] = []
+
+    class Spy(batch_module._Cutoff):
+        def __post_init__(self) -> None:
+            stops.extend(self.stops)
+            super().__post_init__()
+
+    monkeypatch.setattr(batch_module, "_Cutoff", Spy)
+    batch = _cutting(pair, setting)
+    params = GenerationParams(
+        num_draft=num_draft, k_max=6, temperature=temperature, seed=3, max_tokens=30
+    )
+    _turns([batch.generate(p, params) for p in PROMPTS[:2]], 30)
+    assert stops  # rounds ran
+    assert any(s > 0 for s in stops) is cuts

@@ -544,16 +544,17 @@ def test_a_draft_cut_short_when_unsure_keeps_greedy_exact(models) -> None:
     assert any(0 < r.k < 8 for r in rounds)
 
 
-@pytest.mark.parametrize(
-    ("setting", "temperature", "num_draft", "cuts"),
-    [
-        (None, 0.7, None, True),  # the default: Auto's sampled replies, where it measured faster
-        (None, 0.0, None, False),  # greedy: within noise, so not
-        (None, 0.7, 4, False),  # a fixed k drafts the k it was given
-        (False, 0.7, None, False),
-        (True, 0.0, 4, True),
-    ],
-)
+# (draft_cutoff, temperature, num_draft, whether drafts may end early): the batch's too.
+CUTOFF_CASES = [
+    (None, 0.7, None, True),  # the default: Auto's sampled replies, where it measured faster
+    (None, 0.0, None, False),  # greedy: within noise, so not
+    (None, 0.7, 4, False),  # a fixed k drafts the k it was given
+    (False, 0.7, None, False),
+    (True, 0.0, 4, True),
+]
+
+
+@pytest.mark.parametrize(("setting", "temperature", "num_draft", "cuts"), CUTOFF_CASES)
 def test_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_pay(
     models, monkeypatch, setting, temperature, num_draft, cuts
 ) -> None:
