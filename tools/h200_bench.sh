@@ -27,7 +27,8 @@
 # 0.1, 8b:1b at miss 0, and mlx-lm's loop at k = 3 beside Auto on 70b:1b at miss 0); PART r15c:
 # 8b:1b at miss 0 and 70b:1b at miss 0.28 again once the profile's draft step is the fastest
 # of three runs; PART r16: issue 17's streams (70b:1b at miss 0 and 0.1; 1, 4 and 8 streams;
-# k = 15 and Auto) with the final code. Every configuration is warmed up over a full-length reply first, so
+# k = 15 and Auto) with the final code; PART r17: run 16's miss-0.1 streams with every batched
+# round traced (tools/batch_trace.py). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -119,6 +120,15 @@ r15b)  # run 15: the 32B and 8B pairs, then mlx-lm's loop at its default k = 3 o
 r15c)  # run 15, last: the draft step of a profile is the fastest of three runs
   run 8b-1b-c --synthetic 8b:1b --miss 0 --ks 0,8,15,auto --impls plain,tandem
   run 70b-1b-c --synthetic 70b:1b --miss 0.28 --ks 0,8,auto --impls plain,tandem
+  ;;
+r17)  # every batched round of issue 17's miss-0.1 streams, as planned and as run (tools/batch_trace.py)
+  name=trace-70b-1b-miss0.1
+  echo "== $name: tools/batch_trace.py --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128"
+  start=$(date +%s)
+  timeout ${BUDGET:-480} python3 tools/batch_trace.py "$out/$name.jsonl" --synthetic 70b:1b \
+    --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 \
+    --max-tokens 128 --json "$out/$name.json" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   name=streams-70b-1b
