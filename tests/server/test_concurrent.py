@@ -7,6 +7,7 @@ real OpenAI client, on loopback, bounded in count and time.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -104,7 +105,10 @@ def test_concurrent_greedy_streams_equal_their_solo_replies(
         t.join(120)
     assert not errors
     assert got == {p: solo[p] for p in prompts}
-    metrics = _metrics(server)
+    # The engine reports its load just after a reply's last token: wait for that report.
+    deadline = time.monotonic() + 5
+    while (metrics := _metrics(server))["tandem_requests_running"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert metrics["tandem_requests_running"] == 0
     assert metrics["tandem_batch_size_max"] == 8
     assert 0 < metrics["tandem_batch_acceptance"] <= 1
