@@ -106,24 +106,32 @@ class Acceptance:
             out.append(min(lean + optimism * error, 0.999))
         return tuple(out)
 
-    def observe(self, k: int, accepted: int) -> None:
-        """A round proposed ``k`` tokens and the first ``accepted`` survived."""
+    def observe(self, k: int, accepted: int, share: float = 1.0) -> None:
+        """A round proposed ``k`` tokens and the first ``accepted`` survived.
+
+        ``share``: the part of a round this observation is. A batched round
+        observes each of its requests; fading the table once per round in all
+        keeps its memory as many rounds long whatever the batch's size (faded
+        per request, eight requests left it a memory of a few rounds, and its
+        far positions' rates noisy).
+        """
         if k <= 0:
             return
+        fade = self.decay**share
         for i in range(len(self._reached)):
-            self._reached[i] *= self.decay
-            self._accepted[i] *= self.decay
+            self._reached[i] *= fade
+            self._accepted[i] *= fade
         for i in range(min(k, accepted + 1, len(self._reached))):
             self._reached[i] += 1.0
             if i < accepted:
                 self._accepted[i] += 1.0
 
-    def observe_stretch(self, belief: Belief, k: int, accepted: int) -> Belief:
+    def observe_stretch(self, belief: Belief, k: int, accepted: int, share: float = 1.0) -> Belief:
         """As :meth:`observe`, for a round that started as ``belief`` says; the next belief."""
-        self.observe(k, accepted)
+        self.observe(k, accepted, share)
         if k <= 0:
             return belief
-        return self.stretch.observe(belief, k, accepted, self.alpha)
+        return self.stretch.observe(belief, k, accepted, self.alpha, share)
 
     def stretch_rates(self) -> list[float]:
         """Acceptance by distance from a stretch's start (see :class:`StretchTable`)."""
@@ -285,27 +293,30 @@ class DraftLength:
         return plan_round(profile, rates, self.k_max, k, keep=self._width)
 
     @overload
-    def observe(self, k: int, accepted: int, belief: Belief) -> Belief: ...
+    def observe(self, k: int, accepted: int, belief: Belief, share: float = 1.0) -> Belief: ...
 
     @overload
-    def observe(self, k: int, accepted: int, belief: None = None) -> None: ...
+    def observe(self, k: int, accepted: int, belief: None = None, share: float = 1.0) -> None: ...
 
-    def observe(self, k: int, accepted: int, belief: Belief | None = None) -> Belief | None:
+    def observe(
+        self, k: int, accepted: int, belief: Belief | None = None, share: float = 1.0
+    ) -> Belief | None:
         """Records a round: ``k`` proposed, the first ``accepted`` kept.
 
         Args:
             k: Tokens proposed.
             accepted: The first ones kept.
             belief: Where the round started along a stretch, if the stream keeps one.
+            share: The part of a round this observation is (see :meth:`Acceptance.observe`).
 
         Returns:
             Where the stream's next round starts, or ``None`` for a stream that
             keeps no belief.
         """
         if belief is None:
-            self.acceptance.observe(k, accepted)
+            self.acceptance.observe(k, accepted, share)
             return None
-        return self.acceptance.observe_stretch(belief, k, accepted)
+        return self.acceptance.observe_stretch(belief, k, accepted, share)
 
 
 def spread(k_max: int) -> list[int]:

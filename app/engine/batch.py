@@ -509,8 +509,9 @@ class BatchDecoder:
         draft_seconds = (draft_end - start) if any(ks) else 0.0
         self._rounds += 1
         self._largest = max(self._largest, len(requests))
-        for r, k, v, f in zip(requests, ks, verdicts, fed, strict=True):
-            self._commit(r, k, v, f)
+        shares = self._shares(requests, ks)
+        for r, k, v, f, share in zip(requests, ks, verdicts, fed, shares, strict=True):
+            self._commit(r, k, v, f, share)
             n = v.accepted
             self._drafted, self._accepted, self._tokens = (
                 self._drafted + k,
@@ -693,13 +694,30 @@ class BatchDecoder:
         token, _ = pick(logits, request.params, ctx, request.next_key())
         return Verdict([], 0, cast(int, token.item()))
 
-    def _commit(self, request: _Request, k: int, verdict: Verdict, fed: list[int]) -> None:
-        """Keeps the accepted prefix: trims rejected rows from both caches."""
+    def _shares(self, requests: list[_Request], ks: list[int]) -> list[float]:
+        """The part of this round each drafting request's observation is, of its acceptance's.
+
+        A round fades each acceptance table once, however many of its
+        requests it observes (:meth:`app.engine.adaptive.Acceptance.observe`).
+        """
+        tables = [
+            id(self._length(r.params, r.num_draft()).acceptance) if k else None
+            for r, k in zip(requests, ks, strict=True)
+        ]
+        return [1.0 / tables.count(t) if t is not None else 1.0 for t in tables]
+
+    def _commit(
+        self, request: _Request, k: int, verdict: Verdict, fed: list[int], share: float
+    ) -> None:
+        """Keeps the accepted prefix: trims rejected rows from both caches.
+
+        ``share``: the part of the round its observation is (:meth:`_shares`).
+        """
         n = verdict.accepted
         trim_prompt_cache(request.t_cache, k - n)
         if k:
             length = self._length(request.params, request.num_draft())
-            request.belief = length.observe(k, n, request.belief)
+            request.belief = length.observe(k, n, request.belief, share)
         else:
             request.belief = FRESH  # a plain token tests no draft
         committed = [*request.seq, *verdict.proposed[:n], verdict.next_token]

@@ -67,7 +67,9 @@ class StretchTable:
             out.append(lean)
         return out
 
-    def observe(self, belief: Belief, k: int, accepted: int, alpha: float) -> Belief:
+    def observe(
+        self, belief: Belief, k: int, accepted: int, alpha: float, share: float = 1.0
+    ) -> Belief:
         """Records a round that started as ``belief`` says; the belief of the round after it.
 
         Args:
@@ -75,6 +77,7 @@ class StretchTable:
             k: Tokens it proposed (at least 1).
             accepted: The first ones kept.
             alpha: The pooled rate, for distances not yet seen.
+            share: The part of a round this is: the table fades by ``decay ** share``.
         """
         rates, last = self.rates(alpha), self.distances - 1
         full = accepted >= k
@@ -86,9 +89,10 @@ class StretchTable:
         total = sum(post.values())
         if total <= 0.0:
             post, total = {0: 1.0}, 1.0
+        fade = self.decay**share
         for i in range(self.distances):
-            self._reached[i] *= self.decay
-            self._accepted[i] *= self.decay
+            self._reached[i] *= fade
+            self._accepted[i] *= fade
         after: dict[int, float] = {}
         for t, w in post.items():
             w /= total

@@ -333,6 +333,19 @@ def test_a_position_seldom_reached_leans_on_the_one_before() -> None:
     assert acceptance.rates()[3] < rates[3]  # a rejection there counts
 
 
+def test_the_parts_of_one_round_fade_the_table_as_one_round() -> None:
+    parts, rounds = Acceptance(), Acceptance()
+    for table in (parts, rounds):
+        table.observe(4, 4)
+    for _ in range(4):  # one round of four requests
+        parts.observe(2, 0, share=0.25)
+    rounds.observe(2, 0)
+    d = parts.decay
+    # The first round's four positions faded once; each part by the parts after it.
+    assert parts.evidence == pytest.approx(4 * d + sum(d ** (j / 4) for j in range(4)))
+    assert rounds.evidence == pytest.approx(4 * d + 1)
+
+
 def test_profile_store_round_trip_and_versions(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     store = ProfileStore(tmp_path / "profiles.json")
     assert store.get("t", "d") is None

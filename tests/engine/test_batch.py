@@ -363,3 +363,27 @@ def test_batched_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 30)
     assert stops  # rounds ran
     assert any(s > 0 for s in stops) is cuts
+
+
+def test_a_round_of_several_requests_fades_their_acceptance_once(pair, monkeypatch) -> None:
+    from app.engine.adaptive import Acceptance
+
+    shares: list[float] = []
+    real = Acceptance.observe
+
+    def spy(self: Acceptance, k: int, accepted: int, share: float = 1.0) -> None:
+        shares.append(share)
+        real(self, k, accepted, share)
+
+    monkeypatch.setattr(Acceptance, "observe", spy)
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    gens = [batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS]
+    assert all(isinstance(next(g), Prefill) for g in gens)
+    next(e for e in gens[0] if isinstance(e, Round))  # one round for all four
+    assert shares == [0.25] * 4
+    shares.clear()
+    alone = BatchDecoder(pair.target.model, pair.draft.model).generate(
+        PROMPTS[0], GenerationParams(num_draft=3)
+    )
+    next(e for e in alone if isinstance(e, Round))
+    assert shares == [1.0]

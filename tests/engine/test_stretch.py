@@ -91,3 +91,14 @@ def test_where_rounds_start_alike_auto_keeps_its_k() -> None:
         belief = auto.observe(k, accepted, belief)
     twin = copy.deepcopy(auto)
     assert auto.choose(belief).k == twin.choose(None).k
+
+
+def test_a_part_of_a_round_fades_the_table_by_its_share_of_the_decay() -> None:
+    parted, quarter = StretchTable(8, decay=0.98), StretchTable(8, decay=0.98**0.25)
+    a = b = FRESH
+    for k, n in [(4, 4), (2, 0), (3, 1), (4, 2), (5, 5)]:
+        a = parted.observe(a, k, n, 0.7, share=0.25)
+        b = quarter.observe(b, k, n, 0.7)
+    assert a == b
+    assert parted.rates(0.7) == pytest.approx(quarter.rates(0.7))
+    assert parted.rates(0.7) != pytest.approx(StretchTable(8).rates(0.7))  # it learned
