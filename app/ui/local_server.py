@@ -53,6 +53,8 @@ class LocalServer(QObject):
         self.service.requests_changed.connect(self._on_changed)
         self.service.request_logged.connect(self.panel.add_request)
         self.failed.connect(self.panel.show_problem)
+        engine.load_changed.connect(self.panel.show_load)
+        self.panel.show_load(engine.load)
 
     def apply(self, settings: Settings) -> asyncio.Future[None]:
         """Starts, restarts or stops the server as ``settings`` say (on the running loop)."""

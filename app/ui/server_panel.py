@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.server.http import RequestLog
+from app.services import EngineLoad
 
 MAX_ROWS = 20
 NO_KEY_TEXT = "none (loopback only)"
@@ -42,6 +43,28 @@ COLUMNS = ("Time", "Method", "Path", "Status", "Tokens", "Duration")
 PATH_COLUMN = COLUMNS.index("Path")
 
 _Index = QModelIndex | QPersistentModelIndex
+
+
+def load_text(load: EngineLoad) -> str:
+    """What the engine does now, and what its shared batch has done, in a line or two."""
+    if not load.active and not load.waiting:
+        now = "idle"
+    else:
+        parts = []
+        if load.active:
+            parts.append(f"{load.active} repl{'y' if load.active == 1 else 'ies'} running")
+            if load.batched > 1:
+                parts[-1] += f", {load.batched} in one batch (up to {load.max_batch})"
+        if load.waiting:
+            parts.append(f"{load.waiting} waiting")
+        now = "; ".join(parts)
+    batch = load.batch
+    if not batch.rounds:
+        return now
+    done = f"Shared batch so far: {batch.rounds:,} rounds, up to {batch.largest} replies a round"
+    if batch.acceptance is not None:
+        done += f", {batch.acceptance:.0%} of drafts accepted"
+    return f"{now}\n{done}"
 
 
 def mask_key(key: str) -> str:
@@ -162,9 +185,13 @@ class ServerPanel(QDialog):
         key_row = QHBoxLayout()
         key_row.addWidget(self.key_label, 1)
         key_row.addWidget(self.copy_button)
+        self.load_label = QLabel(load_text(EngineLoad()))
+        self.load_label.setAccessibleName("What the engine is doing")
+        self.load_label.setWordWrap(True)
         form = QFormLayout()
         form.addRow("URL:", url_row)
         form.addRow("API key:", key_row)
+        form.addRow("Engine:", self.load_label)
 
         self.model = RequestListModel(self)
         self.table = QTableView()
@@ -200,6 +227,11 @@ class ServerPanel(QDialog):
     def add_request(self, entry: RequestLog, at: datetime | None = None) -> None:
         """Adds one served request at the top; ``at`` defaults to now."""
         self.model.add(RequestRow.from_log(entry, at or datetime.now()))
+
+    @Slot(object)
+    def show_load(self, load: EngineLoad) -> None:
+        """Shows what the engine runs now (the window's reply too) and its batch's totals."""
+        self.load_label.setText(load_text(load))
 
     def show_problem(self, message: str) -> None:
         """Says why the server did not start, under its URL."""

@@ -14,7 +14,8 @@ from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.services import EngineService, EngineWorker
+from app.engine.batch import BatchStats
+from app.services import EngineLoad, EngineService, EngineWorker
 from app.store import Settings, SettingsFile, Store
 from app.ui.main_window import MainWindow
 from tests.conftest import TinyModels
@@ -402,6 +403,8 @@ def test_empty_states_and_server_switch_screenshots(
         panel.show_problem("The local server did not start: [Errno 98] address already in use")
         _grab(panel, f"server-panel-stopped-{mode}")
         panel.set_server("http://127.0.0.1:8080/v1", None)
+        shared = BatchStats(active=3, rounds=412, drafted=2400, accepted=1872, largest=4)
+        panel.show_load(EngineLoad(active=3, waiting=1, batched=3, batch=shared))
         _grab(panel, f"server-panel-running-{mode}")
         assert panel.switch_button.text() == "Stop Server"
         view = TranscriptView()

@@ -10,7 +10,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
+from app.engine.batch import BatchStats
 from app.server.http import RequestLog
+from app.services import EngineLoad
 from app.ui.main_window import MainWindow
 from app.ui.server_panel import MAX_ROWS, NO_KEY_TEXT, ServerPanel, mask_key
 
@@ -190,3 +192,25 @@ def test_a_server_that_cannot_start_says_why_in_the_panel(
     assert panel.problem_label.text().endswith("address in use")
     panel.set_server("http://127.0.0.1:8080/v1", None)
     assert not panel.problem_label.isVisible()
+
+
+def test_the_panel_says_what_the_engine_runs_and_what_its_batch_has_done(qtbot: QtBot) -> None:
+    panel = _panel(qtbot)
+    assert panel.load_label.text() == "idle"
+    panel.show_load(EngineLoad(active=1))
+    assert panel.load_label.text() == "1 reply running"
+    batch = BatchStats(active=3, rounds=1234, drafted=400, accepted=300, tokens=700, largest=4)
+    panel.show_load(EngineLoad(active=3, waiting=2, batched=3, max_batch=8, batch=batch))
+    assert panel.load_label.text() == (
+        "3 replies running, 3 in one batch (up to 8); 2 waiting\n"
+        "Shared batch so far: 1,234 rounds, up to 4 replies a round, 75% of drafts accepted"
+    )
+
+
+def test_the_window_s_panel_follows_the_engine_s_load(
+    qtbot: QtBot, make_window: Callable[[], MainWindow]
+) -> None:
+    window = make_window()
+    assert window.server_panel.load_label.text() == "idle"
+    window.service.load_changed.emit(EngineLoad(active=2, batched=2))
+    assert window.server_panel.load_label.text() == "2 replies running, 2 in one batch (up to 8)"
