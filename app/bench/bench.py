@@ -621,10 +621,9 @@ def main(args: Any) -> int:
     try:
         ks = _ks(args.ks)
         counts = _stream_counts(args.concurrent) if args.concurrent else None
-        if counts and any(k in VARIANTS and k not in BATCHED for k in ks):
-            others = ", ".join(
-                repr(name) for name, v in _AUTO.items() if v in VARIANTS and v not in BATCHED
-            )
+        solo = [v for v in VARIANTS if v not in BATCHED]
+        if counts and any(k in solo for k in ks):
+            others = ", ".join(repr(name) for name, v in _AUTO.items() if v in solo)
             raise ValueError(f"--concurrent plans its streams together: leave out {others}")
     except ValueError as exc:
         log(f"tandem: {exc}")

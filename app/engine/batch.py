@@ -47,6 +47,7 @@ from app.engine.packed import packable, packed_forward
 from app.engine.speculative import (
     CacheError,
     DraftControl,
+    DraftCutoff,
     Prefill,
     Round,
     Verdict,
@@ -113,43 +114,6 @@ class _Request:
             return None
         self.key, sub = mx.random.split(self.key)
         return sub
-
-
-@dataclass(eq=False)
-class _Cutoff:
-    """Ends a request's draft once the draft's own chance of its tokens so far is below its stop.
-
-    Each chance is read one step late, so the device drafts on while Python looks.
-    """
-
-    stops: list[float]  # per request; 0: it drafts its k
-    sure: list[list[mx.array]] = field(init=False)
-    chain: list[float] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.sure = [[] for _ in self.stops]
-        self.chain = [1.0] * len(self.stops)
-
-    def note(self, i: int, token: mx.array, probs: mx.array | None, logits: mx.array) -> None:
-        """Keeps (lazily) the draft's chance of request ``i``'s new ``token``, if it is watched."""
-        if self.stops[i] > 0:
-            p = probs if probs is not None else mx.softmax(logits, axis=-1)
-            self.sure[i].append(mx.take(p[0], token))
-
-    def latest(self, going: Sequence[int]) -> list[mx.array]:
-        """The chances this step noted, to evaluate with its tokens."""
-        return [self.sure[i][-1] for i in going if self.stops[i] > 0]
-
-    def check(self, ks: list[int], step: int, going: Sequence[int]) -> None:
-        """Ends after this step the drafts of ``going`` whose chance so far is below their stop."""
-        watched = [i for i in going if self.stops[i] > 0 and step > 0]
-        if not watched:
-            return
-        seen = mx.concatenate([self.sure[i][step - 1] for i in watched]).tolist()
-        for i, p in zip(watched, cast(list[float], seen), strict=True):
-            self.chain[i] *= p
-            if self.chain[i] < self.stops[i]:
-                ks[i] = step + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,7 +444,7 @@ class BatchDecoder:
             self.batch_costs.observe_round(*self._last[0], start - self._last[1])
         ks, timed = self._plan(requests)
         stacked = self.batch_costs.stacks(shape(ks)[3])
-        cutoff = _Cutoff(self._stops(requests, ks))
+        cutoff = DraftCutoff(self._stops(requests, ks))
         proposals, q_rows, fed, first, stacked = self._draft(requests, ks, timed, stacked, cutoff)
         if timed:
             mx.eval(proposals)  # the draft's time apart from the verification's
@@ -544,9 +508,9 @@ class BatchDecoder:
         self,
         requests: list[_Request],
         ks: list[int],
-        timed: bool = False,
-        stacked: bool = False,
-        cutoff: _Cutoff | None = None,
+        timed: bool,
+        stacked: bool,
+        cutoff: DraftCutoff,
     ) -> tuple[list[mx.array], list[list[mx.array | int]], list[list[int]], float | None, bool]:
         """Up to ``ks[i]`` draft tokens per request, the steps shared across requests.
 
@@ -563,7 +527,6 @@ class BatchDecoder:
             ``timed`` when the first step ended (it waits for it), and whether
             steps after the first ran stacked (caches too ragged to stack run packed).
         """
-        cutoff = cutoff if cutoff is not None else _Cutoff([0.0] * len(requests))
         parts: list[list[mx.array]] = [[] for _ in requests]
         q_rows: list[list[mx.array | int]] = [[] for _ in requests]
         fed = [r.seq[len(r.d_tokens) :] if k else [] for r, k in zip(requests, ks, strict=True)]
@@ -611,7 +574,7 @@ class BatchDecoder:
         parts: list[list[mx.array]],
         q_rows: list[list[mx.array | int]],
         timed: bool,
-        cutoff: _Cutoff,
+        cutoff: DraftCutoff,
     ) -> float | None:
         """The draft steps from ``begin`` on, the drafting requests' caches side by side.
 
@@ -657,7 +620,7 @@ class BatchDecoder:
         logits: mx.array,
         part: list[mx.array],
         q_row: list[mx.array | int],
-        cutoff: _Cutoff,
+        cutoff: DraftCutoff,
         index: int,
     ) -> mx.array:
         """The draft's next token for ``request`` from its ``(1, vocab)`` logits, noted.

@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import mlx.core as mx
@@ -374,6 +374,44 @@ def stop_below(step: float | None, rate: float) -> float:
     seconds give at the round's rate.
     """
     return min(step * rate, 0.9) if step and rate > 0 else 0.0
+
+
+@dataclass(eq=False)
+class DraftCutoff:
+    """Ends each draft once the draft's own chance of its tokens so far is below its stop.
+
+    One per round, a stop per sequence it drafts for (0: it drafts its k); each
+    chance is read one step late, so the device drafts on while Python looks.
+    """
+
+    stops: list[float]
+    sure: list[list[mx.array]] = field(init=False)
+    chain: list[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sure = [[] for _ in self.stops]
+        self.chain = [1.0] * len(self.stops)
+
+    def note(self, i: int, token: mx.array, probs: mx.array | None, logits: mx.array) -> None:
+        """Keeps (lazily) the draft's chance of sequence ``i``'s new ``token``, if it is watched."""
+        if self.stops[i] > 0:
+            p = probs if probs is not None else mx.softmax(logits, axis=-1)
+            self.sure[i].append(mx.take(p[0], token))
+
+    def latest(self, going: Sequence[int]) -> list[mx.array]:
+        """The chances this step noted, to evaluate with its tokens."""
+        return [self.sure[i][-1] for i in going if self.stops[i] > 0]
+
+    def check(self, ks: list[int], step: int, going: Sequence[int]) -> None:
+        """Ends after this step the drafts of ``going`` whose chance so far is below their stop."""
+        watched = [i for i in going if self.stops[i] > 0 and step > 0]
+        if not watched:
+            return
+        seen = mx.concatenate([self.sure[i][step - 1] for i in watched]).tolist()
+        for i, p in zip(watched, cast(list[float], seen), strict=True):
+            self.chain[i] *= p
+            if self.chain[i] < self.stops[i]:
+                ks[i] = step + 1
 
 
 def draft_kept(held: list[int], drafted: Sequence[int], committed: Sequence[int]) -> int:
@@ -852,8 +890,7 @@ class Decoder:
         history = self._history(seq, params)
         penal = params.repetition_penalty != 1.0
         x = mx.array(feed, dtype=mx.int32)
-        sure: list[mx.array] = []
-        chain = 1.0
+        cutoff, ks = DraftCutoff([stop]), [n_draft]
         first_at = None
         for i in range(n_draft):
             if self._stopped():
@@ -872,16 +909,11 @@ class Decoder:
             if timed and i == 0:
                 mx.eval(token)
                 first_at = time.perf_counter()
-            if stop > 0:
-                p = probs if probs is not None else mx.softmax(logits, axis=-1)
-                sure.append(mx.take(p[0], token))
-                mx.async_eval(x, sure[-1])
-                if i:
-                    chain *= cast(float, sure[i - 1].item())
-                    if chain < stop:
-                        return i + 1, first_at
-            else:
-                mx.async_eval(x)  # the device drafts while Python builds the next step
+            cutoff.note(0, token, probs, logits)
+            mx.async_eval(x, cutoff.latest([0]))  # the device drafts while Python builds on
+            cutoff.check(ks, i, [0])
+            if ks[0] <= i + 1:
+                return i + 1, first_at
         return n_draft, first_at
 
     def _speculate(

@@ -350,12 +350,12 @@ def test_batched_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_
 ) -> None:
     stops: list[float] = []
 
-    class Spy(batch_module._Cutoff):
+    class Spy(batch_module.DraftCutoff):
         def __post_init__(self) -> None:
             stops.extend(self.stops)
             super().__post_init__()
 
-    monkeypatch.setattr(batch_module, "_Cutoff", Spy)
+    monkeypatch.setattr(batch_module, "DraftCutoff", Spy)
     batch = _cutting(pair, setting)
     params = GenerationParams(
         num_draft=num_draft, k_max=6, temperature=temperature, seed=3, max_tokens=30

@@ -564,9 +564,9 @@ def test_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_pay(
     thresholds: list[float] = []
     real = Decoder._draft_tokens
 
-    def spy(self, seq, params, parts, q_rows, fed, n_draft, stop_below, timed=False):  # type: ignore[no-untyped-def]
-        thresholds.append(stop_below)
-        return real(self, seq, params, parts, q_rows, fed, n_draft, stop_below, timed)
+    def spy(self, seq, params, parts, q_rows, fed, n_draft, stop, timed=False):  # type: ignore[no-untyped-def]
+        thresholds.append(stop)
+        return real(self, seq, params, parts, q_rows, fed, n_draft, stop, timed)
 
     monkeypatch.setattr(Decoder, "_draft_tokens", spy)
     _tokens(decoder, PROMPT_IDS, 32, num_draft=num_draft, temperature=temperature, seed=3)
