@@ -41,8 +41,8 @@ def _choose(self: BatchLength, wants: Any) -> BatchPlan:
     return plan
 
 
-def _draft(self: BatchDecoder, requests: Any, ks: Any, timed: bool, stacked: bool) -> Any:
-    got = real_draft(self, requests, ks, timed, stacked)
+def _draft(self: BatchDecoder, requests: Any, ks: Any, timed: bool, *rest: Any) -> Any:
+    got = real_draft(self, requests, ks, timed, *rest)
     state["timed"], state["stacked"] = timed, got[4]  # the layout it ran
     return got
 

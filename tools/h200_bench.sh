@@ -28,7 +28,14 @@
 # 8b:1b at miss 0 and 70b:1b at miss 0.28 again once the profile's draft step is the fastest
 # of three runs; PART r16: issue 17's streams (70b:1b at miss 0 and 0.1; 1, 4 and 8 streams;
 # k = 15 and Auto) with the final code; PART r17: run 16's miss-0.1 streams with every batched
-# round traced (tools/batch_trace.py). Every configuration is warmed up over a full-length reply first, so
+# round traced (tools/batch_trace.py); PART r18: where a batched verify forward's time goes and
+# whether the draft overlaps it on a second stream (tools/verify_forward_probe.py, after one 70B and
+# one 8B layer's projections by rows, tools/wide_matmul_probe.py); PART r18b: 8b:1b's streams
+# (1, 4 and 8 streams at miss 0 and 0.1, k = 15 and Auto) with the final code; PART r18c: every
+# batched round of 8b:1b's miss-0.1 streams traced, then run 17's 70b:1b streams with Auto first
+# (whether the order of the runs moves their round times); PART r18d: run 17's 8 streams with
+# MLX's CUDA graph settings set by hand (a cache of 4000 graphs of 20 nodes, then of 100;
+# app/engine/backend.py now sets the second unless the environment does). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -129,6 +136,44 @@ r17)  # every batched round of issue 17's miss-0.1 streams, as planned and as ru
     --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 \
     --max-tokens 128 --json "$out/$name.json" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
+  ;;
+r18)  # run 18: the verify forward's parts, and the draft on a second stream beside it
+  for shape in 70b 8b; do
+    timeout 120 python3 tools/wide_matmul_probe.py --shape $shape
+  done 2>&1 | tee "$out/wide-matmul.txt"
+  timeout ${BUDGET:-150} python3 tools/verify_forward_probe.py --pair 70b:1b 2>&1 | tee "$out/verify-forward-70b-1b.txt"
+  ;;
+r18b)  # run 18: 8b:1b's streams with the final code
+  name=streams-8b-1b
+  echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128"
+  start=$(date +%s)
+  timeout ${BUDGET:-300} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
+    --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
+    --json "$out/$name.json" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  ;;
+r18c)  # run 18: 8b:1b's Auto at miss 0.1 traced; 70b:1b's streams with Auto run first
+  for spec in "8b-1b 8b:1b 4 15,auto 90" "70b-1b-auto-first 70b:1b 4,8 auto,15 ${BUDGET:-240}"; do
+    set -- $spec  # name, pair, streams, ks, seconds
+    echo "== trace-$1-miss0.1: tools/batch_trace.py --synthetic $2 --bits 4 --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128"
+    start=$(date +%s)
+    timeout $5 python3 tools/batch_trace.py "$out/trace-$1-miss0.1.jsonl" --synthetic $2 --bits 4 \
+      --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128 \
+      --json "$out/trace-$1-miss0.1.json" 2> "$out/trace-$1-miss0.1.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
+  ;;
+r18d)  # run 18: 70b:1b's 8 streams at miss 0.1 under two CUDA graph settings, traced
+  for cfg in "4000 20" "4000 100"; do
+    set -- $cfg
+    echo "== MLX_CUDA_GRAPH_CACHE_SIZE=$1 MLX_MAX_OPS_PER_BUFFER=$2"
+    start=$(date +%s)
+    MLX_CUDA_GRAPH_CACHE_SIZE=$1 MLX_MAX_OPS_PER_BUFFER=$2 timeout 180 python3 tools/batch_trace.py \
+      "$out/trace-cache$1-ops$2.jsonl" --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 8 \
+      --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --json "$out/streams-cache$1-ops$2.json" \
+      2> "$out/cache$1-ops$2.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   name=streams-70b-1b

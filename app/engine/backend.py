@@ -1,0 +1,70 @@
+"""Process-wide settings of MLX's backends, made before the engine's first GPU work.
+
+MLX's CUDA backend records kernels into CUDA graphs of at most
+``MLX_MAX_OPS_PER_BUFFER`` nodes (20 unless set), each cached by its topology
+among ``MLX_CUDA_GRAPH_CACHE_SIZE`` graphs (400). A round of a 4-bit 70B is
+thousands of nodes, so it launched hundreds of small graphs. On the H200 (run
+18 in docs/benchmarks.md) graphs of 100 nodes, cached among 4000, took 8
+batched streams' rounds from 0.316 to 0.279 s and one request's speculative
+decoding from 55 to 64 tok/s; a larger cache alone changed nothing. Metal
+reads the same variable with per-chip defaults of its own, unmeasured here,
+so macOS keeps MLX's; later MLX releases choose CUDA values per GPU
+architecture, so only the measured series is changed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, MutableMapping
+from importlib import metadata
+
+# What run 18 measured, on this MLX series; a value the user has set is kept.
+MEASURED_SERIES = "0.32."
+CUDA_GRAPHS: Mapping[str, str] = {
+    "MLX_MAX_OPS_PER_BUFFER": "100",
+    "MLX_CUDA_GRAPH_CACHE_SIZE": "4000",
+}
+
+
+def apply_defaults(
+    environ: MutableMapping[str, str] | None = None,
+    platform: str = sys.platform,
+    mlx_version: str | None = None,
+) -> dict[str, str]:
+    """Sets the CUDA graph sizes the user has not set, off macOS, on the measured MLX series.
+
+    MLX reads them once, at its first GPU work, so this runs when the engine
+    is imported. On a machine without CUDA they are never read.
+
+    Args:
+        environ: The environment to change (the process's by default).
+        platform: ``sys.platform`` (macOS runs Metal, not CUDA).
+        mlx_version: MLX's version (the installed one's by default).
+
+    Returns:
+        The variables it set.
+    """
+    env = os.environ if environ is None else environ
+    version = mlx_version if mlx_version is not None else _installed_mlx()
+    if platform == "darwin" or not version.startswith(MEASURED_SERIES):
+        return {}
+    added = {name: value for name, value in CUDA_GRAPHS.items() if name not in env}
+    env.update(added)
+    return added
+
+
+def _installed_mlx() -> str:
+    try:
+        return metadata.version("mlx")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def settings(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The graph settings MLX runs with, for benchmark records."""
+    env = os.environ if environ is None else environ
+    return {name: env.get(name) for name in CUDA_GRAPHS}
+
+
+__all__ = ["CUDA_GRAPHS", "MEASURED_SERIES", "apply_defaults", "settings"]

@@ -1,0 +1,45 @@
+"""The CUDA graph sizes the engine sets before MLX's first GPU work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from app.engine import backend
+
+
+def test_sets_the_measured_graph_sizes_off_macos() -> None:
+    env: dict[str, str] = {}
+    added = backend.apply_defaults(env, platform="linux", mlx_version="0.32.4")
+    assert env == added == {"MLX_MAX_OPS_PER_BUFFER": "100", "MLX_CUDA_GRAPH_CACHE_SIZE": "4000"}
+
+
+def test_keeps_what_the_user_set() -> None:
+    env = {"MLX_MAX_OPS_PER_BUFFER": "20"}
+    added = backend.apply_defaults(env, platform="linux", mlx_version="0.32.4")
+    assert env["MLX_MAX_OPS_PER_BUFFER"] == "20"
+    assert added == {"MLX_CUDA_GRAPH_CACHE_SIZE": "4000"}
+
+
+def test_leaves_metal_and_unmeasured_mlx_alone() -> None:
+    mac: dict[str, str] = {}
+    later: dict[str, str] = {}
+    assert backend.apply_defaults(mac, platform="darwin", mlx_version="0.32.4") == {}
+    assert backend.apply_defaults(later, platform="linux", mlx_version="0.33.0") == {}
+    assert backend.apply_defaults(later, platform="linux", mlx_version="") == {}
+    assert mac == later == {}
+
+
+def test_the_engine_sets_them_on_import_before_any_model_runs() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in backend.CUDA_GRAPHS}
+    code = "import os, app.engine; print(os.environ.get('MLX_MAX_OPS_PER_BUFFER'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    expected = "None" if sys.platform == "darwin" else "100"
+    assert out.stdout.strip() == expected
+    assert backend.settings({"MLX_MAX_OPS_PER_BUFFER": "100"}) == {
+        "MLX_MAX_OPS_PER_BUFFER": "100",
+        "MLX_CUDA_GRAPH_CACHE_SIZE": None,
+    }
