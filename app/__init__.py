@@ -4,7 +4,12 @@ import os
 import sys
 from pathlib import Path
 
+from app import backend_env
+
 __version__ = "0.1.0"
+
+# Before any module of the app imports MLX, which may read them as it starts its GPU.
+backend_env.apply_defaults()
 
 
 def resource_path(name: str) -> Path:

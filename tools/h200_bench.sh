@@ -35,7 +35,7 @@
 # batched round of 8b:1b's miss-0.1 streams traced, then run 17's 70b:1b streams with Auto first
 # (whether the order of the runs moves their round times); PART r18d: run 17's 8 streams with
 # MLX's CUDA graph settings set by hand (a cache of 4000 graphs of 20 nodes, then of 100;
-# app/engine/backend.py now sets the second unless the environment does). Every configuration is warmed up over a full-length reply first, so
+# app/backend_env.py now sets the second unless the environment does). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1

@@ -634,14 +634,15 @@ def main(args: Any) -> int:
         if impl not in IMPLS:
             log(f"tandem: unknown implementation '{impl}' (one of {', '.join(IMPLS)})")
             return 2
-    from app.engine import attention, backend
+    from app import backend_env
+    from app.engine import attention
 
     attention.set_mode(args.attention)
     k_max = min(args.k_max or max([k for k in ks if k and k > 0] or [K_MAX]), K_MAX)
     meta: dict[str, Any] = {
         "device": str(mx.default_device()),
         "mlx": getattr(mx, "__version__", "?"),
-        "mlx_env": backend.settings(),
+        "mlx_env": backend_env.settings(),
         "attention": args.attention,
         "verify_attention": attention.resolve(args.attention),
         "fused": args.fuse,

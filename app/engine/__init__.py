@@ -1,10 +1,5 @@
 """Tandem's inference engine: model loading and speculative decoding, free of Qt."""
 
-from app.engine import backend
-
-backend.apply_defaults()  # before any model runs: MLX reads them at its first GPU work
-
-# ruff: noqa: E402 (the engine's modules come after the backend's settings)
 from app.engine.loader import LoadedModel, ModelPair, load_pair
 from app.engine.types import Chunk, Finished, GenerationParams, Message, Origin, Stats
 from app.errors import IncompatiblePairError, ModelError

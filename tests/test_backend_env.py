@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from app.engine import backend
+from app import backend_env as backend
 
 
 def test_sets_the_measured_graph_sizes_off_macos() -> None:
@@ -31,14 +31,17 @@ def test_leaves_metal_and_unmeasured_mlx_alone() -> None:
     assert mac == later == {}
 
 
-def test_the_engine_sets_them_on_import_before_any_model_runs() -> None:
+def test_the_app_sets_them_before_any_of_its_modules_imports_mlx() -> None:
     env = {k: v for k, v in os.environ.items() if k not in backend.CUDA_GRAPHS}
-    code = "import os, app.engine; print(os.environ.get('MLX_MAX_OPS_PER_BUFFER'))"
+    code = (
+        "import os, sys, app; print(os.environ.get('MLX_MAX_OPS_PER_BUFFER'),"
+        " 'mlx.core' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     expected = "None" if sys.platform == "darwin" else "100"
-    assert out.stdout.strip() == expected
+    assert out.stdout.split() == [expected, "False"]
     assert backend.settings({"MLX_MAX_OPS_PER_BUFFER": "100"}) == {
         "MLX_MAX_OPS_PER_BUFFER": "100",
         "MLX_CUDA_GRAPH_CACHE_SIZE": None,

@@ -1,4 +1,4 @@
-"""Process-wide settings of MLX's backends, made before the engine's first GPU work.
+"""Process-wide settings of MLX's backends, made before the app imports MLX.
 
 MLX's CUDA backend records kernels into CUDA graphs of at most
 ``MLX_MAX_OPS_PER_BUFFER`` nodes (20 unless set), each cached by its topology
@@ -34,8 +34,9 @@ def apply_defaults(
 ) -> dict[str, str]:
     """Sets the CUDA graph sizes the user has not set, off macOS, on the measured MLX series.
 
-    MLX reads them once, at its first GPU work, so this runs when the engine
-    is imported. On a machine without CUDA they are never read.
+    MLX reads them once, as it starts its GPU or at its first GPU work, so
+    ``app`` runs this before any of its modules imports MLX. On a machine
+    without CUDA they are never read.
 
     Args:
         environ: The environment to change (the process's by default).
@@ -46,8 +47,10 @@ def apply_defaults(
         The variables it set.
     """
     env = os.environ if environ is None else environ
+    if platform == "darwin":
+        return {}
     version = mlx_version if mlx_version is not None else _installed_mlx()
-    if platform == "darwin" or not version.startswith(MEASURED_SERIES):
+    if not version.startswith(MEASURED_SERIES):
         return {}
     added = {name: value for name, value in CUDA_GRAPHS.items() if name not in env}
     env.update(added)
