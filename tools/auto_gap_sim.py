@@ -38,7 +38,9 @@ def simulate(profile: CostProfile, misses: set[int], fixed: int | None, seed: in
             while accepted < k and (pos + accepted) % length not in misses:
                 accepted += 1
             auto.observe(k, accepted)
-            cost = k * DRAFT_STEP + profile.verify[plan.width - 1]
+            verify = profile.verify[plan.width - 1]
+            assert verify is not None  # the profile measured every width
+            cost = k * DRAFT_STEP + verify
             auto.costs.observe_round(k, plan.width, cost * rnd.uniform(0.95, 1.05))
             pos, done, seconds = pos + accepted + 1, done + accepted + 1, seconds + cost
         tokens += done

@@ -73,15 +73,19 @@ class StretchDraftLength(DraftLength):
     def choose(self, belief: Belief | None = None) -> Plan:
         return super().choose(self.belief)
 
-    def observe(self, k: int, accepted: int, belief: Belief | None = None) -> Belief:
-        self.belief = super().observe(k, accepted, self.belief)
+    def observe(  # type: ignore[override]  # its belief is its own, never None
+        self, k: int, accepted: int, belief: Belief | None = None, share: float = 1.0
+    ) -> Belief:
+        self.belief = super().observe(k, accepted, self.belief, share)
         return self.belief
 
 
 class SeenStretchDraftLength(StretchDraftLength):
     """Ablation: a round's evidence goes to the distance it seems to start at (no belief)."""
 
-    def observe(self, k: int, accepted: int, belief: Belief | None = None) -> Belief:
+    def observe(  # type: ignore[override]  # its belief is its own, never None
+        self, k: int, accepted: int, belief: Belief | None = None, share: float = 1.0
+    ) -> Belief:
         acc = self.acceptance
         ((start, _),) = self.belief
         acc.observe_stretch(((start, 1.0),), k, accepted)
@@ -211,7 +215,7 @@ class StateDraftLength(DraftLength):
         rates = acc.state_rates(self.state, pooled)
         return plan_round(profile, rates, self.k_max, k, keep=self._width) or plan
 
-    def observe(self, k: int, accepted: int) -> None:
+    def observe(self, k: int, accepted: int) -> None:  # type: ignore[override]  # no belief
         acc = self.acceptance
         assert isinstance(acc, StateAcceptance)
         acc.observe_state(self.state, k, accepted)
@@ -290,7 +294,7 @@ class CheckedDraftLength(DraftLength):
             return plan
         return plan_round(profile, rates, self.k_max, k, keep=self._width) or plan
 
-    def observe(self, k: int, accepted: int) -> None:
+    def observe(self, k: int, accepted: int) -> None:  # type: ignore[override]  # no belief
         super().observe(k, accepted)
         if k <= 0:
             return

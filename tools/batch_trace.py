@@ -77,7 +77,7 @@ def _round(self: BatchDecoder, requests: list[Any]) -> None:
 
 BatchDecoder.__init__ = _init  # type: ignore[method-assign]
 BatchDecoder._round = _round  # type: ignore[method-assign]
-BatchDecoder._draft = _draft  # type: ignore[method-assign]
+BatchDecoder._draft = _draft  # type: ignore[method-assign, assignment]
 BatchLength.choose = _choose  # type: ignore[method-assign]
 assert batch_module.BatchDecoder is BatchDecoder
 sys.exit(main(["bench", *argv]))

@@ -12,6 +12,7 @@ the first step's forward alone on caches of the same lengths, packed, with
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -64,8 +65,8 @@ def _parts(
     b: int,
     m: int,
     steps: int,
-    d: int,
-    draft_s: float,
+    drafting: int,
+    draft: float,
     verify: float,
     first: float | None = None,
     stacked: bool = False,
@@ -77,19 +78,25 @@ def _parts(
                 "plan": marks["planned"] - marks["start"],
                 "before": marks["drafting"] - marks["planned"],
                 "first": step0,
-                "step": (draft_s - first) / (steps - 1),
+                "step": (draft - first) / (steps - 1),
                 "verify": verify,
             }
         )
-    real_parts(self, b, m, steps, d, draft_s, verify, first, stacked)
+    real_parts(self, b, m, steps, drafting, draft, verify, first, stacked)
 
 
-BatchDecoder._round, BatchDecoder._plan, BatchDecoder._draft = _round, _plan, _draft
+def _stacks(stack: bool, d: int) -> bool:
+    return stack and d > 1
+
+
+BatchDecoder._round = _round  # type: ignore[method-assign]
+BatchDecoder._plan = _plan  # type: ignore[method-assign]
+BatchDecoder._draft = _draft  # type: ignore[method-assign, assignment]
 BatchCosts.observe_parts = _parts  # type: ignore[method-assign]
 
 for stack in (False, True, False, True):
     batch = BatchDecoder(target, draft)
-    batch.batch_costs.stacks = lambda d, stack=stack: stack and d > 1  # type: ignore[method-assign]
+    batch.batch_costs.stacks = functools.partial(_stacks, stack)  # type: ignore[method-assign]
     rows.clear()
     params = GenerationParams(num_draft=15, max_tokens=160)
     take_turns([batch.generate(p, params) for p in prompts], 160)
@@ -101,7 +108,7 @@ caches = [make_prompt_cache(draft) for _ in prompts]
 for cache, p in zip(caches, prompts, strict=True):
     prefill(draft, cache, p)
 for mode in ("bucketed", "sdpa", "matmul"):
-    attention.set_mode(mode)  # type: ignore[arg-type]
+    attention.set_mode(mode)
     for n in (1, 2, 3):
         times = []
         for _ in range(7):
