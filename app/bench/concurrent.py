@@ -51,6 +51,8 @@ class StreamsRow:
             alike; ``None`` without a draft.
         speedup_plain: ``total_tps`` over ``plain_tps``.
         speedup_spec: ``total_tps`` over ``spec_tps``.
+        request_share: ``request_tps`` over ``spec_tps`` (else ``plain_tps``):
+            what a request gets of the rate it would get alone.
         exact: Whether every stream's reply is the target's greedy reply to
             its prompt alone, token for token; ``None`` when sampling.
     """
@@ -68,6 +70,7 @@ class StreamsRow:
     spec_tps: float | None
     speedup_plain: float | None
     speedup_spec: float | None
+    request_share: float | None
     exact: bool | None
 
 
@@ -233,6 +236,7 @@ def measure_streams(
         accepted = sum(r.accepted for r in rounds)
         ks = [r.k for r in rounds if r.k]
         total = _tps(n * max_tokens, run.seconds)
+        request = statistics.median(_tps(max_tokens, s) for s in run.finished)
         exact = None
         if greedy:
             exact = all(
@@ -244,7 +248,7 @@ def measure_streams(
                 k=k,
                 temp=params.temperature,
                 total_tps=total,
-                request_tps=statistics.median(_tps(max_tokens, s) for s in run.finished),
+                request_tps=request,
                 tokens=n * max_tokens,
                 seconds=run.seconds,
                 acceptance=accepted / drafted if drafted else None,
@@ -253,6 +257,7 @@ def measure_streams(
                 spec_tps=spec_tps,
                 speedup_plain=_ratio(total, plain_tps),
                 speedup_spec=_ratio(total, spec_tps),
+                request_share=_ratio(request, spec_tps or plain_tps),
                 exact=exact,
             )
         )
@@ -279,7 +284,7 @@ def streams_table(rows: Sequence[StreamsRow]) -> str:
         )
         lines.append(
             f"{'streams':>7} {'tok/s':>8} {'req tok/s':>9} {'tokens':>6} {'s':>7} {'accept':>7} "
-            f"{'mean k':>6} {'x plain':>7} {'x spec':>7} {'exact':>5}"
+            f"{'mean k':>6} {'x plain':>7} {'x spec':>7} {'per req':>7} {'exact':>5}"
         )
         for r in group:
             exact = "-" if r.exact is None else "yes" if r.exact else "no"
@@ -287,7 +292,8 @@ def streams_table(rows: Sequence[StreamsRow]) -> str:
             lines.append(
                 f"{r.streams:>7} {r.total_tps:>8.2f} {r.request_tps:>9.2f} {r.tokens:>6} "
                 f"{r.seconds:>7.2f} {acc:>7} {_cell(r.mean_k, '.1f'):>6} "
-                f"{_times(r.speedup_plain):>7} {_times(r.speedup_spec):>7} {exact:>5}"
+                f"{_times(r.speedup_plain):>7} {_times(r.speedup_spec):>7} "
+                f"{_cell(r.request_share, '.2f'):>7} {exact:>5}"
             )
     return "\n".join(lines)
 

@@ -42,11 +42,14 @@ def test_one_row_per_stream_count_and_every_greedy_stream_is_exact(pair) -> None
         assert r.total_tps > 0 and r.plain_tps > 0 and r.spec_tps is not None
         assert r.speedup_plain == pytest.approx(r.total_tps / r.plain_tps)
         assert r.speedup_spec == pytest.approx(r.total_tps / r.spec_tps)
+        assert r.request_share == pytest.approx(r.request_tps / r.spec_tps)
     lines = streams_table(rows).splitlines()
     assert lines[0].startswith("k 3, temp 0.00; one request alone: plain")
     assert lines[1].split()[0] == "streams" and lines[1].split()[-1] == "exact"
     assert [line.split()[0] for line in lines[2:]] == ["1", "3"]
     assert all(line.split()[-1] == "yes" for line in lines[2:])
+    assert lines[1].split()[-3:-1] == ["per", "req"]
+    assert [line.split()[-2] for line in lines[2:]] == [f"{r.request_share:.2f}" for r in rows]
 
 
 def test_a_stream_that_differs_from_its_solo_reply_is_not_exact(pair) -> None:
