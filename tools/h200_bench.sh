@@ -35,7 +35,10 @@
 # batched round of 8b:1b's miss-0.1 streams traced, then run 17's 70b:1b streams with Auto first
 # (whether the order of the runs moves their round times); PART r18d: run 17's 8 streams with
 # MLX's CUDA graph settings set by hand (a cache of 4000 graphs of 20 nodes, then of 100;
-# app/backend_env.py now sets the second unless the environment does). Every configuration is warmed up over a full-length reply first, so
+# app/backend_env.py now sets the second unless the environment does); PART r19: issue 17's
+# streams again (70b:1b at miss 0 and 0.1, then 8b:1b at miss 0 and 0.1; 1, 4 and 8 streams;
+# k = 15 and Auto) with no graph variable in the environment, so the app's own settings run
+# (each JSON's meta.mlx_env says which). Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -172,6 +175,20 @@ r18d)  # run 18: 70b:1b's 8 streams at miss 0.1 under two CUDA graph settings, t
       "$out/trace-cache$1-ops$2.jsonl" --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 8 \
       --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --json "$out/streams-cache$1-ops$2.json" \
       2> "$out/cache$1-ops$2.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
+  ;;
+r19)  # run 19: the streams with the app's CUDA graph settings, within one device call
+  unset MLX_MAX_OPS_PER_BUFFER MLX_CUDA_GRAPH_CACHE_SIZE
+  end=$(( $(date +%s) + ${BUDGET:-540} ))
+  for spec in "70b:1b 150" "8b:1b 0"; do
+    set -- $spec  # pair, seconds kept back for the run after it
+    name=streams-${1%%:*}-${1##*:}
+    echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128"
+    start=$(date +%s)
+    timeout $(( end - start - $2 )) python3 -m app bench --synthetic "$1" --bits 4 --dtype bfloat16 \
+      --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
+      --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
   ;;
