@@ -38,7 +38,9 @@
 # app/backend_env.py now sets the second unless the environment does); PART r19: issue 17's
 # streams again (70b:1b at miss 0 and 0.1, then 8b:1b at miss 0 and 0.1; 1, 4 and 8 streams;
 # k = 15 and Auto) with no graph variable in the environment, so the app's own settings run
-# (each JSON's meta.mlx_env says which). Every configuration is warmed up over a full-length reply first, so
+# (each JSON's meta.mlx_env says which); PART r19b: the target's caches kept side by side
+# from round to round against apart (tools/side_by_side_probe.py, 70b:1b, 4 and 8 sequences).
+# Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
 part=$1
@@ -191,6 +193,11 @@ r19)  # run 19: the streams with the app's CUDA graph settings, within one devic
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r19b)  # run 19: whether caches kept side by side would pay for the target's verify forward
+  for b in 8 4; do
+    timeout ${BUDGET:-150} python3 tools/side_by_side_probe.py --pair 70b:1b --streams $b
+  done 2>&1 | tee "$out/side-by-side-70b.txt"
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   name=streams-70b-1b

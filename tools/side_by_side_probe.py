@@ -1,0 +1,185 @@
+"""Whether the target's caches kept side by side from round to round would pay.
+
+Usage: PYTHONPATH=. python3 tools/side_by_side_probe.py [--pair 70b:1b] [--streams 8] [--rows 16]
+
+Run 18 measured a batched verify forward of 8 x 16 rows at 236 ms with each
+sequence attending over its own cache, and 201 ms with one attention call per
+layer over caches laid side by side beforehand (tools/verify_forward_probe.py).
+Laying them out costs a copy of every cache; keeping them laid out means the
+batch's rounds leave holes where drafts are rejected. This times rounds both
+ways, accepted lengths drawn at random, ms per round (median of the rounds):
+
+- ``apart``: what the engine runs: one packed forward (attention per sequence),
+  then each sequence's cache trimmed to what it accepted;
+- ``side by side``: one forward over caches kept side by side, the new rows of
+  every sequence in shared columns, rejected columns masked out instead of
+  trimmed, and the caches compacted (each sequence's kept columns moved to the
+  front) when the columns run out; the compactions' time is spread over the rounds.
+
+It also checks that the two give the same greedy tokens round by round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+from app.engine.attention import BUCKET
+from app.engine.fuse import fuse
+from app.engine.packed import packed_forward
+from app.engine.stacked import stacked_step
+from app.testing import synthetic as syn
+
+
+class SideBySide:
+    """Every sequence's per-layer keys and values in one array, kept from round to round.
+
+    Duck-types :class:`app.engine.stacked.Stack` for :func:`stacked_step`.
+    """
+
+    def __init__(self, caches: Sequence[list[Any]], room: int) -> None:
+        lengths = [c[0].offset for c in caches]
+        self.count = len(caches)
+        self.size = -(-(max(lengths) + room) // BUCKET) * BUCKET
+        self.col = max(lengths)  # the next free shared column
+        self.positions = list(lengths)  # each sequence's tokens kept
+        cols = mx.arange(self.size)[None, :]
+        self.valid = cols < mx.array(lengths)[:, None]
+        self.keys = [self._lay([c[i].keys for c in caches], lengths) for i in range(len(caches[0]))]
+        self.values = [
+            self._lay([c[i].values for c in caches], lengths) for i in range(len(caches[0]))
+        ]
+        self.compactions = 0
+
+    def _lay(self, parts: Sequence[mx.array], lengths: Sequence[int]) -> mx.array:
+        rows = [
+            mx.pad(p[..., :n, :], [(0, 0), (0, 0), (0, self.size - n), (0, 0)])
+            for p, n in zip(parts, lengths, strict=True)
+        ]
+        return mx.concatenate(rows, axis=0)
+
+    def begin(self, rows: Sequence[int]) -> tuple[int, mx.array, mx.array]:
+        r = max(rows)
+        if self.col + r > self.size:
+            self.compact()
+        if self.col + r > self.size:
+            self.grow(r)
+        col = self.col
+        cols = mx.arange(self.size)[None, None, :]
+        last = col + mx.arange(r)[None, :, None]
+        new = (cols >= col) & (cols <= last)
+        mask = self.valid[:, None, :] | new
+        self.col += r
+        return col, mx.array(self.positions), mask[:, None]
+
+    def settle(self, col: int, kept: Sequence[int]) -> None:
+        """After a round that began at ``col``: sequence j keeps its first ``kept[j]`` new rows."""
+        cols = mx.arange(self.size)[None, :]
+        ends = col + mx.array(list(kept))[:, None]
+        self.valid = self.valid | ((cols >= col) & (cols < ends))
+        self.positions = [p + n for p, n in zip(self.positions, kept, strict=True)]
+
+    def grow(self, r: int) -> None:
+        """Lays out more columns: the kept ones fill the row (as a cache grows by steps)."""
+        more = -(-(self.col + r - self.size) // BUCKET) * BUCKET
+        pad = [(0, 0), (0, 0), (0, more), (0, 0)]
+        self.keys = [mx.pad(k, pad) for k in self.keys]
+        self.values = [mx.pad(v, pad) for v in self.values]
+        self.valid = mx.pad(self.valid, [(0, 0), (0, more)])
+        self.size += more
+        mx.eval(self.keys, self.values, self.valid)
+
+    def compact(self) -> None:
+        """Moves each sequence's kept columns to the front of its row."""
+        self.compactions += 1
+        # Kept columns first, each part in its own order.
+        cols = mx.arange(self.size)[None, :]
+        order = mx.argsort(mx.where(self.valid, cols, cols + self.size), axis=1)
+        idx = order[:, None, :, None]
+        self.keys = [mx.take_along_axis(k, idx, axis=2) for k in self.keys]
+        self.values = [mx.take_along_axis(v, idx, axis=2) for v in self.values]
+        self.valid = mx.arange(self.size)[None, :] < mx.array(self.positions)[:, None]
+        self.col = max(self.positions)
+        mx.eval(self.keys, self.values, self.valid)
+
+
+def _prefilled(model: Any, prompts: list[list[int]]) -> list[list[Any]]:
+    caches = [make_prompt_cache(model) for _ in prompts]
+    for c, p in zip(caches, prompts, strict=True):
+        mx.eval(packed_forward(model, [p], [c]), [x.state for x in c])
+    return caches
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pair", default="70b:1b")
+    ap.add_argument("--bits", type=int, default=4)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--room", type=int, default=256, help="columns laid out beyond the longest")
+    a = ap.parse_args()
+    tname, _ = syn.parse_pair(a.pair)
+    target = syn.build(tname, bits=a.bits, dtype=getattr(mx, a.dtype))
+    fuse(target)
+    base = (syn.prompt(tname, 8) * 8)[: a.prompt]
+    # Different last tokens, so each sequence goes its own way.
+    prompts = [[*base[:-1], base[-1 - i]] for i in range(a.streams)]
+    rnd = random.Random(0)
+    accepted = [[rnd.randint(0, a.rows - 1) for _ in range(a.streams)] for _ in range(a.rounds)]
+
+    apart = _prefilled(target, prompts)
+    side = SideBySide(_prefilled(target, prompts), a.room)
+    mx.eval(side.keys, side.values)
+    feeds = [mx.array([p[-1]], dtype=mx.int32) for p in prompts]
+    times: dict[str, list[float]] = {"apart": [], "side by side": []}
+    same = True
+    for n, kept_drafts in enumerate(accepted):
+        # The rows a round verifies: each sequence's last token, then its "draft" (the
+        # target's own greedy continuation is not known yet, so any tokens do).
+        rows = [mx.concatenate([f, mx.arange(1, a.rows, dtype=mx.int32) + n]) for f in feeds]
+        t = time.perf_counter()
+        logits = packed_forward(target, rows, apart)
+        picks = mx.concatenate([lg[0].argmax(-1) for lg in logits])
+        mx.eval(picks)
+        for c, k in zip(apart, kept_drafts, strict=True):
+            trim_prompt_cache(c, a.rows - (k + 1))
+        times["apart"].append(time.perf_counter() - t)
+
+        t = time.perf_counter()
+        out = stacked_step(target, rows, side)  # type: ignore[arg-type]  # a Stack in all it uses
+        col = side.col - a.rows  # where this round's rows went (after any compaction)
+        side_picks = out.argmax(-1).reshape(-1)
+        mx.eval(side_picks)
+        side.settle(col, [k + 1 for k in kept_drafts])
+        times["side by side"].append(time.perf_counter() - t)
+        same &= bool(mx.all(picks == side_picks).item())
+        feeds = [
+            mx.array([picks[j * a.rows + k].item()], dtype=mx.int32)
+            for j, k in enumerate(kept_drafts)
+        ]
+
+    skip = max(2, a.rounds // 10)  # the first rounds build kernels
+    print(
+        f"{a.pair} q{a.bits} {a.dtype}, {a.streams} sequences x {a.rows} rows, "
+        f"{a.prompt}-token prompts, {a.rounds} rounds, {side.compactions} compactions, "
+        f"{side.size} columns at the end"
+    )
+    for name, ts in times.items():
+        kept = ts[skip:]
+        print(f"{name:>13}: {1000 * statistics.median(kept):.1f} ms a round (median), "
+              f"{1000 * statistics.mean(kept):.1f} mean")  # fmt: skip
+    print(f"same greedy tokens every round: {'yes' if same else 'no'}")
+
+
+if __name__ == "__main__":
+    main()
