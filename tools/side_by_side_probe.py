@@ -120,7 +120,7 @@ def _prefilled(model: Any, prompts: list[list[int]]) -> list[list[Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pair", default="70b:1b")
-    ap.add_argument("--bits", type=int, default=4)
+    ap.add_argument("--bits", type=int, default=4, help="4 or 8; 0 keeps --dtype")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--rows", type=int, default=16)
@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--room", type=int, default=256, help="columns laid out beyond the longest")
     a = ap.parse_args()
     tname, _ = syn.parse_pair(a.pair)
-    target = syn.build(tname, bits=a.bits, dtype=getattr(mx, a.dtype))
+    target = syn.build(tname, bits=a.bits or None, dtype=getattr(mx, a.dtype))
     fuse(target)
     base = (syn.prompt(tname, 8) * 8)[: a.prompt]
     # Different last tokens, so each sequence goes its own way.
@@ -169,8 +169,9 @@ def main() -> None:
         ]
 
     skip = max(2, a.rounds // 10)  # the first rounds build kernels
+    weights = f"q{a.bits} {a.dtype}" if a.bits else a.dtype
     print(
-        f"{a.pair} q{a.bits} {a.dtype}, {a.streams} sequences x {a.rows} rows, "
+        f"{a.pair} {weights}, {a.streams} sequences x {a.rows} rows, "
         f"{a.prompt}-token prompts, {a.rounds} rounds, {side.compactions} compactions, "
         f"{side.size} columns at the end"
     )
