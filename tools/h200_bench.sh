@@ -56,6 +56,22 @@ run() {  # name, then bench arguments
     --temps 0 --json "$out/$name.json" "$@" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
 }
+streams() {  # name, pair, seconds: issue 17's streams (1, 4 and 8; miss 0 and 0.1; k = 15 and Auto)
+  echo "== $1: tandem bench --synthetic $2 --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128"
+  start=$(date +%s)
+  timeout "$3" python3 -m app bench --synthetic "$2" --bits 4 --dtype bfloat16 \
+    --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
+    --json "$out/$1.json" 2> "$out/$1.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+}
+trace() {  # name, pair, streams, ks, seconds: streams at miss 0.1, every batched round traced
+  echo "== $1: tools/batch_trace.py --synthetic $2 --bits 4 --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128"
+  start=$(date +%s)
+  timeout "$5" python3 tools/batch_trace.py "$out/$1.jsonl" --synthetic "$2" --bits 4 \
+    --dtype bfloat16 --concurrent "$3" --miss 0.1 --ks "$4" --temps 0 --max-tokens 128 \
+    --json "$out/$1.json" 2> "$out/$1.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+}
 case "$part" in
 a)
   run 70b-1b --synthetic 70b:1b --miss 0,0.1,0.28 --ks 0,8,12,14,15,auto --impls plain,tandem
@@ -134,13 +150,7 @@ r15c)  # run 15, last: the draft step of a profile is the fastest of three runs
   run 70b-1b-c --synthetic 70b:1b --miss 0.28 --ks 0,8,auto --impls plain,tandem
   ;;
 r17)  # every batched round of issue 17's miss-0.1 streams, as planned and as run (tools/batch_trace.py)
-  name=trace-70b-1b-miss0.1
-  echo "== $name: tools/batch_trace.py --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128"
-  start=$(date +%s)
-  timeout ${BUDGET:-480} python3 tools/batch_trace.py "$out/$name.jsonl" --synthetic 70b:1b \
-    --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 \
-    --max-tokens 128 --json "$out/$name.json" 2> "$out/$name.err"
-  echo "rc=$? in $(( $(date +%s) - start )) s"
+  trace trace-70b-1b-miss0.1 70b:1b 1,4,8 15,auto ${BUDGET:-480}
   ;;
 r18)  # run 18: the verify forward's parts, and the draft on a second stream beside it
   for shape in 70b 8b; do
@@ -149,50 +159,24 @@ r18)  # run 18: the verify forward's parts, and the draft on a second stream bes
   timeout ${BUDGET:-150} python3 tools/verify_forward_probe.py --pair 70b:1b 2>&1 | tee "$out/verify-forward-70b-1b.txt"
   ;;
 r18b)  # run 18: 8b:1b's streams with the final code
-  name=streams-8b-1b
-  echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128"
-  start=$(date +%s)
-  timeout ${BUDGET:-300} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
-    --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
-    --json "$out/$name.json" 2> "$out/$name.err"
-  echo "rc=$? in $(( $(date +%s) - start )) s"
+  streams streams-8b-1b 8b:1b ${BUDGET:-300}
   ;;
 r18c)  # run 18: 8b:1b's Auto at miss 0.1 traced; 70b:1b's streams with Auto run first
-  for spec in "8b-1b 8b:1b 4 15,auto 90" "70b-1b-auto-first 70b:1b 4,8 auto,15 ${BUDGET:-240}"; do
-    set -- $spec  # name, pair, streams, ks, seconds
-    echo "== trace-$1-miss0.1: tools/batch_trace.py --synthetic $2 --bits 4 --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128"
-    start=$(date +%s)
-    timeout $5 python3 tools/batch_trace.py "$out/trace-$1-miss0.1.jsonl" --synthetic $2 --bits 4 \
-      --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128 \
-      --json "$out/trace-$1-miss0.1.json" 2> "$out/trace-$1-miss0.1.err"
-    echo "rc=$? in $(( $(date +%s) - start )) s"
-  done
+  trace trace-8b-1b-miss0.1 8b:1b 4 15,auto 90
+  trace trace-70b-1b-auto-first-miss0.1 70b:1b 4,8 auto,15 ${BUDGET:-240}
   ;;
 r18d)  # run 18: 70b:1b's 8 streams at miss 0.1 under two CUDA graph settings, traced
-  for cfg in "4000 20" "4000 100"; do
-    set -- $cfg
-    echo "== MLX_CUDA_GRAPH_CACHE_SIZE=$1 MLX_MAX_OPS_PER_BUFFER=$2"
-    start=$(date +%s)
-    MLX_CUDA_GRAPH_CACHE_SIZE=$1 MLX_MAX_OPS_PER_BUFFER=$2 timeout 180 python3 tools/batch_trace.py \
-      "$out/trace-cache$1-ops$2.jsonl" --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 8 \
-      --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --json "$out/streams-cache$1-ops$2.json" \
-      2> "$out/cache$1-ops$2.err"
-    echo "rc=$? in $(( $(date +%s) - start )) s"
+  for ops in 20 100; do
+    echo "== MLX_CUDA_GRAPH_CACHE_SIZE=4000 MLX_MAX_OPS_PER_BUFFER=$ops"
+    (export MLX_CUDA_GRAPH_CACHE_SIZE=4000 MLX_MAX_OPS_PER_BUFFER=$ops
+     trace trace-cache4000-ops$ops 70b:1b 8 15,auto 180)
   done
   ;;
 r19)  # run 19: the streams with the app's CUDA graph settings, within one device call
   unset MLX_MAX_OPS_PER_BUFFER MLX_CUDA_GRAPH_CACHE_SIZE
   end=$(( $(date +%s) + ${BUDGET:-540} ))
-  for spec in "70b:1b 150" "8b:1b 0"; do
-    set -- $spec  # pair, seconds kept back for the run after it
-    name=streams-${1%%:*}-${1##*:}
-    echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128"
-    start=$(date +%s)
-    timeout $(( end - start - $2 )) python3 -m app bench --synthetic "$1" --bits 4 --dtype bfloat16 \
-      --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
-      --json "$out/$name.json" 2> "$out/$name.err"
-    echo "rc=$? in $(( $(date +%s) - start )) s"
-  done
+  streams streams-70b-1b 70b:1b $(( end - $(date +%s) - 150 ))  # 150 s kept for 8b:1b
+  streams streams-8b-1b 8b:1b $(( end - $(date +%s) ))
   ;;
 r19b)  # run 19: whether caches kept side by side would pay for the target's verify forward
   for b in 8 4; do
@@ -200,13 +184,7 @@ r19b)  # run 19: whether caches kept side by side would pay for the target's ver
   done 2>&1 | tee "$out/side-by-side-70b.txt"
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
-  name=streams-70b-1b
-  echo "== $name: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128"
-  start=$(date +%s)
-  timeout ${BUDGET:-480} python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
-    --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
-    --json "$out/$name.json" 2> "$out/$name.err"
-  echo "rc=$? in $(( $(date +%s) - start )) s"
+  streams streams-70b-1b 70b:1b ${BUDGET:-480}
   ;;
 r9b)  # run 9: the 32B and 8B pairs
   run 32b-0.5b --synthetic 32b:0.5b --miss 0,0.1 --ks 0,12,14,15,auto --impls plain,tandem

@@ -34,36 +34,23 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from app.engine.attention import BUCKET
 from app.engine.fuse import fuse
 from app.engine.packed import packed_forward
-from app.engine.stacked import stacked_step
+from app.engine.stacked import Stack, stacked_step
 from app.testing import synthetic as syn
 
 
-class SideBySide:
-    """Every sequence's per-layer keys and values in one array, kept from round to round.
+class SideBySide(Stack):
+    """A :class:`~app.engine.stacked.Stack` kept from round to round.
 
-    Duck-types :class:`app.engine.stacked.Stack` for :func:`stacked_step`.
+    The new rows of every sequence take shared columns; the columns a sequence
+    rejects are masked out rather than trimmed.
     """
 
     def __init__(self, caches: Sequence[list[Any]], room: int) -> None:
-        lengths = [c[0].offset for c in caches]
-        self.count = len(caches)
-        self.size = -(-(max(lengths) + room) // BUCKET) * BUCKET
-        self.col = max(lengths)  # the next free shared column
-        self.positions = list(lengths)  # each sequence's tokens kept
-        cols = mx.arange(self.size)[None, :]
-        self.valid = cols < mx.array(lengths)[:, None]
-        self.keys = [self._lay([c[i].keys for c in caches], lengths) for i in range(len(caches[0]))]
-        self.values = [
-            self._lay([c[i].values for c in caches], lengths) for i in range(len(caches[0]))
-        ]
+        super().__init__(caches, room)
+        self.col = self.base  # the next free shared column
+        self.positions = [c[0].offset for c in caches]  # each sequence's tokens kept
+        self.valid = mx.arange(self.size)[None, :] < self._lengths[:, None]
         self.compactions = 0
-
-    def _lay(self, parts: Sequence[mx.array], lengths: Sequence[int]) -> mx.array:
-        rows = [
-            mx.pad(p[..., :n, :], [(0, 0), (0, 0), (0, self.size - n), (0, 0)])
-            for p, n in zip(parts, lengths, strict=True)
-        ]
-        return mx.concatenate(rows, axis=0)
 
     def begin(self, rows: Sequence[int]) -> tuple[int, mx.array, mx.array]:
         r = max(rows)
@@ -156,7 +143,7 @@ def main() -> None:
         times["apart"].append(time.perf_counter() - t)
 
         t = time.perf_counter()
-        out = stacked_step(target, rows, side)  # type: ignore[arg-type]  # a Stack in all it uses
+        out = stacked_step(target, rows, side)
         col = side.col - a.rows  # where this round's rows went (after any compaction)
         side_picks = out.argmax(-1).reshape(-1)
         mx.eval(side_picks)

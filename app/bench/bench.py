@@ -24,6 +24,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
+from app import backend_env
 from app.engine.calibrate import default_prompts
 from app.engine.costs import K_MAX, CostModel, CostProfile, ProfileProgress, measure_profile
 from app.engine.speculative import Decoder, Prefill, Round
@@ -634,7 +635,6 @@ def main(args: Any) -> int:
         if impl not in IMPLS:
             log(f"tandem: unknown implementation '{impl}' (one of {', '.join(IMPLS)})")
             return 2
-    from app import backend_env
     from app.engine import attention
 
     attention.set_mode(args.attention)
