@@ -39,7 +39,8 @@
 # streams again (70b:1b at miss 0 and 0.1, then 8b:1b at miss 0 and 0.1; 1, 4 and 8 streams;
 # k = 15 and Auto) with no graph variable in the environment, so the app's own settings run
 # (each JSON's meta.mlx_env says which); PART r19b: the target's caches kept side by side
-# from round to round against apart (tools/side_by_side_probe.py, 70b:1b, 4 and 8 sequences).
+# from round to round against apart (tools/side_by_side_probe.py, 70b:1b, 4 and 8 sequences);
+# PART r19c: 8b:1b at miss 0 with drafts of 0 (batched plain), 2, 4 and 8 tokens at 4 and 8 streams.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
@@ -182,6 +183,14 @@ r19b)  # run 19: whether caches kept side by side would pay for the target's ver
   for b in 8 4; do
     timeout ${BUDGET:-150} python3 tools/side_by_side_probe.py --pair 70b:1b --streams $b
   done 2>&1 | tee "$out/side-by-side-70b.txt"
+  ;;
+r19c)  # run 19: 8b:1b at miss 0 with short drafts and none (batched plain), 4 and 8 streams
+  echo "== streams-8b-1b-short: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0 --ks 0,2,4,8 --temps 0 --max-tokens 128"
+  start=$(date +%s)
+  timeout ${BUDGET:-270} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
+    --concurrent 4,8 --miss 0 --ks 0,2,4,8 --temps 0 --max-tokens 128 \
+    --json "$out/streams-8b-1b-short.json" 2> "$out/streams-8b-1b-short.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}
