@@ -200,6 +200,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--warmup", type=int, default=16, help="tokens of each warm-up run")
     bench.add_argument(
+        "--fresh-shapes",
+        action="store_true",
+        help="--concurrent: warm up on prompts one token longer, so the measured runs meet "
+        "no cache length the warm-up left behind",
+    )
+    bench.add_argument(
         "--no-fuse",
         dest="bench_fuse",
         action="store_false",

@@ -40,7 +40,9 @@
 # k = 15 and Auto) with no graph variable in the environment, so the app's own settings run
 # (each JSON's meta.mlx_env says which); PART r19b: the target's caches kept side by side
 # from round to round against apart (tools/side_by_side_probe.py, 70b:1b, 4 and 8 sequences);
-# PART r19c: 8b:1b at miss 0 with drafts of 0 (batched plain), 2, 4 and 8 tokens at 4 and 8 streams.
+# PART r19c: 8b:1b at miss 0 with drafts of 0 (batched plain), 2, 4 and 8 tokens at 4 and 8 streams;
+# PART r19d: the same rounds twice (tools/side_by_side_probe.py --replay), and both pairs' streams
+# warmed up on prompts one token longer (--fresh-shapes), so no measured round replays a shape.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
@@ -191,6 +193,20 @@ r19c)  # run 19: 8b:1b at miss 0 with short drafts and none (batched plain), 4 a
     --concurrent 4,8 --miss 0 --ks 0,2,4,8 --temps 0 --max-tokens 128 \
     --json "$out/streams-8b-1b-short.json" 2> "$out/streams-8b-1b-short.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
+  ;;
+r19d)  # run 19: whether rounds of cache lengths never seen before run slower than replayed ones
+  for b in 8 1; do
+    timeout 150 python3 tools/side_by_side_probe.py --pair 70b:1b --streams $b --replay
+  done 2>&1 | tee "$out/side-by-side-replay-70b.txt"
+  for pair in 70b:1b 8b:1b; do
+    name=streams-${pair%%:*}-fresh
+    echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes"
+    start=$(date +%s)
+    timeout 170 python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
+      --concurrent 1,4,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes \
+      --json "$out/$name.json" 2> "$out/$name.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}

@@ -582,6 +582,7 @@ def _concurrent(
                     batch_costs=batch_costs,
                     cutoff=_cutoff(k, args.draft_cutoff),
                     label=_label(k),
+                    fresh=args.fresh_shapes,
                     log=log,
                 )
         print(streams_table(rows), flush=True)
@@ -591,7 +592,10 @@ def _concurrent(
         json_path = _json_path(args.json, miss if len(drafts) > 1 else None)
         if json_path:
             meta.update(
-                max_tokens=args.max_tokens, concurrent=list(counts), prompt_tokens=len(prompt)
+                max_tokens=args.max_tokens,
+                concurrent=list(counts),
+                prompt_tokens=len(prompt),
+                fresh_shapes=args.fresh_shapes,
             )
             _write_json(json_path, meta, [asdict(r) for r in rows])
         del draft_model

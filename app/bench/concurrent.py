@@ -97,9 +97,9 @@ def _batch(
     costs: Callable[[], CostModel],
     batch_costs: BatchCosts,
     acceptance: Callable[[bool], Acceptance],
-    prompts: list[list[int]],
     params: GenerationParams,
     cutoff: bool | None,
+    prompts: list[list[int]],
 ) -> Turns:
     """``prompts`` opened at once on one fresh batch (no cache to reuse) and pulled to the end.
 
@@ -121,11 +121,18 @@ def _greedy(
             known[tuple(prompt)] = _solo(lambda: Decoder(target), prompt, plain).replies[0]
 
 
-def _warmed(run: Callable[[], Turns], warmup: bool) -> Turns:
-    """A second ``run`` where ``warmup``: the first built the kernels of its shapes."""
+def _warmed(
+    run: Callable[[list[list[int]]], Turns], prompts: list[list[int]], warmup: bool, fresh: bool
+) -> Turns:
+    """``run`` of ``prompts`` after, where ``warmup``, an unmeasured one that built its kernels.
+
+    Where ``fresh``, the warm-up's prompts are one token longer (each
+    prompt's first token twice), so no measured forward meets a cache length
+    the warm-up left behind, as requests of other lengths would not.
+    """
     if warmup:
-        run()
-    return run()
+        run([[p[0], *p] for p in prompts] if fresh else prompts)
+    return run(prompts)
 
 
 def _tps(tokens: int, seconds: float) -> float:
@@ -149,6 +156,7 @@ def measure_streams(
     batch_costs: BatchCosts | None = None,
     cutoff: bool | None = None,
     label: str | None = None,
+    fresh: bool = False,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.
@@ -177,6 +185,9 @@ def measure_streams(
             call's first run on).
         cutoff: The draft cutoff of every decoder (``draft_cutoff``; None: the app's rule).
         label: The rows' k (by default ``auto`` or the fixed k).
+        fresh: Warm up on prompts one token longer, so that the measured runs
+            meet no cache length seen before (MLX's CUDA backend caches its
+            graphs by shape, so replayed lengths run faster than new ones).
         log: Where progress lines go.
 
     Raises:
@@ -204,7 +215,11 @@ def measure_streams(
 
     plain_params = replace(params, num_draft=0)
     log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
-    plain = _warmed(lambda: _solo(lambda: Decoder(target), prompts[0], plain_params), warmup)
+
+    def solo(decoder: Callable[[], Decoder], p: GenerationParams) -> Turns:
+        return _warmed(lambda ps: _solo(decoder, ps[0], p), prompts[:1], warmup, fresh)
+
+    plain = solo(lambda: Decoder(target), plain_params)
 
     def speculative() -> Decoder:
         decoder = Decoder(target, draft, costs())
@@ -213,7 +228,7 @@ def measure_streams(
 
     spec = None
     if draft is not None:
-        spec = _warmed(lambda: _solo(speculative, prompts[0], params), warmup)
+        spec = solo(speculative, params)
     greedy = params.temperature == 0
     known: Replies = replies if replies is not None else {}
     if greedy:
@@ -226,10 +241,10 @@ def measure_streams(
     for n in streams:
         log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
         run = _warmed(
-            functools.partial(
-                _batch, target, draft, costs, shared, acceptance, prompts[:n], params, cutoff
-            ),
+            functools.partial(_batch, target, draft, costs, shared, acceptance, params, cutoff),
+            prompts[:n],
             warmup,
+            fresh,
         )
         rounds = [r for rs in run.rounds for r in rs]
         drafted = sum(r.k for r in rounds)

@@ -9,6 +9,8 @@ import pytest
 
 from app.bench.concurrent import measure_streams, streams_table, variants
 from app.engine import GenerationParams, load_pair
+from app.engine.batch import BatchDecoder
+from app.engine.speculative import Decoder
 from tests.conftest import TinyModels
 from tests.fakes import _tandem_here
 
@@ -50,6 +52,36 @@ def test_one_row_per_stream_count_and_every_greedy_stream_is_exact(pair) -> None
     assert all(line.split()[-1] == "yes" for line in lines[2:])
     assert lines[1].split()[-3:-1] == ["per", "req"]
     assert [line.split()[-2] for line in lines[2:]] == [f"{r.request_share:.2f}" for r in rows]
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_fresh_shapes_warm_up_on_prompts_one_token_longer(
+    pair, monkeypatch: pytest.MonkeyPatch, fresh: bool
+) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def spy(cls: type, name: str) -> None:
+        original = cls.generate
+
+        def generate(self, prompt, *args, **kwargs):
+            seen.append((name, len(prompt)))
+            return original(self, prompt, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "generate", generate)
+
+    spy(BatchDecoder, "batch")
+    spy(Decoder, "solo")
+    rows = measure_streams(
+        pair.target.model, pair.draft.model, PROMPT, GenerationParams(num_draft=2),
+        streams=(2,), max_tokens=8, fresh=fresh,
+    )  # fmt: skip
+    assert rows[0].exact is True  # the measured run decoded the prompts asked for
+    n = len(PROMPT)
+    warm = n + 1 if fresh else n
+    solos = [length for name, length in seen if name == "solo"]
+    assert solos[:2] == [warm, n]  # plain alone: warm-up, then measured
+    assert solos[2:4] == [warm, n]  # speculative alone
+    assert [length for name, length in seen if name == "batch"] == [warm, warm, n, n]
 
 
 def test_a_stream_that_differs_from_its_solo_reply_is_not_exact(pair) -> None:
