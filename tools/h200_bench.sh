@@ -195,14 +195,15 @@ r19c)  # run 19: 8b:1b at miss 0 with short drafts and none (batched plain), 4 a
   echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
 r19d)  # run 19: whether rounds of cache lengths never seen before run slower than replayed ones
-  for b in 8 1; do
-    timeout 150 python3 tools/side_by_side_probe.py --pair 70b:1b --streams $b --replay
-  done 2>&1 | tee "$out/side-by-side-replay-70b.txt"
+  timeout 130 python3 tools/side_by_side_probe.py --pair 70b:1b --streams 8 --replay 2>&1 |
+    tee "$out/side-by-side-replay-70b.txt"
+  timeout 60 python3 tools/side_by_side_probe.py --pair 70b:1b --streams 1 --replay 2>&1 |
+    tee -a "$out/side-by-side-replay-70b.txt"
   for pair in 70b:1b 8b:1b; do
     name=streams-${pair%%:*}-fresh
     echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes"
     start=$(date +%s)
-    timeout 170 python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
+    timeout $([ $pair = 70b:1b ] && echo 170 || echo 100) python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
       --concurrent 1,4,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes \
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
