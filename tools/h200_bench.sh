@@ -42,7 +42,8 @@
 # from round to round against apart (tools/side_by_side_probe.py, 70b:1b, 4 and 8 sequences);
 # PART r19c: 8b:1b at miss 0 with drafts of 0 (batched plain), 2, 4 and 8 tokens at 4 and 8 streams;
 # PART r19d: the same rounds twice (tools/side_by_side_probe.py --replay), and both pairs' streams
-# warmed up on prompts one token longer (--fresh-shapes), so no measured round replays a shape.
+# warmed up on prompts one token longer (--fresh-shapes), so no measured round replays a shape;
+# PART r19e: 70b:1b's fresh-shape streams under MLX's own graph settings and with CUDA graphs off.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
@@ -208,6 +209,19 @@ r19d)  # run 19: whether rounds of cache lengths never seen before run slower th
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r19e)  # run 19: fresh cache lengths under MLX's own graph settings and with CUDA graphs off
+  for env in "MLX_CUDA_GRAPH_CACHE_SIZE=400 MLX_MAX_OPS_PER_BUFFER=20" "MLX_USE_CUDA_GRAPHS=0"; do
+    name=streams-70b-fresh-$(echo "$env" | tr -cd 'A-Z0-9=' | tr '=' '-' | cut -c1-40)
+    echo "== $env: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes"
+    start=$(date +%s)
+    env $env timeout 150 python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
+      --concurrent 1,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes \
+      --json "$out/$name.json" 2> "$out/$name.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
+  timeout 100 python3 tools/side_by_side_probe.py --pair 70b:1b --streams 2 --rounds 24 --replay 2>&1 |
+    tee "$out/side-by-side-replay-70b.txt"
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}
