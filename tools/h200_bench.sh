@@ -212,7 +212,7 @@ r19d)  # run 19: whether rounds of cache lengths never seen before run slower th
   ;;
 r19e)  # run 19: fresh cache lengths under MLX's own graph settings and with CUDA graphs off
   for env in "MLX_CUDA_GRAPH_CACHE_SIZE=400 MLX_MAX_OPS_PER_BUFFER=20" "MLX_USE_CUDA_GRAPHS=0"; do
-    name=streams-70b-fresh-$(echo "$env" | tr -cd 'A-Z0-9=' | tr '=' '-' | cut -c1-40)
+    case $env in *GRAPHS=0) name=streams-70b-fresh-graphs-off ;; *) name=streams-70b-fresh-graphs-mlx ;; esac
     echo "== $env: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes"
     start=$(date +%s)
     env $env timeout 150 python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
