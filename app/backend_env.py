@@ -64,10 +64,14 @@ def _installed_mlx() -> str:
         return ""
 
 
+# Recorded, never set: whether MLX's CUDA backend uses graphs at all (on unless "0").
+RECORDED = ("MLX_USE_CUDA_GRAPHS",)
+
+
 def settings(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """The graph settings MLX runs with, for benchmark records."""
     env = os.environ if environ is None else environ
-    return {name: env.get(name) for name in CUDA_GRAPHS}
+    return {name: env.get(name) for name in (*CUDA_GRAPHS, *RECORDED)}
 
 
-__all__ = ["CUDA_GRAPHS", "MEASURED_SERIES", "apply_defaults", "settings"]
+__all__ = ["CUDA_GRAPHS", "MEASURED_SERIES", "RECORDED", "apply_defaults", "settings"]

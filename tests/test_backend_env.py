@@ -45,4 +45,7 @@ def test_the_app_sets_them_before_any_of_its_modules_imports_mlx() -> None:
     assert backend.settings({"MLX_MAX_OPS_PER_BUFFER": "100"}) == {
         "MLX_MAX_OPS_PER_BUFFER": "100",
         "MLX_CUDA_GRAPH_CACHE_SIZE": None,
+        "MLX_USE_CUDA_GRAPHS": None,
     }
+    # Graphs turned off is recorded, so a run without them says so in its JSON.
+    assert backend.settings({"MLX_USE_CUDA_GRAPHS": "0"})["MLX_USE_CUDA_GRAPHS"] == "0"
