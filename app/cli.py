@@ -202,8 +202,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--fresh-shapes",
         action="store_true",
-        help="--concurrent: warm up on prompts one token longer, so the measured runs meet "
-        "no cache length the warm-up left behind",
+        help="run every measured request on a prompt of another length (its first token "
+        "repeated), so none meets a cache length an earlier run left behind",
+    )
+    bench.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="--concurrent: the batch keeps its target caches side by side from round to round",
     )
     bench.add_argument(
         "--no-fuse",

@@ -43,7 +43,9 @@
 # PART r19c: 8b:1b at miss 0 with drafts of 0 (batched plain), 2, 4 and 8 tokens at 4 and 8 streams;
 # PART r19d: the same rounds twice (tools/side_by_side_probe.py --replay), and both pairs' streams
 # warmed up on prompts one token longer (--fresh-shapes), so no measured round replays a shape;
-# PART r19e: 70b:1b's fresh-shape streams under MLX's own graph settings and with CUDA graphs off.
+# PART r19e: 70b:1b's fresh-shape streams under MLX's own graph settings and with CUDA graphs off;
+# PART r20: both pairs' streams on fresh cache lengths with the batch's target caches apart, then
+# side by side (tandem bench --side-by-side).
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
@@ -222,6 +224,19 @@ r19e)  # run 19: fresh cache lengths under MLX's own graph settings and with CUD
   done
   timeout 100 python3 tools/side_by_side_probe.py --pair 70b:1b --streams 2 --rounds 24 --replay 2>&1 |
     tee "$out/side-by-side-replay-70b.txt"
+  ;;
+r20)  # run 20: the batch's target caches side by side against apart, on fresh cache lengths
+  for pair in 70b:1b 8b:1b; do
+    for layout in "" --side-by-side; do
+      name=streams-${pair%%:*}-fresh${layout:+-side-by-side}
+      echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes $layout"
+      start=$(date +%s)
+      timeout $([ $pair = 70b:1b ] && echo 190 || echo 70) python3 -m app bench --synthetic $pair \
+        --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 \
+        --max-tokens 128 --fresh-shapes $layout --json "$out/$name.json" 2> "$out/$name.err"
+      echo "rc=$? in $(( $(date +%s) - start )) s"
+    done
+  done
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}

@@ -9,12 +9,12 @@ Laying them out costs a copy of every cache; keeping them laid out means the
 batch's rounds leave holes where drafts are rejected. This times rounds both
 ways, accepted lengths drawn at random, ms per round (median of the rounds):
 
-- ``apart``: what the engine runs: one packed forward (attention per sequence),
+- ``apart``: what the engine runs by default: one packed forward (attention per sequence),
   then each sequence's cache trimmed to what it accepted;
-- ``side by side``: one forward over caches kept side by side, the new rows of
-  every sequence in shared columns, rejected columns masked out instead of
-  trimmed, and the caches compacted (each sequence's kept columns moved to the
-  front) when the columns run out; the compactions' time is spread over the rounds.
+- ``side by side``: one forward over caches kept side by side
+  (:class:`app.engine.side_by_side.SideBySide`, as ``BatchDecoder(side_by_side=True)``
+  runs), rejected columns masked out instead of trimmed, compacted when the
+  columns run out; the compactions' time is spread over the rounds.
 
 It also checks that the two give the same greedy tokens round by round.
 """
@@ -25,76 +25,16 @@ import argparse
 import random
 import statistics
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from app.engine.attention import BUCKET
 from app.engine.fuse import fuse
 from app.engine.packed import packed_forward
-from app.engine.stacked import Stack, stacked_step
+from app.engine.side_by_side import SideBySide
+from app.engine.stacked import stacked_step
 from app.testing import synthetic as syn
-
-
-class SideBySide(Stack):
-    """A :class:`~app.engine.stacked.Stack` kept from round to round.
-
-    The new rows of every sequence take shared columns; the columns a sequence
-    rejects are masked out rather than trimmed.
-    """
-
-    def __init__(self, caches: Sequence[list[Any]], room: int) -> None:
-        super().__init__(caches, room)
-        self.col = self.base  # the next free shared column
-        self.positions = [c[0].offset for c in caches]  # each sequence's tokens kept
-        self.valid = mx.arange(self.size)[None, :] < self._lengths[:, None]
-        self.compactions = 0
-
-    def begin(self, rows: Sequence[int]) -> tuple[int, mx.array, mx.array]:
-        r = max(rows)
-        if self.col + r > self.size:
-            self.compact()
-        if self.col + r > self.size:
-            self.grow(r)
-        col = self.col
-        cols = mx.arange(self.size)[None, None, :]
-        last = col + mx.arange(r)[None, :, None]
-        new = (cols >= col) & (cols <= last)
-        mask = self.valid[:, None, :] | new
-        self.col += r
-        return col, mx.array(self.positions), mask[:, None]
-
-    def settle(self, col: int, kept: Sequence[int]) -> None:
-        """After a round that began at ``col``: sequence j keeps its first ``kept[j]`` new rows."""
-        cols = mx.arange(self.size)[None, :]
-        ends = col + mx.array(list(kept))[:, None]
-        self.valid = self.valid | ((cols >= col) & (cols < ends))
-        self.positions = [p + n for p, n in zip(self.positions, kept, strict=True)]
-
-    def grow(self, r: int) -> None:
-        """Lays out more columns: the kept ones fill the row (as a cache grows by steps)."""
-        more = -(-(self.col + r - self.size) // BUCKET) * BUCKET
-        pad = [(0, 0), (0, 0), (0, more), (0, 0)]
-        self.keys = [mx.pad(k, pad) for k in self.keys]
-        self.values = [mx.pad(v, pad) for v in self.values]
-        self.valid = mx.pad(self.valid, [(0, 0), (0, more)])
-        self.size += more
-        mx.eval(self.keys, self.values, self.valid)
-
-    def compact(self) -> None:
-        """Moves each sequence's kept columns to the front of its row."""
-        self.compactions += 1
-        # Kept columns first, each part in its own order.
-        cols = mx.arange(self.size)[None, :]
-        order = mx.argsort(mx.where(self.valid, cols, cols + self.size), axis=1)
-        idx = order[:, None, :, None]
-        self.keys = [mx.take_along_axis(k, idx, axis=2) for k in self.keys]
-        self.values = [mx.take_along_axis(v, idx, axis=2) for v in self.values]
-        self.valid = mx.arange(self.size)[None, :] < mx.array(self.positions)[:, None]
-        self.col = max(self.positions)
-        mx.eval(self.keys, self.values, self.valid)
 
 
 def _prefilled(model: Any, prompts: list[list[int]]) -> list[list[Any]]:
@@ -128,10 +68,9 @@ def _rounds(
 
         t = time.perf_counter()
         out = stacked_step(target, rows, side)
-        col = side.col - n_rows  # where this round's rows went (after any compaction)
         side_picks = out.argmax(-1).reshape(-1)
         mx.eval(side_picks)
-        side.settle(col, [k + 1 for k in kept_drafts])
+        side.settle([k + 1 for k in kept_drafts])
         times["side by side"].append(time.perf_counter() - t)
         same &= bool(mx.all(picks == side_picks).item())
         feeds = [

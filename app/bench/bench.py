@@ -290,10 +290,15 @@ def benchmark(
     draft_cutoff: bool = False,
     mlx_ks: Sequence[int] | None = None,
     on_repeat: Callable[[list[Row], int], None] | None = None,
+    fresh_shapes: bool = False,
 ) -> list[Row]:
     """Runs every configuration ``repeats`` times over ``prompts``, interleaved.
 
-    Each repeat starts one configuration later than the one before.
+    Each repeat starts one configuration later than the one before. Where
+    ``fresh_shapes``, every measured run's prompt is longer than any run's
+    before (its first token repeated), so no measured forward meets a cache
+    length an earlier run left behind: MLX's CUDA backend caches its graphs
+    by shape, so a replayed run is faster than a request of another length.
 
     Tandem's decoders start from ``profile`` (measured once per pair, as the
     app stores it); without one they measure costs as they run.
@@ -342,12 +347,15 @@ def benchmark(
         once(impl, k, temp, prompts[0], min(warmup, max_tokens))
     rows = {c: Row(c[0], _label(c[1]), c[2]) for c in configs}
     mx.random.seed(seed)
+    runs = 0
     for r in range(repeats):
         # The order rotates each repeat: no configuration always runs first or last.
         turn = configs[r % len(configs) :] + configs[: r % len(configs)]
         for i, prompt in enumerate(prompts):
             for config in turn:
-                run = once(*config, prompt, max_tokens)
+                runs += 1
+                longer = [prompt[0]] * runs + prompt if fresh_shapes else prompt
+                run = once(*config, longer, max_tokens)
                 row = rows[config]
                 row.tps.append(run.tps)
                 row.drafted += run.drafted
@@ -583,6 +591,7 @@ def _concurrent(
                     cutoff=_cutoff(k, args.draft_cutoff),
                     label=_label(k),
                     fresh=args.fresh_shapes,
+                    side_by_side=args.side_by_side,
                     log=log,
                 )
         print(streams_table(rows), flush=True)
@@ -596,6 +605,7 @@ def _concurrent(
                 concurrent=list(counts),
                 prompt_tokens=len(prompt),
                 fresh_shapes=args.fresh_shapes,
+                side_by_side=args.side_by_side,
             )
             _write_json(json_path, meta, [asdict(r) for r in rows])
         del draft_model
@@ -734,7 +744,12 @@ def main(args: Any) -> int:
 
         def save(rows: list[Row], done: int, path: Path | None = json_path) -> None:
             if path is not None:
-                meta.update(max_tokens=args.max_tokens, repeats=done, lookup=args.prompt_lookup)
+                meta.update(
+                    max_tokens=args.max_tokens,
+                    repeats=done,
+                    lookup=args.prompt_lookup,
+                    fresh_shapes=args.fresh_shapes,
+                )
                 _write_json(path, meta, [r.as_dict() for r in rows])
 
         rows = benchmark(
@@ -754,6 +769,7 @@ def main(args: Any) -> int:
             draft_cutoff=args.draft_cutoff,
             mlx_ks=[int(k) for k in args.mlx_ks.split(",")] if args.mlx_ks else None,
             on_repeat=save,
+            fresh_shapes=args.fresh_shapes,
         )
         print(table(rows), flush=True)
         if args.ttft:

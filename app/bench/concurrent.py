@@ -99,6 +99,7 @@ def _batch(
     acceptance: Callable[[bool], Acceptance],
     params: GenerationParams,
     cutoff: bool | None,
+    side_by_side: bool,
     prompts: list[list[int]],
 ) -> Turns:
     """``prompts`` opened at once on one fresh batch (no cache to reuse) and pulled to the end.
@@ -106,7 +107,7 @@ def _batch(
     The batch's costs and acceptance carry over from run to run, as the app
     keeps them per pair; ``cutoff`` is its ``draft_cutoff``.
     """
-    batch = BatchDecoder(target, draft, costs(), batch_costs, acceptance)
+    batch = BatchDecoder(target, draft, costs(), batch_costs, acceptance, side_by_side)
     batch.draft_cutoff = cutoff
     return take_turns([batch.generate(p, params) for p in prompts], params.max_tokens)
 
@@ -157,6 +158,7 @@ def measure_streams(
     cutoff: bool | None = None,
     label: str | None = None,
     fresh: bool = False,
+    side_by_side: bool = False,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.
@@ -188,6 +190,8 @@ def measure_streams(
         fresh: Warm up on prompts one token longer, so that the measured runs
             meet no cache length seen before (MLX's CUDA backend caches its
             graphs by shape, so replayed lengths run faster than new ones).
+        side_by_side: The batch keeps its target caches side by side
+            (:mod:`app.engine.side_by_side`) rather than each apart.
         log: Where progress lines go.
 
     Raises:
@@ -241,7 +245,9 @@ def measure_streams(
     for n in streams:
         log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
         run = _warmed(
-            functools.partial(_batch, target, draft, costs, shared, acceptance, params, cutoff),
+            functools.partial(
+                _batch, target, draft, costs, shared, acceptance, params, cutoff, side_by_side
+            ),
             prompts[:n],
             warmup,
             fresh,

@@ -12,7 +12,12 @@ what they are alone and sampling stays lossless.
 
 Ragged acceptance costs no copies: every request keeps its own per-layer KV
 caches (mlx-lm's ``KVCache``), so rejected rows are trimmed per request and
-RoPE runs at each cache's own offset. A request joins between rounds; the
+RoPE runs at each cache's own offset. Where ``side_by_side`` is set, the
+target's caches of the requests verified together are instead kept side by
+side while the same requests run (:mod:`app.engine.side_by_side`): rejected
+rows masked in place, one attention call a layer, shapes that do not change
+from round to round; each request gets its own cache back when the batch's
+members change. A request joins between rounds; the
 prompts of joining requests are read :data:`PREFILL_CHUNK` tokens per round
 in all, so a long prompt delays the others by at most one chunk's forward per
 round, and requests that come together start together. The caches of the
@@ -44,6 +49,7 @@ from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
 from app.engine.costs import K_MAX, CostModel, expected_tokens
 from app.engine.packed import packable, packed_forward
+from app.engine.side_by_side import SideBySide
 from app.engine.speculative import (
     CacheError,
     DraftControl,
@@ -165,6 +171,8 @@ class BatchDecoder:
         batch_costs: The pair's batched-round costs; by default learned afresh.
         acceptance: The pair's running acceptance by sampling (``True``: T > 0),
             shared with its single-request decoder; by default the batch's own.
+        side_by_side: Verify several requests over their target caches kept
+            side by side from round to round, rather than each over its own.
     """
 
     def __init__(
@@ -174,8 +182,12 @@ class BatchDecoder:
         costs: CostModel | None = None,
         batch_costs: BatchCosts | None = None,
         acceptance: Callable[[bool], Acceptance] | None = None,
+        side_by_side: bool = False,
     ) -> None:
         self.target = target
+        self.side_by_side = side_by_side
+        # The target's caches of the requests last verified together, side by side.
+        self._side: tuple[list[_Request], SideBySide] | None = None
         self.draft = draft
         self.costs = costs if costs is not None else CostModel()
         self.batch_costs = batch_costs if batch_costs is not None else BatchCosts(self.costs)
@@ -288,6 +300,7 @@ class BatchDecoder:
         """Takes ``request`` out; its caches are kept for a follow-up when they can be cut back."""
         if request not in self._open:
             return
+        self._unstack()
         self._open.remove(request)
         if keep and self._trimmable and request.read:
             held = request.seq[: request.read] if request.reading else request.seq[:-1]
@@ -455,7 +468,7 @@ class BatchDecoder:
             else mx.array(r.seq[-1:], dtype=mx.int32)
             for r, k, p in zip(requests, ks, proposals, strict=True)
         ]
-        logits = self._forward(self.target, rows, [r.t_cache for r in requests])
+        logits, side = self._verify(requests, rows)
         round_shape = shape(ks)
         if timed:
             mx.eval(logits)
@@ -469,13 +482,15 @@ class BatchDecoder:
             self._judge(r, k, lg[0].astype(mx.float32), p, q)
             for r, k, lg, p, q in zip(requests, ks, logits, proposals, q_rows, strict=True)
         ]
+        if side is not None:
+            side.settle([v.accepted + 1 for v in verdicts])
         seconds = time.perf_counter() - start
         draft_seconds = (draft_end - start) if any(ks) else 0.0
         self._rounds += 1
         self._largest = max(self._largest, len(requests))
         shares = self._shares(requests, ks)
         for r, k, v, f, share in zip(requests, ks, verdicts, fed, shares, strict=True):
-            self._commit(r, k, v, f, share)
+            self._commit(r, k, v, f, share, trim=side is None)
             n = v.accepted
             self._drafted, self._accepted, self._tokens = (
                 self._drafted + k,
@@ -495,6 +510,41 @@ class BatchDecoder:
                     width=k + 1,
                 )
             )
+
+    def _verify(
+        self, requests: list[_Request], rows: list[mx.array]
+    ) -> tuple[list[mx.array], SideBySide | None]:
+        """Each request's target logits for its rows, and the side-by-side caches if they ran.
+
+        Side by side only where asked, for several requests whose caches
+        stack; the same requests as last round keep the same stack.
+        """
+        side = self._stacked(requests) if self.side_by_side and len(requests) > 1 else None
+        if side is None:
+            self._unstack()
+            return self._forward(self.target, rows, [r.t_cache for r in requests]), None
+        out = stacked_step(self.target, rows, side)
+        width = out.shape[1]
+        return [out[j : j + 1, width - x.size :] for j, x in enumerate(rows)], side
+
+    def _stacked(self, requests: list[_Request]) -> SideBySide | None:
+        """The side-by-side caches of ``requests``: kept from last round, or laid out now."""
+        if self._side is not None and self._side[0] == requests:
+            return self._side[1]
+        self._unstack()
+        caches = [r.t_cache for r in requests]
+        if not stackable(self.target, caches):
+            return None
+        side = SideBySide(caches)
+        self._side = (list(requests), side)
+        return side
+
+    def _unstack(self) -> None:
+        """Gives the requests verified side by side their own target caches back."""
+        if self._side is not None:
+            members, side = self._side
+            self._side = None
+            side.restore([r.t_cache for r in members])
 
     def _forward(
         self, model: nn.Module, rows: Sequence[mx.array], caches: Sequence[list[Any]]
@@ -670,14 +720,23 @@ class BatchDecoder:
         return [1.0 / tables.count(t) if t is not None else 1.0 for t in tables]
 
     def _commit(
-        self, request: _Request, k: int, verdict: Verdict, fed: list[int], share: float
+        self,
+        request: _Request,
+        k: int,
+        verdict: Verdict,
+        fed: list[int],
+        share: float,
+        trim: bool = True,
     ) -> None:
         """Keeps the accepted prefix: trims rejected rows from both caches.
 
-        ``share``: the part of the round its observation is (:meth:`_shares`).
+        ``share``: the part of the round its observation is (:meth:`_shares`);
+        ``trim``: whether the target's cache is its own (side by side, the
+        stack masks the rejected rows instead).
         """
         n = verdict.accepted
-        trim_prompt_cache(request.t_cache, k - n)
+        if trim:
+            trim_prompt_cache(request.t_cache, k - n)
         if k:
             length = self._length(request.params, request.num_draft())
             request.belief = length.observe(k, n, request.belief, share)

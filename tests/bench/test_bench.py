@@ -252,3 +252,40 @@ def test_a_run_cut_short_keeps_the_repeats_it_finished(
     assert {row["k"]: len(row["tps"]) for row in data["rows"]} == {"0": 2, "2": 2}
     tandem = next(row for row in data["rows"] if row["impl"] == "tandem")
     assert tandem["speedup"] is not None and tandem["learned"] is not None
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_fresh_shapes_give_every_measured_run_a_prompt_of_its_own_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: bool
+) -> None:
+    import app.bench.bench as bench
+
+    lengths: dict[str, list[int]] = {"plain": [], "tandem": []}
+
+    def spy(name: str, run: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            prompt = args[1]
+            lengths[name].append(len(prompt))
+            return run(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(bench, "run_plain", spy("plain", bench.run_plain))
+    monkeypatch.setattr(bench, "run_tandem", spy("tandem", bench.run_tandem))
+    out = tmp_path / "bench.json"
+    flags = ["--fresh-shapes"] if fresh else []
+    r = _bench(
+        "--synthetic", "tiny:tiny", "--ks", "2", "--impls", "plain,tandem", "--max-tokens", "8",
+        "--repeats", "2", "--cold", "--json", str(out), *flags,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["meta"]["fresh_shapes"] is fresh
+    # The warm-up first, then one run per configuration per repeat.
+    warm = lengths["plain"][0]
+    assert lengths["tandem"][0] == warm
+    measured = lengths["plain"][1:] + lengths["tandem"][1:]
+    assert len(measured) == 4
+    if fresh:
+        assert sorted(measured) == [warm + 1, warm + 2, warm + 3, warm + 4]
+    else:
+        assert measured == [warm] * 4

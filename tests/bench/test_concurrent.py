@@ -60,7 +60,7 @@ def test_fresh_shapes_warm_up_on_prompts_one_token_longer(
 ) -> None:
     seen: list[tuple[str, int]] = []
 
-    def spy(cls: type, name: str) -> None:
+    def spy(cls: type[BatchDecoder] | type[Decoder], name: str) -> None:
         original = cls.generate
 
         def generate(self, prompt, *args, **kwargs):
@@ -122,6 +122,18 @@ def test_cli_runs_synthetic_streams_and_writes_json(tmp_path: Path) -> None:
     assert all(row["exact"] is True and row["acceptance"] == 1.0 for row in rows)  # miss 0
     assert all(row["tokens"] == 24 * row["streams"] for row in rows)
     assert "one request alone" in r.stdout and "speedup" not in r.stdout  # no plain bench
+
+
+def test_cli_runs_streams_side_by_side_and_records_it(tmp_path: Path) -> None:
+    out = tmp_path / "streams.json"
+    r = _tandem_here(
+        "bench", "--synthetic", "tiny:tiny", "--miss", "0.2", "--concurrent", "3",
+        "--ks", "4", "--max-tokens", "24", "--side-by-side", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert data["meta"]["side_by_side"] is True and data["meta"]["fresh_shapes"] is False
+    assert [row["exact"] for row in data["rows"]] == [True]
 
 
 @pytest.mark.slow

@@ -68,6 +68,51 @@ def test_each_greedy_reply_equals_its_solo_reply(pair, params) -> None:
     assert batch.active == 0  # closed requests left the batch
 
 
+@pytest.mark.parametrize("params", [dict(num_draft=3), dict(num_draft=None, k_max=6)])
+def test_side_by_side_each_greedy_reply_equals_its_solo_reply(pair, params, monkeypatch) -> None:
+    laid: list[int] = []
+    original = batch_module.SideBySide.__init__
+
+    def spy(self, caches, *args) -> None:
+        laid.append(len(caches))
+        original(self, caches, *args)
+
+    monkeypatch.setattr(batch_module.SideBySide, "__init__", spy)
+    batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=True)
+    gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
+    got, _ = _turns(gens, 40)
+    assert got == [_solo(pair, p, 40) for p in PROMPTS]
+    # Laid out once for the four; again only as requests left.
+    assert laid[0] == len(PROMPTS) and len(laid) <= len(PROMPTS)
+    assert batch.stats().rounds > len(laid)  # the same stack served round after round
+
+
+def test_side_by_side_requests_join_leave_and_follow_up_exactly(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=True)
+    params = GenerationParams(num_draft=4)
+    cancel = threading.Event()
+    first = batch.generate(PROMPTS[0], params)
+    stopped = batch.generate(PROMPTS[2], params, cancel=cancel)
+    early: list[int] = []
+    while len(early) < 12:  # rounds of the two, side by side
+        event = next(first)
+        early += event.tokens if isinstance(event, Round) else []
+        next(stopped)
+    cancel.set()
+    assert list(stopped) == []  # it leaves; the other's cache comes back whole
+    late = batch.generate(PROMPTS[1], params)
+    got, _ = _turns([first, late], 30)
+    assert early + got[0] == _solo(pair, PROMPTS[0], len(early) + 30)
+    assert got[1] == _solo(pair, PROMPTS[1], 30)
+    # A follow-up of the late request starts from its cache as it left the stack.
+    follow_up = [*PROMPTS[1], *got[1], 7, 8, 9]
+    gens = [batch.generate(follow_up, params), batch.generate(PROMPTS[3], params)]
+    prefill = next(gens[0])
+    assert isinstance(prefill, Prefill) and prefill.reused_tokens >= len(PROMPTS[1]) + 28
+    again, _ = _turns(gens, 20)
+    assert again == [_solo(pair, follow_up, 20), _solo(pair, PROMPTS[3], 20)]
+
+
 def test_requests_join_and_leave_between_rounds(pair) -> None:
     batch = BatchDecoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=4)
