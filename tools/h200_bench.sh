@@ -45,7 +45,9 @@
 # warmed up on prompts one token longer (--fresh-shapes), so no measured round replays a shape;
 # PART r19e: 70b:1b's fresh-shape streams under MLX's own graph settings and with CUDA graphs off;
 # PART r20: both pairs' streams on fresh cache lengths with the batch's target caches apart, then
-# side by side (tandem bench --side-by-side).
+# side by side (tandem bench --side-by-side); PART r20b: every batched round traced on fresh
+# lengths at several fixed k and Auto (8b:1b at 4 and 8 streams, 70b:1b at 4), to fit what a
+# round costs beyond its timed parts.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
@@ -70,11 +72,11 @@ streams() {  # name, pair, seconds: issue 17's streams (1, 4 and 8; miss 0 and 0
     --json "$out/$1.json" 2> "$out/$1.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
 }
-trace() {  # name, pair, streams, ks, seconds: streams at miss 0.1, every batched round traced
-  echo "== $1: tools/batch_trace.py --synthetic $2 --bits 4 --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128"
+trace() {  # name, pair, streams, ks, seconds[, flags]: streams at miss 0.1, every batched round traced
+  echo "== $1: tools/batch_trace.py --synthetic $2 --bits 4 --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128 ${6:-}"
   start=$(date +%s)
   timeout "$5" python3 tools/batch_trace.py "$out/$1.jsonl" --synthetic "$2" --bits 4 \
-    --dtype bfloat16 --concurrent "$3" --miss 0.1 --ks "$4" --temps 0 --max-tokens 128 \
+    --dtype bfloat16 --concurrent "$3" --miss 0.1 --ks "$4" --temps 0 --max-tokens 128 ${6:-} \
     --json "$out/$1.json" 2> "$out/$1.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
 }
@@ -237,6 +239,10 @@ r20)  # run 20: the batch's target caches side by side against apart, on fresh c
       echo "rc=$? in $(( $(date +%s) - start )) s"
     done
   done
+  ;;
+r20b)  # run 20: every round traced on fresh lengths at several fixed k, to fit what rounds cost
+  trace trace-8b-1b-fresh 8b:1b 4,8 3,7,15,auto 200 --fresh-shapes
+  trace trace-70b-1b-fresh 70b:1b 4 7,15,auto 330 --fresh-shapes
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}
