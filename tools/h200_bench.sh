@@ -240,7 +240,7 @@ r20)  # run 20: the batch's target caches side by side against apart, on fresh c
     done
   done
   ;;
-r20b)  # run 20: every round traced on fresh lengths at several fixed k, to fit what rounds cost
+r20b)  # run 20: every round traced on fresh lengths at several fixed k (tools/round_fit.py fits them)
   trace trace-8b-1b-fresh 8b:1b 4,8 3,7,15,auto 200 --fresh-shapes
   trace trace-70b-1b-fresh 70b:1b 4 7,15,auto 330 --fresh-shapes
   ;;

@@ -187,12 +187,13 @@ def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> 
     assert isinstance(fresh, Prefill) and fresh.reused_tokens == 0
 
 
-def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair) -> None:
+@pytest.mark.parametrize("side_by_side", [False, True])
+def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair, side_by_side) -> None:
     seeded = GenerationParams(num_draft=3, temperature=0.9, seed=11)
     alone, _ = _turns(
         [BatchDecoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], seeded)], 40
     )
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=side_by_side)
     others = GenerationParams(num_draft=2, temperature=1.0)  # unseeded: the global state
     gens = [
         batch.generate(PROMPTS[1], others),
