@@ -300,7 +300,8 @@ class BatchDecoder:
         """Takes ``request`` out; its caches are kept for a follow-up when they can be cut back."""
         if request not in self._open:
             return
-        self._unstack()
+        if self._side is not None and request in self._side[0]:
+            self._unstack()  # its own cache back before it is kept
         self._open.remove(request)
         if keep and self._trimmable and request.read:
             held = request.seq[: request.read] if request.reading else request.seq[:-1]

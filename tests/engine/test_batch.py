@@ -87,6 +87,36 @@ def test_side_by_side_each_greedy_reply_equals_its_solo_reply(pair, params, monk
     assert batch.stats().rounds > len(laid)  # the same stack served round after round
 
 
+def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
+    pair, monkeypatch
+) -> None:
+    restored: list[int] = []
+    original = batch_module.SideBySide.restore
+
+    def spy(self, caches) -> None:
+        restored.append(len(caches))
+        original(self, caches)
+
+    monkeypatch.setattr(batch_module.SideBySide, "restore", spy)
+    batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=True)
+    params = GenerationParams(num_draft=3)
+    _turns([batch.generate(p, params) for p in PROMPTS[:2]], 6)
+    assert restored == [2]  # the first to finish gave both their caches back
+    running = [batch.generate(p, params) for p in PROMPTS[:2]]
+    for g in running:
+        next(g), next(g)  # Prefill, then a round side by side
+    cancel = threading.Event()
+    batch.generate(PROMPTS[3], params, cancel=cancel)
+    cancel.set()  # cancelled before it ever ran: it leaves as the next round starts
+    for g in running:
+        assert isinstance(next(g), Round)
+    assert batch.active == 2
+    assert restored == [2]  # the running pair kept its stack
+    for g in running:
+        g.close()
+    assert restored == [2, 2]
+
+
 def test_side_by_side_requests_join_leave_and_follow_up_exactly(pair) -> None:
     batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=True)
     params = GenerationParams(num_draft=4)
