@@ -271,7 +271,7 @@ class BatchDecoder:
             request.key = mx.random.key(params.seed)
         self._reuse(request)
         self._open.append(request)  # now, so that it joins the next round even unpulled
-        return self._stream(request)
+        return _Stream(self._stream(request), lambda: self._leave(request))
 
     def forget(self) -> int:
         """Drops the caches kept from finished requests; returns the bytes they held."""
@@ -752,6 +752,32 @@ class BatchDecoder:
             trim_prompt_cache(request.d_cache, len(held) + len(drafted) - keep)
             request.d_tokens = (held + drafted)[:keep]
         request.seq[:] = committed
+
+
+class _Stream(Generator[Prefill | Round, None, None]):
+    """A request's rounds; closed before its first pull, it still leaves the batch.
+
+    A generator closed before it starts never runs its ``finally``, and the
+    request joined the batch when it was opened.
+    """
+
+    def __init__(self, rounds: Generator[Prefill | Round, None, None], leave: Callable[[], None]):
+        self._rounds = rounds
+        self._leave: Callable[[], None] | None = leave
+
+    def send(self, value: None) -> Prefill | Round:
+        self._leave = None  # started: its own ``finally`` takes it out
+        return self._rounds.send(value)
+
+    def throw(self, *args: Any) -> Prefill | Round:
+        self._leave = None
+        return self._rounds.throw(*args)
+
+    def close(self) -> None:
+        self._rounds.close()
+        leave, self._leave = self._leave, None
+        if leave is not None:
+            leave()
 
 
 @dataclass(frozen=True, slots=True)

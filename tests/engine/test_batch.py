@@ -235,6 +235,19 @@ def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair, side_b
     assert got[2] != got[1]  # its own seed, its own draws
 
 
+def test_a_request_closed_before_its_first_pull_leaves_the_batch(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    params = GenerationParams(num_draft=3)
+    dropped = batch.generate(PROMPTS[0], params)
+    going = batch.generate(PROMPTS[2], params)
+    assert batch.active == 2
+    dropped.close()  # never pulled: its rounds never started
+    assert batch.active == 1
+    got, _ = _turns([going], 20)
+    assert got[0] == _solo(pair, PROMPTS[2], 20)
+    assert batch.stats().largest == 1  # no round carried the dropped request
+
+
 def test_a_cancelled_request_ends_without_stopping_the_others(pair) -> None:
     batch = BatchDecoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=3)
