@@ -761,7 +761,9 @@ class _Stream(Generator[Prefill | Round, None, None]):
     request joined the batch when it was opened.
     """
 
-    def __init__(self, rounds: Generator[Prefill | Round, None, None], leave: Callable[[], None]):
+    def __init__(
+        self, rounds: Generator[Prefill | Round, None, None], leave: Callable[[], None]
+    ) -> None:
         self._rounds = rounds
         self._leave: Callable[[], None] | None = leave
 
