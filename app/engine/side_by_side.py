@@ -13,6 +13,12 @@ run out each sequence's kept columns move to the front (a compaction). Every
 sequence attends in one call a layer, over a key length that changes only
 when the columns grow.
 
+mlx-lm's ``BatchKVCache`` also keeps sequences in one array with a RoPE offset
+per row, but its rows advance together (left padding, one write column per
+step, trimmed alike); rounds that accept a different number of rows per
+sequence leave holes, so this masks them and compacts. The layout and the
+step are the draft's (:class:`app.engine.stacked.Stack`), kept across rounds.
+
 A round verifies through :func:`app.engine.stacked.stacked_step`, then
 :meth:`SideBySide.settle` says what each sequence kept;
 :meth:`SideBySide.restore` gives each sequence its own cache back.
