@@ -51,7 +51,6 @@ class SideBySide(Stack):
     def __init__(self, caches: Sequence[list[Any]], room: int = ROOM) -> None:
         super().__init__(caches, room)
         self.col = self.base  # the next free shared column
-        self.positions = [cache[0].offset for cache in caches]  # each sequence's tokens kept
         self.valid = mx.arange(self.size)[None, :] < self._lengths[:, None]
         self.compactions = 0
         self._starts: list[int] = []  # each sequence's first new column in the open round
@@ -74,13 +73,9 @@ class SideBySide(Stack):
             self.grow(r)
         col = self.col
         self._starts = [col + r - n for n in rows]
-        offsets = mx.array([p - (r - n) for p, n in zip(self.positions, rows, strict=True)])
-        cols = mx.arange(self.size)[None, None, :]
-        last = col + mx.arange(r)[None, :, None]  # the last column each query row may see
-        start = mx.array(self._starts)[:, None, None]
-        mask = self.valid[:, None, :] | ((cols >= start) & (cols <= last))
+        offsets, mask = self._offsets(rows), self._mask(self.valid, col, r, self._starts)
         self.col += r
-        return col, offsets, mask[:, None]
+        return col, offsets, mask
 
     def settle(self, kept: Sequence[int]) -> None:
         """After a round: sequence j keeps the first ``kept[j]`` of its new rows."""
@@ -88,7 +83,7 @@ class SideBySide(Stack):
         starts = mx.array(self._starts)[:, None]
         ends = starts + mx.array(list(kept))[:, None]
         self.valid = self.valid | ((cols >= starts) & (cols < ends))
-        self.positions = [p + n for p, n in zip(self.positions, kept, strict=True)]
+        self._positions = [p + n for p, n in zip(self._positions, kept, strict=True)]
 
     def _order(self) -> mx.array:
         """Per sequence, its columns with the kept ones first, each part in its own order."""
@@ -101,8 +96,8 @@ class SideBySide(Stack):
         idx = self._order()[:, None, :, None]
         self.keys = [mx.take_along_axis(k, idx, axis=2) for k in self.keys]
         self.values = [mx.take_along_axis(v, idx, axis=2) for v in self.values]
-        self.valid = mx.arange(self.size)[None, :] < mx.array(self.positions)[:, None]
-        self.col = max(self.positions)
+        self.valid = mx.arange(self.size)[None, :] < mx.array(self._positions)[:, None]
+        self.col = max(self._positions)
         mx.eval(self.keys, self.values, self.valid)
 
     def grow(self, r: int) -> None:
@@ -123,7 +118,7 @@ class SideBySide(Stack):
         """
         order = self._order()
         for j, cache in enumerate(caches):
-            n = self.positions[j]
+            n = self._positions[j]
             idx = order[j, :n]
             for i, c in enumerate(cache):
                 c.keys = mx.take(self.keys[i][j : j + 1], idx, axis=2)

@@ -118,15 +118,27 @@ class Stack:
         col = self.base + self.taken
         if self._start is None:
             self._start = [col + r - n for n in rows]
-        offsets = mx.array([p - (r - n) for p, n in zip(self._positions, rows, strict=True)])
-        cols = mx.arange(self.size)[None, None, :]
-        last = col + mx.arange(r)[None, :, None]  # the last column each query row may see
-        start = mx.array(self._start)[:, None, None]
-        own = cols < self._lengths[:, None, None]
-        mask = own | ((cols >= start) & (cols <= last))
+        own = mx.arange(self.size)[None, :] < self._lengths[:, None]
+        offsets, mask = self._offsets(rows), self._mask(own, col, r, self._start)
         self._positions = [p + n for p, n in zip(self._positions, rows, strict=True)]
         self.taken += r
-        return col, offsets, mask[:, None]
+        return col, offsets, mask
+
+    def _offsets(self, rows: Sequence[int]) -> mx.array:
+        """Each sequence's RoPE offset of a step's first row, its padding rows included."""
+        r = max(rows)
+        return mx.array([p - (r - n) for p, n in zip(self._positions, rows, strict=True)])
+
+    def _mask(self, own: mx.array, col: int, r: int, starts: Sequence[int]) -> mx.array:
+        """The ``(count, 1, r, size)`` mask of a step of ``r`` rows from column ``col``.
+
+        A query row sees the ``(count, size)`` columns ``own`` and its
+        sequence's new columns from ``starts[j]`` up to its own.
+        """
+        cols = mx.arange(self.size)[None, None, :]
+        last = col + mx.arange(r)[None, :, None]  # the last column each query row may see
+        start = mx.array(list(starts))[:, None, None]
+        return (own[:, None, :] | ((cols >= start) & (cols <= last)))[:, None]
 
     def write_back(self, caches: Sequence[list[Any]], rows: Sequence[int]) -> None:
         """Appends each sequence's first ``rows[i]`` new rows to its own cache."""
