@@ -207,8 +207,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--side-by-side",
-        action="store_true",
-        help="--concurrent: the batch keeps its target caches side by side from round to round",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--concurrent: the batch keeps its target caches side by side from round to round, "
+        "as the app does (the default), or each apart (--no-side-by-side)",
     )
     bench.add_argument(
         "--no-fuse",

@@ -48,6 +48,10 @@
 # side by side (tandem bench --side-by-side); PART r20b: every batched round traced on fresh
 # lengths at several fixed k and Auto (8b:1b at 4 and 8 streams, 70b:1b at 4), to fit what a
 # round costs beyond its timed parts.
+# PART r20c: rounds side by side traced at 8 streams; PART r21a, r21b: issue 17's streams
+# (1, 2, 4, 8; miss 0 and 0.1; k = 15 and Auto) with the app's own layout on fresh lengths.
+# Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
 set -u
@@ -229,8 +233,8 @@ r19e)  # run 19: fresh cache lengths under MLX's own graph settings and with CUD
   ;;
 r20)  # run 20: the batch's target caches side by side against apart, on fresh cache lengths
   for pair in 70b:1b 8b:1b; do
-    for layout in "" --side-by-side; do
-      name=streams-${pair%%:*}-fresh${layout:+-side-by-side}
+    for layout in --no-side-by-side --side-by-side; do
+      name=streams-${pair%%:*}-fresh$([ $layout = --side-by-side ] && echo -side-by-side)
       echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes $layout"
       start=$(date +%s)
       timeout $([ $pair = 70b:1b ] && echo 190 || echo 70) python3 -m app bench --synthetic $pair \
@@ -243,6 +247,20 @@ r20)  # run 20: the batch's target caches side by side against apart, on fresh c
 r20b)  # run 20: every round traced on fresh lengths at several fixed k (tools/round_fit.py fits them)
   trace trace-8b-1b-fresh 8b:1b 4,8 3,7,15,auto 200 --fresh-shapes
   trace trace-70b-1b-fresh 70b:1b 4 7,15,auto 330 --fresh-shapes
+  ;;
+r20c)  # run 20: every round traced with the target caches side by side, 8 streams on fresh lengths
+  trace trace-8b-1b-side 8b:1b 8 15,auto 120 "--fresh-shapes --side-by-side"
+  trace trace-70b-1b-side 70b:1b 8 15,auto 330 "--fresh-shapes --side-by-side"
+  ;;
+r21a|r21b)  # run 21: issue 17's streams as the app runs them, on lengths never seen before
+  [ $part = r21a ] && set -- 70b:1b 560 || set -- 8b:1b 170
+  name=streams-${1%%:*}-run21
+  echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout $2 python3 -m app bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 \
+    --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes --json "$out/$name.json" \
+    2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}

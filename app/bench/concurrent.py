@@ -158,7 +158,7 @@ def measure_streams(
     cutoff: bool | None = None,
     label: str | None = None,
     fresh: bool = False,
-    side_by_side: bool = False,
+    side_by_side: bool = True,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.
@@ -191,7 +191,7 @@ def measure_streams(
             meet no cache length seen before (MLX's CUDA backend caches its
             graphs by shape, so replayed lengths run faster than new ones).
         side_by_side: The batch keeps its target caches side by side
-            (:mod:`app.engine.side_by_side`) rather than each apart.
+            (:mod:`app.engine.side_by_side`, the app's layout) rather than each apart.
         log: Where progress lines go.
 
     Raises:

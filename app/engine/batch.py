@@ -5,19 +5,19 @@ the requests that draft: packed, or with their caches side by side where the
 batch measures that faster, :mod:`app.engine.stacked`) and then verifies all
 proposals in one packed target forward
 (:func:`app.engine.packed.packed_forward`): the projections and the MLP see
-every request's rows as one matrix, attention runs per request over its own
-cache. Each request then keeps its own accepted prefix by the one rule
-of :func:`app.engine.speculative.judge`, so greedy replies are token for token
-what they are alone and sampling stays lossless.
+every request's rows as one matrix. Each request then keeps its own accepted
+prefix by the one rule of :func:`app.engine.speculative.judge`, so greedy
+replies are token for token what they are alone and sampling stays lossless.
 
-Ragged acceptance costs no copies: every request keeps its own per-layer KV
-caches (mlx-lm's ``KVCache``), so rejected rows are trimmed per request and
-RoPE runs at each cache's own offset. Where ``side_by_side`` is set, the
-target's caches of the requests verified together are instead kept side by
-side while the same requests run (:mod:`app.engine.side_by_side`): rejected
-rows masked in place, one attention call a layer, shapes that do not change
-from round to round; each request gets its own cache back when the batch's
-members change. A request joins between rounds; the
+Ragged acceptance costs no copies per round. While the same requests run,
+their target caches are kept side by side (:mod:`app.engine.side_by_side`):
+rejected rows masked in place, one attention call a layer, shapes that do not
+change from round to round; each request gets its own per-layer KV cache
+(mlx-lm's ``KVCache``) back when the batch's members change. That layout
+measured faster than attending per request over each own cache on CUDA and on
+this CPU (run 20 in docs/benchmarks.md); ``side_by_side=False`` keeps each
+cache apart, rejected rows trimmed and RoPE at each cache's own offset.
+A request joins between rounds; the
 prompts of joining requests are read :data:`PREFILL_CHUNK` tokens per round
 in all, so a long prompt delays the others by at most one chunk's forward per
 round, and requests that come together start together. The caches of the
@@ -172,7 +172,8 @@ class BatchDecoder:
         acceptance: The pair's running acceptance by sampling (``True``: T > 0),
             shared with its single-request decoder; by default the batch's own.
         side_by_side: Verify several requests over their target caches kept
-            side by side from round to round, rather than each over its own.
+            side by side from round to round (the default), rather than each
+            over its own.
     """
 
     def __init__(
@@ -182,7 +183,7 @@ class BatchDecoder:
         costs: CostModel | None = None,
         batch_costs: BatchCosts | None = None,
         acceptance: Callable[[bool], Acceptance] | None = None,
-        side_by_side: bool = False,
+        side_by_side: bool = True,
     ) -> None:
         self.target = target
         self.side_by_side = side_by_side

@@ -42,6 +42,7 @@ from app.engine.generate import (
     stream_reply,
 )
 from app.engine.loader import LoadProgress, ModelPair, free_memory
+from app.engine.side_by_side import ROOM
 from app.engine.speculative import Decoder, DraftControl
 from app.engine.stacked import SLACK
 from app.engine.types import (
@@ -256,19 +257,26 @@ def reply_kv_bytes(
 ) -> int:
     """The KV caches one reply may grow to, in both models (0 where it cannot be told).
 
-    A ``batched`` reply's draft cache counts :data:`~app.engine.stacked.SLACK`
-    times more: a round's stacked draft steps copy it, padded.
+    A ``batched`` reply's caches count :data:`~app.engine.stacked.SLACK` times
+    more: a round's stacked draft steps copy the draft's, padded, and the
+    side-by-side target caches (:mod:`app.engine.side_by_side`) copy the
+    target's, padded and :data:`~app.engine.side_by_side.ROOM` columns longer,
+    while the reply's own are given back.
     """
     try:
         tokens = len(encode_chat(pair.target.tokenizer, messages)) + max_tokens
     except Exception:  # the reply itself says what is wrong with its messages
         return 0
+    stacked = [(tokens + ROOM, SLACK)] if batched else []
     total = 0
-    for model, copies in ((pair.target, 1), (pair.draft, 1 + SLACK if batched else 1)):
+    for model, copies in (
+        (pair.target, [(tokens, 1), *stacked]),
+        (pair.draft, [(tokens, 1 + SLACK if batched else 1)]),
+    ):
         if model is None:
             continue
         try:
-            total += copies * kv_cache_bytes(model.config, tokens)
+            total += sum(n * kv_cache_bytes(model.config, t) for t, n in copies)
         except ModelError:
             continue
     return total

@@ -124,15 +124,19 @@ def test_cli_runs_synthetic_streams_and_writes_json(tmp_path: Path) -> None:
     assert "one request alone" in r.stdout and "speedup" not in r.stdout  # no plain bench
 
 
-def test_cli_runs_streams_side_by_side_and_records_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flags", "side_by_side"), [([], True), (["--no-side-by-side"], False)])
+def test_cli_runs_streams_side_by_side_unless_told_and_records_it(
+    tmp_path: Path, flags: list[str], side_by_side: bool
+) -> None:
     out = tmp_path / "streams.json"
     r = _tandem_here(
         "bench", "--synthetic", "tiny:tiny", "--miss", "0.2", "--concurrent", "3",
-        "--ks", "4", "--max-tokens", "24", "--side-by-side", "--json", str(out),
+        "--ks", "4", "--max-tokens", "24", *flags, "--json", str(out),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
-    assert data["meta"]["side_by_side"] is True and data["meta"]["fresh_shapes"] is False
+    assert data["meta"]["side_by_side"] is side_by_side
+    assert data["meta"]["fresh_shapes"] is False
     assert [row["exact"] for row in data["rows"]] == [True]
 
 

@@ -10,6 +10,7 @@ from app.engine.batch import BatchDecoder
 from app.engine.batch_costs import BatchProfile
 from app.engine.costs import ProfileStore
 from app.engine.generate import encode_chat
+from app.engine.side_by_side import ROOM
 from app.engine.stacked import SLACK
 from app.hub.fit import kv_cache_bytes
 from app.services import EngineFailure, EngineService, GenerationResult, TokenBatch
@@ -112,7 +113,7 @@ def test_a_reply_whose_kv_cache_does_not_fit_beside_the_running_ones_is_refused(
     assert isinstance(ends[first], GenerationResult)  # the running reply ran on whole
 
 
-def test_the_memory_fit_counts_the_copy_that_stacked_draft_steps_make(
+def test_the_memory_fit_counts_the_copies_that_stacked_steps_and_side_by_side_caches_make(
     qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
@@ -120,9 +121,10 @@ def test_the_memory_fit_counts_the_copy_that_stacked_draft_steps_make(
     tokens = len(encode_chat(pair.target.tokenizer, _prompt("cats"))) + LONG.max_tokens
     assert pair.draft is not None
     draft = kv_cache_bytes(pair.draft.config, tokens)
+    side = kv_cache_bytes(pair.target.config, tokens + ROOM)
     batched = es.reply_kv_bytes(pair, _prompt("cats"), LONG.max_tokens, batched=True)
-    assert batched == own + SLACK * draft
-    # Two replies' own caches fit, but not the stack their drafts are copied into.
+    assert batched == own + SLACK * (draft + side)
+    # Two replies' own caches fit, but not the stacks their caches are copied into.
     monkeypatch.setattr(es, "usable_memory_bytes", lambda: 2 * own)
     service = make_service()
     _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
