@@ -7,7 +7,8 @@ short multi-token queries only (single-token steps and long prefills keep
 mlx-lm's path):
 
 - ``bucketed``: attend over the cache's buffer rounded up to a multiple of 256
-  and mask the tail, so the key length takes few values;
+  (the buffer grown to it where shorter) and mask the tail, so the key length
+  takes few values;
 - ``matmul``: the same through plain matmuls instead of the fused kernel.
 """
 
@@ -52,12 +53,28 @@ def matmul_attention(
     return out.reshape(b, hq, length, values.shape[-1])
 
 
+def align(cache: Any, size: int) -> None:
+    """Grows ``cache``'s buffers to ``size`` columns where they are shorter.
+
+    mlx-lm grows a cache 256 columns past its offset, so a cache trimmed
+    between rounds gets buffers of any length, and attending over one
+    would give each request a key length of its own. On MLX's CUDA backend
+    a lone request's round that grew its caches so took 1.1 s on a 70B,
+    against 0.12 s for the others (run 22 in docs/benchmarks.md).
+    """
+    more = size - cache.keys.shape[2]
+    if more > 0:
+        pad = [(0, 0), (0, 0), (0, more), (0, 0)]
+        cache.keys, cache.values = mx.pad(cache.keys, pad), mx.pad(cache.values, pad)
+
+
 def bucketed_attention(
     queries: mx.array, cache: Any, scale: float, matmul: bool = False
 ) -> mx.array:
     """Attention of the newest ``L`` tokens over a bucketed view of ``cache``."""
     length, s = queries.shape[2], cache.offset
-    size = min(-(-s // BUCKET) * BUCKET, cache.keys.shape[2])
+    size = -(-s // BUCKET) * BUCKET
+    align(cache, size)
     keys, values = cache.keys[..., :size, :], cache.values[..., :size, :]
     allowed = mx.arange(size)[None, :] <= mx.arange(length)[:, None] + (s - length)
     if matmul:

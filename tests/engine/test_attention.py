@@ -6,6 +6,8 @@ import mlx.core as mx
 import pytest
 
 from app.engine import attention, load_pair
+from app.engine.attention import BUCKET
+from app.engine.batch import take_turns
 from app.engine.speculative import Decoder, Round
 from app.engine.types import GenerationParams
 from tests.conftest import TinyModels
@@ -66,6 +68,29 @@ def test_greedy_stays_exact_with_bucketed_verification(
     assert pair.draft is not None
     assert run(Decoder(pair.target.model, pair.draft.model), num_draft=5) == want
     assert 6 in calls
+
+
+def test_verification_attends_over_whole_buckets_after_the_cache_grows(
+    bucket_mode, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lengths: list[int] = []
+    real = attention.bucketed_attention
+
+    def seen(queries, cache, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = real(queries, cache, *args, **kwargs)
+        lengths.append(min(cache.keys.shape[2], -(-cache.offset // BUCKET) * BUCKET))
+        return out
+
+    monkeypatch.setattr(attention, "bucketed_attention", seen)
+    pair = load_pair(tiny.target, tiny.noisy)
+    assert pair.draft is not None
+    # Rounds cross column 256 at an offset mlx-lm's growth leaves unaligned.
+    prompt = list(range(30, 230)) + list(range(30, 67))
+    params = GenerationParams(num_draft=5, max_tokens=48)
+    want = take_turns([Decoder(pair.target.model).generate(prompt, params)], 48).replies
+    got = take_turns([Decoder(pair.target.model, pair.draft.model).generate(prompt, params)], 48)
+    assert got.replies == want
+    assert max(lengths) > BUCKET and all(n % BUCKET == 0 for n in lengths)
 
 
 def test_bucketed_attention_matches_plain_attention() -> None:
