@@ -14,7 +14,7 @@ their target caches are kept side by side (:mod:`app.engine.side_by_side`):
 rejected rows masked in place, one attention call a layer, shapes that do not
 change from round to round; each request gets its own per-layer KV cache
 (mlx-lm's ``KVCache``) back when the batch's members change. That layout
-measured faster than attending per request over each own cache on CUDA and on
+measured faster than each request attending over its own cache on CUDA and on
 this CPU (run 20 in docs/benchmarks.md); ``side_by_side=False`` keeps each
 cache apart, rejected rows trimmed and RoPE at each cache's own offset.
 A request joins between rounds; the
