@@ -208,7 +208,6 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--side-by-side",
         action=argparse.BooleanOptionalAction,
-        default=True,
         help="--concurrent: the batch keeps its target caches side by side from round to round, "
         "as the app does (the default), or each apart (--no-side-by-side)",
     )

@@ -9,11 +9,11 @@ Laying them out costs a copy of every cache; keeping them laid out means the
 batch's rounds leave holes where drafts are rejected. This times rounds both
 ways, accepted lengths drawn at random, ms per round (median of the rounds):
 
-- ``apart``: what the engine runs by default: one packed forward (attention per sequence),
-  then each sequence's cache trimmed to what it accepted;
+- ``apart``: one packed forward (attention per sequence), then each sequence's
+  cache trimmed to what it accepted (``BatchDecoder(side_by_side=False)``);
 - ``side by side``: one forward over caches kept side by side
-  (:class:`app.engine.side_by_side.SideBySide`, as ``BatchDecoder(side_by_side=True)``
-  runs), rejected columns masked out instead of trimmed, compacted when the
+  (:class:`app.engine.side_by_side.SideBySide`, as ``BatchDecoder`` runs by
+  default), rejected columns masked out instead of trimmed, compacted when the
   columns run out; the compactions' time is spread over the rounds.
 
 It also checks that the two give the same greedy tokens round by round.

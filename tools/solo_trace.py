@@ -15,6 +15,7 @@ lone decoder on the same request; this says in which events the time goes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -27,44 +28,37 @@ from app.engine.speculative import Decoder, Round
 
 path, argv = sys.argv[1], sys.argv[2:]
 out = open(path, "w")  # noqa: SIM115 (open for the run)
-count = {"n": 0}
+numbers = itertools.count(1)  # each request opened, in order
 
 
 def _traced(who: str, events: Generator[Any, None, None]) -> Generator[Any, None, None]:
-    count["n"] += 1
-    request = count["n"]
+    request = next(numbers)
     start = last = time.perf_counter()
     try:
-        yield from _rows(who, request, events, start, last)
+        for event in events:
+            now = time.perf_counter()
+            row: dict[str, Any] = {
+                "who": who,
+                "request": request,
+                "event": type(event).__name__,
+                "at": now - start,
+                "gap": now - last,
+            }
+            if isinstance(event, Round):
+                row.update(
+                    k=event.k,
+                    accepted=event.accepted,
+                    width=event.width,
+                    timed=event.timed,
+                    seconds=event.seconds,
+                    draft_seconds=event.draft_seconds,
+                )
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            last = now
+            yield event
     finally:
         events.close()  # closing the trace closes the request: it leaves its batch
-
-
-def _rows(
-    who: str, request: int, events: Generator[Any, None, None], start: float, last: float
-) -> Generator[Any, None, None]:
-    for event in events:
-        now = time.perf_counter()
-        row: dict[str, Any] = {
-            "who": who,
-            "request": request,
-            "event": type(event).__name__,
-            "at": now - start,
-            "gap": now - last,
-        }
-        if isinstance(event, Round):
-            row.update(
-                k=event.k,
-                accepted=event.accepted,
-                width=event.width,
-                timed=event.timed,
-                seconds=event.seconds,
-                draft_seconds=event.draft_seconds,
-            )
-        out.write(json.dumps(row) + "\n")
-        out.flush()
-        last = now
-        yield event
 
 
 real_solo, real_batch = Decoder.generate, BatchDecoder.generate

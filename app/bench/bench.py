@@ -554,12 +554,14 @@ def _concurrent(
 ) -> int:
     """``--concurrent``: n requests on one batch for each n, per miss rate, k and temperature."""
     from app.bench.concurrent import Replies, measure_streams, streams_table
+    from app.engine.batch import SIDE_BY_SIDE
     from app.engine.batch_costs import BatchCosts
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     replies: Replies = {}  # the target's greedy replies, the same whatever drafts
+    side_by_side = SIDE_BY_SIDE if args.side_by_side is None else args.side_by_side
     for miss, make_draft in drafts:
         draft_model = _next_draft(miss, make_draft, len(drafts), meta)
         if draft_model is False:
@@ -591,7 +593,7 @@ def _concurrent(
                     cutoff=_cutoff(k, args.draft_cutoff),
                     label=_label(k),
                     fresh=args.fresh_shapes,
-                    side_by_side=args.side_by_side,
+                    side_by_side=side_by_side,
                     log=log,
                 )
         print(streams_table(rows), flush=True)
@@ -605,7 +607,7 @@ def _concurrent(
                 concurrent=list(counts),
                 prompt_tokens=len(prompt),
                 fresh_shapes=args.fresh_shapes,
-                side_by_side=args.side_by_side,
+                side_by_side=side_by_side,
             )
             _write_json(json_path, meta, [asdict(r) for r in rows])
         del draft_model

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import mlx.nn as nn
 
 from app.engine.adaptive import Acceptance
-from app.engine.batch import BatchDecoder, Turns, take_turns
+from app.engine.batch import SIDE_BY_SIDE, BatchDecoder, Turns, take_turns
 from app.engine.batch_costs import BatchCosts
 from app.engine.costs import CostModel, CostProfile
 from app.engine.speculative import Decoder
@@ -158,7 +158,7 @@ def measure_streams(
     cutoff: bool | None = None,
     label: str | None = None,
     fresh: bool = False,
-    side_by_side: bool = True,
+    side_by_side: bool = SIDE_BY_SIDE,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.

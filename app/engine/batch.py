@@ -70,6 +70,7 @@ from app.engine.stacked import Stack, stackable, stacked_step
 from app.engine.stretch import FRESH, Belief
 from app.engine.types import GenerationParams, Origin, Reading
 
+SIDE_BY_SIDE = True  # verify over target caches kept side by side (faster in run 20)
 PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in all
 STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
 KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
@@ -183,7 +184,7 @@ class BatchDecoder:
         costs: CostModel | None = None,
         batch_costs: BatchCosts | None = None,
         acceptance: Callable[[bool], Acceptance] | None = None,
-        side_by_side: bool = True,
+        side_by_side: bool = SIDE_BY_SIDE,
     ) -> None:
         self.target = target
         self.side_by_side = side_by_side
@@ -834,4 +835,4 @@ def _last_origin(k: int, accepted: int) -> Origin:
     return Origin.BONUS if accepted == k else Origin.CORRECTION
 
 
-__all__ = ["PREFILL_CHUNK", "BatchDecoder", "BatchStats", "Turns", "take_turns"]
+__all__ = ["PREFILL_CHUNK", "SIDE_BY_SIDE", "BatchDecoder", "BatchStats", "Turns", "take_turns"]
