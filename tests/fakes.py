@@ -260,7 +260,30 @@ def _fake_load(target: str, _draft: str | None, progress=None, loaded=None) -> M
     return ModelPair(LoadedModel(Path(target), model=None, tokenizer=None, config={}))  # type: ignore[arg-type]  # no weights
 
 
-def _scripted(chunks: int, delay: float = 0.0, fail_at: int | None = None):
+class Pause:
+    """Holds a scripted reply, and so the engine thread, between two tokens while a test acts."""
+
+    def __init__(self) -> None:
+        self._asked, self._holding, self._released = (threading.Event() for _ in range(3))
+
+    def __call__(self) -> None:
+        """Where the reply stands between two tokens: it waits here once asked, until released."""
+        if self._asked.is_set() and not self._released.is_set():
+            self._holding.set()
+            self._released.wait(10)
+
+    def hold(self) -> None:
+        """Returns once the reply waits: until :meth:`release` the engine takes nothing in."""
+        self._asked.set()
+        assert self._holding.wait(5), "the reply never reached its next token"
+
+    def release(self) -> None:
+        self._released.set()
+
+
+def _scripted(
+    chunks: int, delay: float = 0.0, fail_at: int | None = None, pause: Pause | None = None
+):
     def stream(
         _pair: ModelPair,
         _messages: Sequence[Message],
@@ -277,6 +300,8 @@ def _scripted(chunks: int, delay: float = 0.0, fail_at: int | None = None):
                 break
             if i == fail_at:
                 raise RuntimeError("out of memory")
+            if pause is not None:
+                pause()
             time.sleep(delay)
             ids.append(i)
             yield Chunk(f"t{i} ", (i,), (Origin.DRAFT,))

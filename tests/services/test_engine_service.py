@@ -24,7 +24,7 @@ from app.services import (
     TokenBatch,
 )
 from tests.conftest import TinyModels
-from tests.fakes import _Engine, _fake_load, _loaded, _reads_then_replies, _scripted
+from tests.fakes import Pause, _Engine, _fake_load, _loaded, _reads_then_replies, _scripted
 
 HELLO = [Message("user", "Hello")]
 
@@ -413,15 +413,20 @@ def _results(service: EngineService) -> dict[int, GenerationResult]:
 
 
 def test_a_waiting_reply_withdrawn_leaves_the_running_one_whole(qtbot: QtBot, make_service) -> None:
-    service = make_service(EngineWorker(load=_fake_load, stream=_scripted(200, delay=0.002)))
+    pause = Pause()
+    stream = _scripted(200, delay=0.002, pause=pause)
+    service = make_service(EngineWorker(load=_fake_load, stream=stream))
     _loaded(qtbot, service)
     results = _results(service)
     started: list[int] = []
     service.generation_started.connect(started.append)
     with qtbot.waitSignal(service.tokens_generated, timeout=5_000):
         running = service.generate(HELLO, GenerationParams())
+    # The engine takes the next reply in only after it is withdrawn, however slow this machine.
+    pause.hold()
     waiting = service.generate(HELLO, GenerationParams())
     waiting.cancel()
+    pause.release()
     # The withdrawn one ends as soon as the engine takes it in, between rounds.
     qtbot.waitUntil(lambda: waiting.request_id in results, timeout=10_000)
     assert running.request_id not in results
