@@ -51,7 +51,9 @@
 # PART r20c: rounds side by side traced at 8 streams; PART r21a, r21b: issue 17's streams
 # (1, 2, 4, 8; miss 0 and 0.1; k = 15 and Auto) with the app's own layout on fresh lengths.
 # PART r22: every event of a lone request, lone decoder against one stream through the batch
-# (tools/solo_trace.py). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# (tools/solo_trace.py). PARTs r23a and r23b: run 21's streams again, every event traced, once
+# verification no longer meets a key length per request and prompts are read in blocks of 64 rows
+# (tools/prefill_shape_probe.py times such reads). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -274,6 +276,16 @@ r22)  # run 22: every event of a lone request, through the lone decoder and thro
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r23a|r23b)  # run 23: run 21's streams, every event traced, whole buckets and padded prompt reads
+  [ $part = r23a ] && set -- 70b:1b 570 || set -- 8b:1b 200
+  name=streams-${1%%:*}-run23
+  echo "== $name: tools/solo_trace.py TRACE --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout $2 python3 tools/solo_trace.py "$out/$name.jsonl" --synthetic $1 --bits 4 \
+    --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
+    --fresh-shapes --json "$out/$name.json" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}

@@ -374,22 +374,39 @@ class BatchDecoder:
                 break
             chunk = r.seq[r.read : min(r.prompt - 1, r.read + left)]
             chunks.append((r, chunk))
-            left -= len(chunk)
+            left -= len(chunk) + attention.padding(len(chunk), r.t_cache)
         self._last = None  # the next round's period would hold this reading
-        rows = [mx.array(c, dtype=mx.int32) for _, c in chunks]
-        # Only the caches are evaluated: no logits of the prompts are computed.
-        self._forward(self.target, rows, [r.t_cache for r, _ in chunks])
-        states = [c.state for r, _ in chunks for c in r.t_cache]
-        drafting = [(r, x) for (r, _), x in zip(chunks, rows, strict=True) if r.d_cache is not None]
+        states = self._read_into(self.target, chunks, [r.t_cache for r, _ in chunks])
+        drafting = [(r, c) for r, c in chunks if r.d_cache is not None]
         if drafting and self.draft is not None:
             caches = [c for r, _ in drafting if (c := r.d_cache) is not None]
-            self._forward(self.draft, [x for _, x in drafting], caches)
-            states += [c.state for cache in caches for c in cache]
+            states += self._read_into(self.draft, drafting, caches)
         mx.eval(states)
         for r, chunk in chunks:
             r.read += len(chunk)
             if r.d_cache is not None:
                 r.d_tokens += chunk
+
+    def _read_into(
+        self, model: nn.Module, chunks: list[tuple[_Request, list[int]]], caches: list[list[Any]]
+    ) -> list[mx.array]:
+        """One forward of prompt chunks into ``caches``, each padded and cut back.
+
+        Only the caches' states are returned to evaluate: no logits of the
+        prompts are computed. The padding (:func:`attention.padding`) keeps
+        the reads' shapes few on backends that build kernels per shape.
+        """
+        pads = [
+            attention.padding(len(c), cache) for (_, c), cache in zip(chunks, caches, strict=True)
+        ]
+        rows = [
+            mx.array(c + c[-1:] * p, dtype=mx.int32) for (_, c), p in zip(chunks, pads, strict=True)
+        ]
+        self._forward(model, rows, caches)
+        for cache, pad in zip(caches, pads, strict=True):
+            if pad:
+                trim_prompt_cache(cache, pad)  # the pad's rows are read for their shape only
+        return [c.state for cache in caches for c in cache]
 
     def _room(self, request: _Request) -> int:
         """The most ``request`` may draft this round: never past its budget or its k_max."""

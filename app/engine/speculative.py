@@ -159,7 +159,11 @@ def prefill_steps(
     for i in range(0, len(tokens), step):
         if stop is not None and stop():
             return
-        model(mx.array(list(tokens[i : i + step]))[None], cache=cache)
+        rows = list(tokens[i : i + step])
+        pad = attention.padding(len(rows), cache)
+        model(mx.array(rows + rows[-1:] * pad)[None], cache=cache)
+        for c in cache if pad else ():
+            c.trim(pad)  # the pad's rows are read for their shape only
         mx.eval([c.state for c in cache])
         yield min(i + step, len(tokens))
 

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import mlx.core as mx
 import pytest
 
 from app.engine import attention, load_pair
 from app.engine.attention import BUCKET
-from app.engine.batch import take_turns
+from app.engine.batch import BatchDecoder, take_turns
 from app.engine.speculative import Decoder, Round
 from app.engine.types import GenerationParams
 from tests.conftest import TinyModels
@@ -111,3 +112,79 @@ def test_bucketed_attention_matches_plain_attention() -> None:
 def test_auto_mode_buckets_only_on_cuda() -> None:
     assert attention.resolve("auto") == ("bucketed" if mx.cuda.is_available() else "sdpa")
     assert attention.resolve("matmul") == "matmul"
+
+
+def test_padding_fills_whole_row_blocks_only_where_verification_buckets() -> None:
+    from mlx_lm.models.cache import KVCache, RotatingKVCache
+
+    plain, rotating = [KVCache(), KVCache()], [KVCache(), RotatingKVCache(max_size=64)]
+    assert attention.padding(70, plain) == 0  # sdpa: shapes cost nothing to build
+    attention.set_mode("bucketed")
+    try:
+        assert [attention.padding(n, plain) for n in (1, 64, 70, 128)] == [63, 0, 58, 0]
+        assert attention.padding(70, rotating) == 0  # its pad could push real rows out
+    finally:
+        attention.set_mode("auto")
+
+
+def _rows_seen(model) -> list[int]:  # type: ignore[no-untyped-def]
+    """Rows of every forward of ``model`` of more than one row, from now on."""
+    seen: list[int] = []
+    cls = type(model)
+
+    class Spy(cls):  # type: ignore[misc, valid-type]
+        def __call__(self, inputs, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if inputs.shape[-1] > 1:
+                seen.append(inputs.shape[-1])
+            return super().__call__(inputs, *args, **kwargs)
+
+    Spy.__module__ = cls.__module__  # where its attention is installed
+    model.__class__ = Spy
+    return seen
+
+
+@pytest.mark.parametrize("prompt_len", [70, 600])
+def test_the_lone_decoder_reads_prompts_in_whole_row_blocks(
+    bucket_mode, tiny: TinyModels, prompt_len: int
+) -> None:
+    prompt = [30 + i % 200 for i in range(prompt_len)]
+    params = GenerationParams(num_draft=3, max_tokens=24)
+    attention.set_mode("sdpa")
+    want = take_turns([Decoder(load_pair(tiny.target).target.model).generate(prompt, params)], 24)
+    attention.set_mode(bucket_mode)
+    pair = load_pair(tiny.target, tiny.noisy)
+    assert pair.draft is not None
+    rows = _rows_seen(pair.target.model)
+    got = take_turns([Decoder(pair.target.model, pair.draft.model).generate(prompt, params)], 24)
+    assert got.replies == want.replies  # the pads were cut off again
+    reads = [n for n in rows if n > attention.MAX_QUERIES]
+    assert reads and all(n % attention.ROWS == 0 for n in reads)
+
+
+def test_the_batch_reads_prompts_in_whole_row_blocks(
+    bucket_mode, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.engine import batch as batch_module
+
+    prompts = [[30 + i % 150 for i in range(n)] for n in (70, 91, 300)]
+    params = GenerationParams(num_draft=3, max_tokens=24)
+    attention.set_mode("sdpa")
+    plain = replace(params, num_draft=0)
+    target = load_pair(tiny.target).target.model
+    want = [take_turns([Decoder(target).generate(p, plain)], 24).replies[0] for p in prompts]
+    attention.set_mode(bucket_mode)
+    reads: list[list[int]] = []
+    real = batch_module.packed_forward
+
+    def spy(model, tokens, caches):  # type: ignore[no-untyped-def]
+        if any(len(t) > attention.MAX_QUERIES for t in tokens):
+            reads.append([len(t) for t in tokens])
+        return real(model, tokens, caches)
+
+    monkeypatch.setattr(batch_module, "packed_forward", spy)
+    pair = load_pair(tiny.target, tiny.noisy)
+    assert pair.draft is not None
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    got = take_turns([batch.generate(p, params) for p in prompts], 24)
+    assert got.replies == want
+    assert reads and all(n % attention.ROWS == 0 for rows in reads for n in rows)
