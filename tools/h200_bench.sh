@@ -53,7 +53,9 @@
 # PART r22: every event of a lone request, lone decoder against one stream through the batch
 # (tools/solo_trace.py). PARTs r23a and r23b: run 21's streams again, every event traced, once
 # verification no longer meets a key length per request and prompts are read in blocks of 64 rows
-# (tools/prefill_shape_probe.py times such reads). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# (tools/prefill_shape_probe.py times such reads). PART r24: batched Auto with the stretch
+# table's long-run rate (batch_costs.along_stretches) against without (auto-pooled), 70b:1b then
+# 8b:1b at miss 0.1, 4 and 8 streams. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -286,6 +288,18 @@ r23a|r23b)  # run 23: run 21's streams, every event traced, whole buckets and pa
     --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
     --fresh-shapes --json "$out/$name.json" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
+  ;;
+r24)  # run 24: batched Auto along stretches against per position, at miss 0.1
+  for spec in "70b:1b 280" "8b:1b 110"; do
+    set -- $spec
+    name=streams-${1%%:*}-run24-stretch
+    echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0.1 --ks 15,auto-pooled,auto --temps 0 --max-tokens 128 --fresh-shapes"
+    start=$(date +%s)
+    timeout $2 python3 -m app bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 4,8 \
+      --miss 0.1 --ks 15,auto-pooled,auto --temps 0 --max-tokens 128 --fresh-shapes \
+      --json "$out/$name.json" 2> "$out/$name.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}

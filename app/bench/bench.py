@@ -429,7 +429,6 @@ POOLED = -1  # --ks auto-pooled: Auto without the stretch belief
 CUTOFF = -2  # --ks auto-cutoff: Auto that ends every draft where the draft is unsure
 UNCUT = -3  # --ks auto-uncut: Auto that never ends a draft early
 VARIANTS = (POOLED, CUTOFF, UNCUT)  # Auto run another way, beside plain Auto in one process
-BATCHED = (CUTOFF, UNCUT)  # the variants that --concurrent runs too
 _AUTO: dict[str, int | None] = {
     "auto": None,
     "auto-pooled": POOLED,
@@ -594,6 +593,7 @@ def _concurrent(
                     label=_label(k),
                     fresh=args.fresh_shapes,
                     side_by_side=side_by_side,
+                    stretch=k != POOLED,
                     log=log,
                 )
         print(streams_table(rows), flush=True)
@@ -638,10 +638,6 @@ def main(args: Any) -> int:
     try:
         ks = _ks(args.ks)
         counts = _stream_counts(args.concurrent) if args.concurrent else None
-        solo = [v for v in VARIANTS if v not in BATCHED]
-        if counts and any(k in solo for k in ks):
-            others = ", ".join(repr(name) for name, v in _AUTO.items() if v in solo)
-            raise ValueError(f"--concurrent plans its streams together: leave out {others}")
     except ValueError as exc:
         log(f"tandem: {exc}")
         return 2

@@ -100,6 +100,7 @@ def _batch(
     params: GenerationParams,
     cutoff: bool | None,
     side_by_side: bool,
+    stretch: bool,
     prompts: list[list[int]],
 ) -> Turns:
     """``prompts`` opened at once on one fresh batch (no cache to reuse) and pulled to the end.
@@ -109,6 +110,7 @@ def _batch(
     """
     batch = BatchDecoder(target, draft, costs(), batch_costs, acceptance, side_by_side)
     batch.draft_cutoff = cutoff
+    batch.stretch = stretch
     return take_turns([batch.generate(p, params) for p in prompts], params.max_tokens)
 
 
@@ -159,6 +161,7 @@ def measure_streams(
     label: str | None = None,
     fresh: bool = False,
     side_by_side: bool = SIDE_BY_SIDE,
+    stretch: bool = True,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.
@@ -192,6 +195,8 @@ def measure_streams(
             graphs by shape, so replayed lengths run faster than new ones).
         side_by_side: The batch keeps its target caches side by side
             (:mod:`app.engine.side_by_side`, the app's layout) rather than each apart.
+        stretch: Auto plans along stretches (``BatchDecoder.stretch``; the
+            single-request references plan as the app's decoder does).
         log: Where progress lines go.
 
     Raises:
@@ -246,7 +251,16 @@ def measure_streams(
         log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
         run = _warmed(
             functools.partial(
-                _batch, target, draft, costs, shared, acceptance, params, cutoff, side_by_side
+                _batch,
+                target,
+                draft,
+                costs,
+                shared,
+                acceptance,
+                params,
+                cutoff,
+                side_by_side,
+                stretch,
             ),
             prompts[:n],
             warmup,

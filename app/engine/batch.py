@@ -211,6 +211,19 @@ class BatchDecoder:
         self.draft_cutoff: bool | None = None
 
     @property
+    def stretch(self) -> bool:
+        """Auto plans along stretches (:mod:`app.engine.stretch`), alone and together.
+
+        As the single decoder's ``stretch``: off, a lone request plans every
+        round alike and a round of several keeps its per-position plan.
+        """
+        return self._planner.stretch
+
+    @stretch.setter
+    def stretch(self, on: bool) -> None:
+        self._planner.stretch = on
+
+    @property
     def active(self) -> int:
         """Requests open now."""
         return len(self._open)
@@ -418,7 +431,7 @@ class BatchDecoder:
         wanted = request.num_draft()
         if request.d_cache is None or wanted == 0:
             return 0
-        plan = self._length(request.params, wanted).choose(request.belief)
+        plan = self._length(request.params, wanted).choose(request.belief if self.stretch else None)
         return min(plan.k, self._room(request))
 
     def _want(self, request: _Request) -> Want:
@@ -757,9 +770,11 @@ class BatchDecoder:
         n = verdict.accepted
         if trim:
             trim_prompt_cache(request.t_cache, k - n)
-        if k:
+        if k and self.stretch:
             length = self._length(request.params, request.num_draft())
             request.belief = length.observe(k, n, request.belief, share)
+        elif k:
+            self._length(request.params, request.num_draft()).observe(k, n, share=share)
         else:
             request.belief = FRESH  # a plain token tests no draft
         committed = [*request.seq, *verdict.proposed[:n], verdict.next_token]

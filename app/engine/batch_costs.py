@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.engine.adaptive import DOUBT, EVIDENCE, EXPLORE_EVERY, Acceptance, spread
+from app.engine.adaptive import DOUBT, EVIDENCE, EXPLORE_EVERY, MIN_GAIN, Acceptance, spread
 from app.engine.costs import (
     K_MAX,
     SAMPLES,
@@ -41,6 +41,7 @@ from app.engine.costs import (
     expected_tokens,
     machine,
 )
+from app.engine.stretch import best_policy
 
 log = logging.getLogger(__name__)
 
@@ -548,11 +549,16 @@ class BatchLength:
     Args:
         costs: The batch's running costs.
         explore_every: Rounds between two tries of a longer draft.
+
+    Attributes:
+        stretch: Let the stretch table's long-run rate replace the plan's k
+            where clearly faster (:func:`along_stretches`).
     """
 
     def __init__(self, costs: BatchCosts, explore_every: int = EXPLORE_EVERY) -> None:
         self.costs = costs
         self.explore_every = explore_every
+        self.stretch = True
         self._rounds = 0
         self._explored = 0
 
@@ -570,6 +576,8 @@ class BatchLength:
                 best = plan_batch(self.costs, wants, False)
         if best is None:  # nothing measured at all: a short draft
             best = BatchPlan(tuple(min(4 if w.fixed is None else w.fixed, w.room) for w in wants))
+        elif self.stretch:
+            best = along_stretches(self.costs, wants, best)
         plan = self._explore(wants, best) if auto else best
         timed = self.costs.wants_timing(*plan.shape[:2], plan.shape[3])
         return replace(plan, timed=timed or plan.explore or self._rounds % PROBE_EVERY == 0)
@@ -608,6 +616,40 @@ class BatchLength:
         return replace(trial, explore=True) if trial is not None else best
 
 
+def along_stretches(costs: BatchCosts, wants: Sequence[Want], best: BatchPlan) -> BatchPlan:
+    """``best``, or the shared k of highest long-run rate along stretches where clearly faster.
+
+    Per-position acceptance learns far positions only from tries of longer
+    drafts, and a try starts wherever the last round left off, often in the
+    middle of an easy stretch; a longer k's own rounds start past a rejection
+    and run further. On the H200 (run 23 in docs/benchmarks.md) 8 streams'
+    rounds of k = 15 committed 9.1-10.1 tokens a request where the table
+    expected 7.9-8.6, so the batch played k = 7, 4-15 % slower. The stretch
+    table (:mod:`app.engine.stretch`) learns from every round by distance
+    from a stretch's start, and its long-run rate of playing one k in every
+    round (``Policy.same``) knows where that k's rounds start. As alone
+    (:data:`app.engine.adaptive.MIN_GAIN`), it replaces the plan only where
+    clearly faster; only Auto requests of one acceptance, drafting.
+    """
+    auto = _auto(wants)
+    sources = {id(w.acceptance) for _, w in auto}
+    current = max((best.ks[i] for i, _ in auto), default=0)
+    if len(sources) != 1 or current == 0:
+        return best
+    top = max(w.room for _, w in auto)
+    plans = [evaluate(costs, wants, k) for k in range(1, top + 1)]
+    if any(p is None for p in plans):
+        return best
+    # A constant factor on every k's seconds moves no comparison: whole rounds do.
+    seconds = [0.0, *(p.seconds for p in plans if p is not None)]
+    rates = auto[0][1].acceptance.stretch_rates()[: 2 * (top + 1)]
+    policy = best_policy(rates, seconds, top)
+    k = max(range(1, top + 1), key=lambda j: policy.same[j])
+    if policy.same[k] < (1.0 + MIN_GAIN) * policy.same[current]:
+        return best
+    return plans[k - 1] or best
+
+
 def _auto(wants: Sequence[Want]) -> list[tuple[int, Want]]:
     return [(i, w) for i, w in enumerate(wants) if w.fixed is None]
 
@@ -619,6 +661,7 @@ __all__ = [
     "BatchPlan",
     "BatchProfile",
     "Want",
+    "along_stretches",
     "evaluate",
     "plan_batch",
     "shape",

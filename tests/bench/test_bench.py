@@ -209,22 +209,17 @@ def test_auto_run_other_ways_runs_side_by_side_with_auto(tmp_path: Path) -> None
     assert data["meta"]["draft_cutoff"] is False  # no --draft-cutoff: each row keeps its own
 
 
-def test_streams_refuse_auto_without_its_stretches() -> None:
-    # A round of several requests plans them together: there is no per-request belief to drop.
-    r = _bench("--synthetic", "tiny:tiny", "--concurrent", "1,2", "--ks", "auto-pooled")
-    assert r.returncode == 2
-    assert "auto-pooled" in r.stderr and "auto-cutoff" not in r.stderr
-
-
-def test_streams_run_auto_with_and_without_the_draft_cutoff(tmp_path: Path) -> None:
+def test_streams_run_auto_with_and_without_stretches_and_the_draft_cutoff(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "streams.json"
     r = _bench(
         "--synthetic", "tiny:tiny", "--miss", "0.1", "--concurrent", "2", "--temps", "0.7",
-        "--ks", "auto,auto-cutoff,auto-uncut", "--max-tokens", "16", "--json", str(out),
+        "--ks", ",".join(["auto", *VARIANTS]), "--max-tokens", "16", "--json", str(out),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert [row["k"] for row in rows] == ["auto", "auto-cutoff", "auto-uncut"]
+    assert [row["k"] for row in rows] == ["auto", *VARIANTS]
     assert all(row["tokens"] == 32 for row in rows)
 
 

@@ -402,7 +402,8 @@ def test_sampled_first_token_keeps_the_target_distribution(pair) -> None:
     assert _chi_square(counts.sum() * q, p)[0] > critical
 
 
-def test_a_lone_auto_request_plans_along_stretches_and_stays_exact() -> None:
+@pytest.mark.parametrize("stretch", [True, False])
+def test_a_lone_auto_request_plans_along_stretches_and_stays_exact(stretch: bool) -> None:
     from app.engine.adaptive import Acceptance
     from app.testing import synthetic as syn
 
@@ -410,13 +411,14 @@ def test_a_lone_auto_request_plans_along_stretches_and_stays_exact() -> None:
     prompt = syn.prompt("tiny")
     tables: dict[bool, Acceptance] = {}
     batch = BatchDecoder(target, draft, acceptance=lambda s: tables.setdefault(s, Acceptance()))
+    batch.stretch = stretch
     gen = batch.generate(prompt, GenerationParams(num_draft=None, k_max=12))
     (got,), (rounds,) = _turns([gen], 120)
     assert got == [syn.CYCLE_START + i % 64 for i in range(len(prompt), len(prompt) + 120)]
     assert any(r.k for r in rounds)
     # The request's rounds taught the table by distance from a stretch's start:
     # unseen distances would all lean on the pooled rate.
-    assert len(set(tables[False].stretch_rates())) > 1
+    assert (len(set(tables[False].stretch_rates())) > 1) is stretch
 
 
 def _cutting(pair, setting: bool | None) -> BatchDecoder:

@@ -11,11 +11,14 @@ from app.engine.batch_costs import (
     RETRY_STACK,
     BatchCosts,
     BatchLength,
+    BatchPlan,
     BatchProfile,
     Want,
+    along_stretches,
     plan_batch,
 )
 from app.engine.costs import CostModel, CostProfile, ProfileStore
+from app.engine.stretch import FRESH
 
 # One request: 50 ms a plain step, a line up to 16 rows, a 2 ms draft step.
 SINGLE = CostProfile(verify=tuple(0.05 + 0.01 * (m - 1) for m in range(1, 18)), draft_step=0.002)
@@ -254,3 +257,56 @@ def test_a_one_step_round_takes_the_catch_up_off_its_count_s_line() -> None:
         costs.observe_parts(4, 2, 1, 4, draft=0.03, verify=0.1)
     assert costs.catchup(4) == pytest.approx(0.02)
     assert costs.draft_step(4) == pytest.approx(0.01)
+
+
+# Where the synthetic draft misses in its 64-token cycle at a miss rate of 0.1.
+MISSES = frozenset({4, 17, 36, 48, 51, 54})
+# 8 sequences as on the H200's 8B (run 23): a forward costs little more for more
+# rows, a stacked draft step 5.8 ms.
+EIGHT = BatchProfile(
+    verify=((8, tuple(0.028 if m <= 9 else 0.032 for m in range(1, 18))),), draft=((8, 0.0058),)
+)
+
+
+def _on_the_cycle(stretch: bool = True, fixed: int | None = None, rounds: int = 200) -> float:
+    """Tokens per second of 8 requests on the miss pattern, after 50 rounds to learn.
+
+    They walk it in two lockstep groups of four, as the bench's streams do.
+    """
+    costs = _costs(EIGHT)
+    planner = BatchLength(costs)
+    planner.stretch = stretch
+    acceptance = Acceptance()
+    place, belief = [0] * 4 + [23] * 4, [FRESH] * 8
+    tokens, seconds = 0, 0.0
+    for i in range(rounds):
+        plan = planner.choose([Want(acceptance, 15) for _ in range(8)])
+        ks = [fixed] * 8 if fixed is not None else list(plan.ks)
+        for s, k in enumerate(ks):
+            n = next((j for j in range(k) if (place[s] + j) % 64 in MISSES), k)
+            belief[s] = acceptance.observe_stretch(belief[s], k, n, 1 / 8)
+            place[s] += n + 1
+            tokens += (n + 1) * (i >= 50)
+        price = costs.round_seconds(8, max(ks) + 1, max(ks), 8)
+        assert price is not None
+        seconds += price * (i >= 50)
+    return tokens / seconds
+
+
+def test_batched_auto_plays_the_k_its_stretches_pay_for() -> None:
+    # Per position, far drafts are learned only from tries that start mid-stretch.
+    along, pooled = _on_the_cycle(), _on_the_cycle(stretch=False)
+    assert along > 1.01 * pooled
+    assert along >= max(_on_the_cycle(fixed=k) for k in (3, 5, 7, 9, 11, 13, 15))
+
+
+def test_the_stretch_table_leaves_plans_it_cannot_better() -> None:
+    flat = BatchProfile(verify=((2, (0.1,) * 17),), draft=((2, 0.003),))
+    costs, plain = _costs(flat), BatchPlan((0, 0))
+    one, other = _accepting(0.9), _accepting(0.9)
+    assert along_stretches(costs, [Want(one, 15), Want(one, 15)], plain) is plain
+    mixed = [Want(one, 15), Want(other, 15)]
+    short = BatchPlan((3, 3))
+    assert along_stretches(costs, mixed, short) is short  # two sources of acceptance
+    fixed = [Want(one, 15, fixed=3), Want(one, 15, fixed=3)]
+    assert along_stretches(costs, fixed, short) is short  # no Auto request
