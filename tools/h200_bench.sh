@@ -55,7 +55,7 @@
 # verification no longer meets a key length per request and prompts are read in blocks of 64 rows
 # (tools/prefill_shape_probe.py times such reads). PART r24: batched Auto with the stretch
 # table's long-run rate (batch_costs.along_stretches) against without (auto-pooled), 70b:1b then
-# 8b:1b at miss 0.1, 4 and 8 streams. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# 8b:1b at miss 0.1, 4 and 8 streams; PART r24b: 8b:1b's pair again in the other order. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -300,6 +300,15 @@ r24)  # run 24: batched Auto along stretches against per position, at miss 0.1
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r24b)  # run 24: 8b:1b's Auto along stretches first, then without
+  name=streams-8b-run24-stretch-first
+  echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0.1 --ks auto,auto-pooled --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout 100 python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
+    --miss 0.1 --ks auto,auto-pooled --temps 0 --max-tokens 128 --fresh-shapes \
+    --json "$out/$name.json" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
 r16)  # run 16: issue 17's streams with the final code, within one device call
   streams streams-70b-1b 70b:1b ${BUDGET:-480}
