@@ -105,6 +105,13 @@ def padding(n: int, cache: Sequence[Any]) -> int:
     return -n % ROWS
 
 
+def padded(tokens: Sequence[int], cache: Sequence[Any]) -> tuple[list[int], int]:
+    """``tokens`` with :func:`padding`'s rows after them (copies of the last), and their count."""
+    rows = list(tokens)
+    pad = padding(len(rows), cache)
+    return rows + rows[-1:] * pad, pad
+
+
 def resolve(mode: Mode) -> str:
     """The concrete mode on this machine: ``auto`` buckets on CUDA only."""
     if mode == "auto":

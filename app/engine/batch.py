@@ -409,14 +409,9 @@ class BatchDecoder:
         prompts are computed. The padding (:func:`attention.padding`) keeps
         the reads' shapes few on backends that build kernels per shape.
         """
-        pads = [
-            attention.padding(len(c), cache) for (_, c), cache in zip(chunks, caches, strict=True)
-        ]
-        rows = [
-            mx.array(c + c[-1:] * p, dtype=mx.int32) for (_, c), p in zip(chunks, pads, strict=True)
-        ]
-        self._forward(model, rows, caches)
-        for cache, pad in zip(caches, pads, strict=True):
+        reads = [attention.padded(c, cache) for (_, c), cache in zip(chunks, caches, strict=True)]
+        self._forward(model, [mx.array(rows, dtype=mx.int32) for rows, _ in reads], caches)
+        for cache, (_, pad) in zip(caches, reads, strict=True):
             if pad:
                 trim_prompt_cache(cache, pad)  # the pad's rows are read for their shape only
         return [c.state for cache in caches for c in cache]
@@ -770,11 +765,12 @@ class BatchDecoder:
         n = verdict.accepted
         if trim:
             trim_prompt_cache(request.t_cache, k - n)
-        if k and self.stretch:
+        if k:
             length = self._length(request.params, request.num_draft())
-            request.belief = length.observe(k, n, request.belief, share)
-        elif k:
-            self._length(request.params, request.num_draft()).observe(k, n, share=share)
+            if self.stretch:
+                request.belief = length.observe(k, n, request.belief, share)
+            else:
+                length.observe(k, n, share=share)
         else:
             request.belief = FRESH  # a plain token tests no draft
         committed = [*request.seq, *verdict.proposed[:n], verdict.next_token]

@@ -637,17 +637,17 @@ def along_stretches(costs: BatchCosts, wants: Sequence[Want], best: BatchPlan) -
     if len(sources) != 1 or current == 0:
         return best
     top = max(w.room for _, w in auto)
-    plans = [evaluate(costs, wants, k) for k in range(1, top + 1)]
-    if any(p is None for p in plans):
+    rates = _rates(wants)  # once for every k, as plan_batch does
+    plans = [p for k in range(1, top + 1) if (p := evaluate(costs, wants, k, rates)) is not None]
+    if len(plans) < top:
         return best
     # A constant factor on every k's seconds moves no comparison: whole rounds do.
-    seconds = [0.0, *(p.seconds for p in plans if p is not None)]
-    rates = auto[0][1].acceptance.stretch_rates()[: 2 * (top + 1)]
-    policy = best_policy(rates, seconds, top)
+    along = auto[0][1].acceptance.stretch_rates()[: 2 * (top + 1)]
+    policy = best_policy(along, [0.0, *(p.seconds for p in plans)], top)
     k = max(range(1, top + 1), key=lambda j: policy.same[j])
     if policy.same[k] < (1.0 + MIN_GAIN) * policy.same[current]:
         return best
-    return plans[k - 1] or best
+    return plans[k - 1]
 
 
 def _auto(wants: Sequence[Want]) -> list[tuple[int, Want]]:

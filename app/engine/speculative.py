@@ -159,11 +159,10 @@ def prefill_steps(
     for i in range(0, len(tokens), step):
         if stop is not None and stop():
             return
-        rows = list(tokens[i : i + step])
-        pad = attention.padding(len(rows), cache)
-        model(mx.array(rows + rows[-1:] * pad)[None], cache=cache)
-        for c in cache if pad else ():
-            c.trim(pad)  # the pad's rows are read for their shape only
+        rows, pad = attention.padded(tokens[i : i + step], cache)
+        model(mx.array(rows)[None], cache=cache)
+        if pad:
+            trim_prompt_cache(cache, pad)  # the pad's rows are read for their shape only
         mx.eval([c.state for c in cache])
         yield min(i + step, len(tokens))
 
