@@ -198,6 +198,12 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="verification attention: mlx-lm's, or over a bucketed key length (auto: on CUDA)",
     )
+    bench.add_argument(
+        "--wide",
+        default="auto",
+        help="rows from which 4-bit projections run on weights dequantized on the fly: "
+        "auto (measured per model on this machine), off, or a row count",
+    )
     bench.add_argument("--warmup", type=int, default=16, help="tokens of each warm-up run")
     bench.add_argument(
         "--fresh-shapes",

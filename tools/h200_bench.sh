@@ -55,7 +55,10 @@
 # verification no longer meets a key length per request and prompts are read in blocks of 64 rows
 # (tools/prefill_shape_probe.py times such reads). PART r24: batched Auto with the stretch
 # table's long-run rate (batch_costs.along_stretches) against without (auto-pooled), 70b:1b then
-# 8b:1b at miss 0.1, 4 and 8 streams; PART r24b: 8b:1b's pair again in the other order. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# 8b:1b at miss 0.1, 4 and 8 streams; PART r24b: 8b:1b's pair again in the other order.
+# PARTs r25a and r25b: run 25, prompt reads on weights dequantized from the width measured
+# per model (tools/wide_read_probe.py), then issue 17's streams with them (70b:1b at 4 and 8
+# streams; 8b:1b at 1, 2, 4 and 8 streams, then part r24b). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -300,6 +303,24 @@ r24)  # run 24: batched Auto along stretches against per position, at miss 0.1
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r25a|r25b)  # run 25: wide reads dequantized, then issue 17's streams with them
+  [ $part = r25a ] && set -- 70b:1b 4,8 440 || set -- 8b:1b 1,2,4,8 260
+  name=wide-${1%%:*}-run25
+  echo "== $name: tools/wide_read_probe.py --pair $1"
+  start=$(date +%s)
+  timeout 120 python3 tools/wide_read_probe.py --pair $1 > "$out/$name.txt" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
+  name=streams-${1%%:*}-run25-wide
+  echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent $2 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout $3 python3 -m app bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent $2 \
+    --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
+    --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
+  [ $part = r25b ] && sh "$0" r24b "$out"
   ;;
 r24b)  # run 24: 8b:1b's Auto along stretches first, then without
   name=streams-8b-run24-stretch-first

@@ -513,7 +513,19 @@ def _next_draft(
         meta["miss"] = miss
         if count > 1:
             print(f"== miss {miss:g}")
+    if draft is not None:
+        meta["wide_rows_draft"] = _wide(draft, "draft")
     return draft
+
+
+def _wide(model: nn.Module, role: str) -> int | None:
+    """Sets (measuring, by ``--wide``) the rows from which ``model`` dequantizes; says which."""
+    from app.engine import wide
+
+    rows = wide.install(model)
+    said = f"dequantize from {rows} rows" if rows else "never dequantize"
+    print(f"{role}: wide forwards {said}", file=sys.stderr, flush=True)
+    return rows
 
 
 def _batch_profile(
@@ -647,9 +659,14 @@ def main(args: Any) -> int:
         if impl not in IMPLS:
             log(f"tandem: unknown implementation '{impl}' (one of {', '.join(IMPLS)})")
             return 2
-    from app.engine import attention
+    from app.engine import attention, wide
 
     attention.set_mode(args.attention)
+    try:
+        wide.set_mode(wide.parse_mode(args.wide))
+    except ValueError as exc:
+        log(f"tandem: {exc}")
+        return 2
     k_max = min(args.k_max or max([k for k in ks if k and k > 0] or [K_MAX]), K_MAX)
     meta: dict[str, Any] = {
         "device": str(mx.default_device()),
@@ -657,6 +674,7 @@ def main(args: Any) -> int:
         "mlx_env": backend_env.settings(),
         "attention": args.attention,
         "verify_attention": attention.resolve(args.attention),
+        "wide": args.wide,
         "fused": args.fuse,
         "k_max": k_max,
         "draft_cutoff": args.draft_cutoff,
@@ -716,6 +734,7 @@ def main(args: Any) -> int:
         ttft_prompt = max(prompts, key=len)
         meta.update(model=args.model, draft=args.draft, prompts=len(prompts))
 
+    meta["wide_rows_target"] = _wide(target, "target")
     if args.batch_profile:
         first = drafts[0][1]() if drafts else None
         return _batch_profile(target, first, args, meta)

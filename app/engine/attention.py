@@ -28,7 +28,7 @@ Mode = Literal["auto", "sdpa", "bucketed", "matmul"]
 MAX_QUERIES = 32  # a verification of up to 16 drafts, padded
 BUCKET = 256
 ROWS = 64  # a prompt chunk's rows, padded to a multiple of this where shapes cost builds
-_state: dict[str, str] = {"mode": "sdpa"}
+_state: dict[str, str] = {}  # the mode, resolved on first use unless set
 
 
 def matmul_attention(
@@ -100,7 +100,7 @@ def padding(n: int, cache: Sequence[Any]) -> int:
     """
     from mlx_lm.models.cache import KVCache
 
-    if _state["mode"] == "sdpa" or not all(type(c) is KVCache for c in cache):
+    if mode() == "sdpa" or not all(type(c) is KVCache for c in cache):
         return 0
     return -n % ROWS
 
@@ -123,6 +123,11 @@ def set_mode(mode: Mode) -> None:
     _state["mode"] = resolve(mode)
 
 
+def mode() -> str:
+    """The concrete mode: ``auto`` resolved on this machine unless :func:`set_mode` chose."""
+    return _state.setdefault("mode", resolve("auto"))
+
+
 def install(model: nn.Module) -> None:
     """Wraps the attention function of ``model``'s mlx-lm module (idempotent)."""
     module = sys.modules.get(type(model).__module__)
@@ -141,15 +146,15 @@ def install(model: nn.Module) -> None:
         mask: Any,
         sinks: Any = None,
     ) -> mx.array:
-        mode = _state["mode"]
+        now = mode()
         if (
-            mode != "sdpa"
+            now != "sdpa"
             and sinks is None
             and type(cache) is KVCache
             and (mask is None or isinstance(mask, str))
             and 1 < queries.shape[2] <= MAX_QUERIES
         ):
-            return bucketed_attention(queries, cache, scale, matmul=mode == "matmul")
+            return bucketed_attention(queries, cache, scale, matmul=now == "matmul")
         return original(queries, keys, values, cache, scale, mask, sinks=sinks)
 
     attention._tandem = True  # type: ignore[attr-defined]

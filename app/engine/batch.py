@@ -44,7 +44,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from app.engine import attention
+from app.engine import attention, wide
 from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
 from app.engine.costs import K_MAX, CostModel, expected_tokens
@@ -265,6 +265,7 @@ class BatchDecoder:
             for model in (self.target, self.draft):
                 if model is not None:
                     attention.install(model)
+                    wide.install(model)
             self._trimmable = can_trim_prompt_cache(make_prompt_cache(self.target))
         wanted = control.num_draft if control is not None else params.num_draft
         if self.draft is not None and wanted != 0 and not self._trimmable:

@@ -12,6 +12,10 @@ The fused projection hands its parts out to the attention or MLP code that
 mlx-lm already has: the first part asked for computes them all, the others
 reuse the result while the input is the same array. So no model class is
 rewritten, and the arithmetic per column is unchanged.
+
+A quantized model's other layer projections (``o_proj``, ``down_proj``)
+become projections of one part, so that every projection of a layer can take
+the wide path (:mod:`app.engine.wide`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from app.engine import wide
+
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+SINGLES = ("o_proj", "down_proj")
 
 
 class _Memo:
@@ -44,32 +51,25 @@ class FusedProjection(nn.Module):
         sizes = [int(layer.weight.shape[0]) for layer in layers]
         self.splits = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
         self.quantized = isinstance(layers[0], nn.QuantizedLinear)
+        # Rows from which the weights are dequantized for the matmul (wide.install).
+        self.wide: int | None = None
         if self.quantized:
             q = layers[0]
             self.group_size, self.bits, self.mode = q.group_size, q.bits, q.mode
-            self.weight = mx.concatenate([layer.weight for layer in layers])
-            self.scales = mx.concatenate([layer.scales for layer in layers])
+            self.weight = _joined(layers, "weight")
+            self.scales = _joined(layers, "scales")
             if "biases" in layers[0]:
-                self.biases = mx.concatenate([layer.biases for layer in layers])
+                self.biases = _joined(layers, "biases")
         else:
             # Pre-transposed: no transpose node per call.
-            self.weight_t = mx.contiguous(mx.concatenate([layer.weight for layer in layers]).T)
+            self.weight_t = mx.contiguous(_joined(layers, "weight").T)
         if "bias" in layers[0]:
-            self.bias = mx.concatenate([layer.bias for layer in layers])
+            self.bias = _joined(layers, "bias")
         object.__setattr__(self, "_memo", _Memo())
 
     def __call__(self, x: mx.array) -> mx.array:
         if self.quantized:
-            y = mx.quantized_matmul(
-                x,
-                self["weight"],
-                scales=self["scales"],
-                biases=self.get("biases"),
-                transpose=True,
-                group_size=self.group_size,
-                bits=self.bits,
-                mode=self.mode,
-            )
+            y = wide.matmul(x, self, self.wide)
             return y + self["bias"] if "bias" in self else y
         if "bias" in self:
             return mx.addmm(self["bias"], x, self["weight_t"])
@@ -85,6 +85,11 @@ class FusedProjection(nn.Module):
         if memo.taken >= len(memo.parts):  # all handed out: hold no arrays
             memo.x, memo.parts = None, []
         return out
+
+
+def _joined(layers: Sequence[nn.Module], name: str) -> mx.array:
+    arrays = [layer[name] for layer in layers]
+    return arrays[0] if len(arrays) == 1 else mx.concatenate(arrays)
 
 
 class Part(nn.Module):
@@ -122,12 +127,16 @@ def fuse(model: nn.Module) -> int:
     """Fuses the q/k/v and gate/up projections of every layer, in place.
 
     Idempotent; modules whose projections differ in kind are left alone.
+    A quantized ``o_proj`` or ``down_proj`` becomes a projection of one part.
 
     Returns:
         How many groups were fused.
     """
     fused = 0
     for _, module in model.named_modules():
+        for name in SINGLES if isinstance(module, dict) else ():
+            if type(module.get(name)) is nn.QuantizedLinear:
+                setattr(module, name, FusedProjection([module[name]]))
         for names in GROUPS:
             found = [module.get(n) for n in names] if isinstance(module, dict) else []
             layers: list[nn.Module] = [layer for layer in found if layer is not None]

@@ -22,7 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from app.engine import attention
+from app.engine import attention, wide
 from app.engine.adaptive import Acceptance, DraftLength, Ema
 from app.engine.costs import K_MAX, CostModel, Plan
 from app.engine.lookup import PromptLookup
@@ -549,6 +549,7 @@ class Decoder:
             for model in (self.target, self.draft):
                 if model is not None:
                     attention.install(model)
+                    wide.install(model)
             self.target_trimmable = can_trim_prompt_cache(make_prompt_cache(self.target))
         can_draft = self.draft is not None
         can_lookup = params.prompt_lookup

@@ -284,3 +284,19 @@ def test_fresh_shapes_give_every_measured_run_a_prompt_of_its_own_length(
         assert sorted(measured) == [warm + 1, warm + 2, warm + 3, warm + 4]
     else:
         assert measured == [warm] * 4
+
+
+def test_wide_sets_the_rows_both_models_dequantize_from(tmp_path: Path) -> None:
+    out = tmp_path / "wide.json"
+    r = _bench(
+        "--synthetic", "tiny:tiny", "--bits", "4", "--ks", "2", "--impls", "tandem",
+        "--max-tokens", "8", "--wide", "96", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    meta = json.loads(out.read_text())["meta"]
+    assert (meta["wide"], meta["wide_rows_target"], meta["wide_rows_draft"]) == ("96", 96, 96)
+    assert "target: wide forwards dequantize from 96 rows" in r.stderr
+
+    r = _bench("--synthetic", "tiny:tiny", "--wide", "wider")
+    assert r.returncode == 2
+    assert "--wide takes auto, off or a positive row count, not 'wider'" in r.stderr

@@ -188,3 +188,17 @@ def test_the_batch_reads_prompts_in_whole_row_blocks(
     got = take_turns([batch.generate(p, params) for p in prompts], 24)
     assert got.replies == want
     assert reads and all(n % attention.ROWS == 0 for rows in reads for n in rows)
+
+
+def test_the_engine_resolves_auto_on_first_use_unless_a_mode_was_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The app and `tandem serve` never set a mode: on CUDA they bucket as the bench does.
+    from mlx_lm.models.cache import KVCache
+
+    monkeypatch.setattr(attention, "_state", {})
+    monkeypatch.setattr(attention, "resolve", lambda mode: "bucketed" if mode == "auto" else mode)
+    assert attention.mode() == "bucketed"
+    assert attention.padding(10, [KVCache()]) == attention.ROWS - 10
+    attention.set_mode("sdpa")
+    assert attention.mode() == "sdpa"
