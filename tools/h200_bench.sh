@@ -58,7 +58,8 @@
 # 8b:1b at miss 0.1, 4 and 8 streams; PART r24b: 8b:1b's pair again in the other order.
 # PARTs r25a and r25b: run 25, prompt reads on weights dequantized from the width measured
 # per model (tools/wide_read_probe.py), then issue 17's streams with them (70b:1b at 4 and 8
-# streams; 8b:1b at 1, 2, 4 and 8 streams, then part r24b). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# streams; 8b:1b at 1, 2, 4 and 8 streams, then part r24b); PART r25c: the 70B's reads again
+# once each dequantized projection is evaluated before the next (peak memory). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -321,6 +322,14 @@ r25a|r25b)  # run 25: wide reads dequantized, then issue 17's streams with them
   echo "rc=$? in $(( $(date +%s) - start )) s"
   cat "$out/$name.txt"
   [ $part = r25b ] && sh "$0" r24b "$out"
+  ;;
+r25c)  # run 25: the 70B's wide reads with one projection's weights dequantized at a time
+  echo "== wide-70b-run25c: tools/wide_read_probe.py --pair 70b:1b --rows 256,512"
+  start=$(date +%s)
+  timeout 150 python3 tools/wide_read_probe.py --pair 70b:1b --rows 256,512 \
+    > "$out/wide-70b-run25c.txt" 2> "$out/wide-70b-run25c.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/wide-70b-run25c.txt"
   ;;
 r24b)  # run 24: 8b:1b's Auto along stretches first, then without
   name=streams-8b-run24-stretch-first

@@ -69,7 +69,13 @@ def test_a_forward_dequantizes_from_the_width_set_and_computes_the_same(
     assert wide.install(model) == 64
     x = mx.array(syn.prompt("tiny", repeats=8)[:64])[None]
     seen = _dequantizes(monkeypatch)
+    evals: list[int] = []
+    real_eval = mx.eval
+    monkeypatch.setattr(mx, "eval", lambda *a: evals.append(len(seen)) or real_eval(*a))
     dequantized = model(x, cache=make_prompt_cache(model))
+    # Each projection is evaluated before the next one's weights are dequantized.
+    assert evals == list(range(1, 4 * len(model.layers) + 1))
+    monkeypatch.setattr(mx, "eval", real_eval)
     mx.eval(dequantized)
     assert len(seen) == 4 * len(model.layers)
 
@@ -101,7 +107,9 @@ def test_install_measures_each_model_once_per_mode(monkeypatch: pytest.MonkeyPat
     assert {p.wide for p in _projections(model)} == {None}
 
 
-def _fake_seconds(kernel_per_row: float, timed: list[tuple[int, int | None]]) -> Callable[..., float]:
+def _fake_seconds(
+    kernel_per_row: float, timed: list[tuple[int, int | None]]
+) -> Callable[..., float]:
     """Times the 4-bit kernel in proportion to the rows and dequantizing as flat."""
 
     def seconds(run: functools.partial[list[mx.array]]) -> float:
@@ -174,8 +182,7 @@ def test_decoders_read_wide_prompts_dequantized_with_the_same_replies(
         got = take_turns([batch.generate(p, params) for p in prompts], 24).replies
     else:
         got = [
-            take_turns([Decoder(target, draft).generate(p, params)], 24).replies[0]
-            for p in prompts
+            take_turns([Decoder(target, draft).generate(p, params)], 24).replies[0] for p in prompts
         ]
     assert got == want
     assert seen  # the prompts' reads ran on dequantized weights
