@@ -59,7 +59,8 @@
 # PARTs r25a and r25b: run 25, prompt reads on weights dequantized from the width measured
 # per model (tools/wide_read_probe.py), then issue 17's streams with them (70b:1b at 4 and 8
 # streams; 8b:1b at 1, 2, 4 and 8 streams, then part r24b); PART r25c: the 70B's reads again
-# once each dequantized projection is evaluated before the next (peak memory). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# once each dequantized projection is evaluated before the next (peak memory); PART r25d: the
+# 70B's reads and streams (4 and 8) with at most 2 GiB of dequantized weights left unevaluated. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -330,6 +331,22 @@ r25c)  # run 25: the 70B's wide reads with one projection's weights dequantized 
     > "$out/wide-70b-run25c.txt" 2> "$out/wide-70b-run25c.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
   cat "$out/wide-70b-run25c.txt"
+  ;;
+r25d)  # run 25: the 70B's reads and streams, dequantized weights queued up to 2 GiB
+  echo "== wide-70b-run25d: tools/wide_read_probe.py --pair 70b:1b --rows 512"
+  start=$(date +%s)
+  timeout 130 python3 tools/wide_read_probe.py --pair 70b:1b --rows 512 \
+    > "$out/wide-70b-run25d.txt" 2> "$out/wide-70b-run25d.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/wide-70b-run25d.txt"
+  name=streams-70b-run25d-wide
+  echo "== $name: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout 420 python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
+    --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
+    --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
   ;;
 r24b)  # run 24: 8b:1b's Auto along stretches first, then without
   name=streams-8b-run24-stretch-first

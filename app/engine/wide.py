@@ -31,6 +31,8 @@ Mode = Literal["auto", "off"] | int
 WIDTHS = (64, 128, 256, 512)  # rows tried, up to the widest chunk the engines read
 MIN_GAIN = 0.10  # dequantizing must save this share of the kernel's time
 REPEATS = 3
+QUEUE_BYTES = 2 << 30  # dequantized weights left unevaluated at most (a 70B layer: 1.7 GB)
+_queued = [0]  # bytes dequantized since the last evaluation (engine thread only)
 SLOW = 0.25  # seconds: a run this slow is timed once
 _state: dict[str, Mode] = {"mode": "auto"}
 _MARK = "_tandem_wide"
@@ -79,9 +81,7 @@ def matmul(x: mx.array, proj: Any, wide: int | None) -> mx.array:
             mode=proj.mode,
         )
         y = x @ w.T
-        # Evaluated here, one projection's weights are dequantized at a time; left
-        # lazy, a 70B's read queued about eight layers' worth (13 GiB more).
-        mx.eval(y)
+        _bound_queue(y, w.nbytes)
         return y
     return mx.quantized_matmul(
         x,
@@ -93,6 +93,20 @@ def matmul(x: mx.array, proj: Any, wide: int | None) -> mx.array:
         bits=proj.bits,
         mode=proj.mode,
     )
+
+
+def _bound_queue(y: mx.array, nbytes: int) -> None:
+    """Evaluates ``y`` once :data:`QUEUE_BYTES` of dequantized weights wait unevaluated.
+
+    Left lazy, a 70B's 512-row read on the H200 queued about eight layers'
+    weights (13 GiB more at its peak, 219 ms); evaluated after every
+    projection it peaked at no more than the 4-bit kernel's read but took
+    312 ms, one synchronisation per projection (run 25 in docs/benchmarks.md).
+    """
+    _queued[0] += nbytes
+    if _queued[0] >= QUEUE_BYTES:
+        mx.eval(y)
+        _queued[0] = 0
 
 
 def _projections(model: nn.Module) -> Iterator[tuple[str, Any]]:

@@ -73,20 +73,23 @@ def test_a_forward_dequantizes_from_the_width_set_and_computes_the_same(
     real_eval = mx.eval
     monkeypatch.setattr(mx, "eval", lambda *a: evals.append(len(seen)) or real_eval(*a))
     dequantized = model(x, cache=make_prompt_cache(model))
-    # Each projection is evaluated before the next one's weights are dequantized.
-    assert evals == list(range(1, 4 * len(model.layers) + 1))
+    assert evals == []  # tiny weights: far from the queue's bound
+    n = 4 * len(model.layers)
+    monkeypatch.setattr(wide, "QUEUE_BYTES", 1)  # each projection evaluated before the next
+    model(x, cache=make_prompt_cache(model))
+    assert evals == list(range(n + 1, 2 * n + 1))
     monkeypatch.setattr(mx, "eval", real_eval)
     mx.eval(dequantized)
-    assert len(seen) == 4 * len(model.layers)
+    assert len(seen) == 8 * len(model.layers)
 
     narrow = model(x[:, :63], cache=make_prompt_cache(model))
     mx.eval(narrow)
-    assert len(seen) == 4 * len(model.layers)  # 63 rows: the 4-bit kernel
+    assert len(seen) == 8 * len(model.layers)  # 63 rows: the 4-bit kernel
 
     wide.set_mode("off")
     assert wide.install(model) is None
     kernel = model(x, cache=make_prompt_cache(model))
-    assert len(seen) == 4 * len(model.layers)
+    assert len(seen) == 8 * len(model.layers)
     assert mx.allclose(dequantized, kernel, atol=1e-3).item()
 
 
