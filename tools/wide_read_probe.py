@@ -50,10 +50,10 @@ def _ms_and_peak(model: nn.Module, tokens: list[int]) -> tuple[float, float]:
 def _greedy(model: nn.Module, tokens: list[int], n: int = 32) -> list[int]:
     cache = make_prompt_cache(model)
     logits = model(mx.array(tokens)[None], cache=cache)
-    out = [int(mx.argmax(logits[0, -1]).item())]
+    out: list[int] = [mx.argmax(logits[0, -1]).tolist()]  # type: ignore[list-item]
     for _ in range(n - 1):
         logits = model(mx.array([out[-1:]]), cache=cache)
-        out.append(int(mx.argmax(logits[0, -1]).item()))
+        out.append(mx.argmax(logits[0, -1]).tolist())  # type: ignore[arg-type]
     return out
 
 

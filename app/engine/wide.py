@@ -33,7 +33,7 @@ MIN_GAIN = 0.10  # dequantizing must save this share of the kernel's time
 REPEATS = 3
 QUEUE_BYTES = 2 << 30  # dequantized weights left unevaluated at most (a 70B layer: 1.7 GB)
 _queued = [0]  # bytes dequantized since the last evaluation (engine thread only)
-SLOW = 0.25  # seconds: a run this slow is timed once
+SLOW = 0.25  # seconds: after a timed run this slow, no more are timed
 _state: dict[str, Mode] = {"mode": "auto"}
 _MARK = "_tandem_wide"
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -129,9 +129,9 @@ def _first_layer(model: nn.Module) -> list[Any]:
 def _seconds(run: Callable[[], list[mx.array]]) -> float:
     """The median of a few timed runs, after one that builds the shape's kernels.
 
-    A timed run slower than :data:`SLOW` is the measure itself: timing a
-    kernel that slow again would keep a slow backend (this CPU: seconds a
-    layer) waiting, and only the build, not counted, is so slow on a GPU.
+    The timing stops after a run slower than :data:`SLOW`: on a backend that
+    slow (this CPU: seconds a layer) more runs would only keep the user
+    waiting. The build's run is never timed, as on CUDA it can take seconds.
     """
     mx.eval(run())
     laps: list[float] = []
