@@ -51,8 +51,10 @@ class FusedProjection(nn.Module):
         sizes = [int(layer.weight.shape[0]) for layer in layers]
         self.splits = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
         self.quantized = isinstance(layers[0], nn.QuantizedLinear)
-        # Rows from which the weights are dequantized for the matmul (wide.install).
+        # Rows from which the weights are dequantized for the matmul, and the bytes of
+        # dequantized weights that may wait unevaluated (both set by wide.install).
         self.wide: int | None = None
+        self.queue = 0
         if self.quantized:
             q = layers[0]
             self.group_size, self.bits, self.mode = q.group_size, q.bits, q.mode

@@ -31,7 +31,6 @@ Mode = Literal["auto", "off"] | int
 WIDTHS = (64, 128, 256, 512)  # rows tried, up to the widest chunk the engines read
 MIN_GAIN = 0.10  # dequantizing must save this share of the kernel's time
 REPEATS = 3
-QUEUE_BYTES = 2 << 30  # dequantized weights left unevaluated at most (a 70B layer: 1.7 GB)
 _queued = [0]  # bytes dequantized since the last evaluation (engine thread only)
 SLOW = 0.25  # seconds: after a timed run this slow, no more are timed
 _state: dict[str, Mode] = {"mode": "auto"}
@@ -81,7 +80,7 @@ def matmul(x: mx.array, proj: Any, wide: int | None) -> mx.array:
             mode=proj.mode,
         )
         y = x @ w.T
-        _bound_queue(y, w.nbytes)
+        _bound_queue(y, w.nbytes, proj.queue)
         return y
     return mx.quantized_matmul(
         x,
@@ -95,16 +94,18 @@ def matmul(x: mx.array, proj: Any, wide: int | None) -> mx.array:
     )
 
 
-def _bound_queue(y: mx.array, nbytes: int) -> None:
-    """Evaluates ``y`` once :data:`QUEUE_BYTES` of dequantized weights wait unevaluated.
+def _bound_queue(y: mx.array, nbytes: int, limit: int) -> None:
+    """Evaluates ``y`` once ``limit`` bytes of dequantized weights wait unevaluated.
 
     Left lazy, a 70B's 512-row read on the H200 queued about eight layers'
     weights (13 GiB more at its peak, 219 ms); evaluated after every
-    projection it peaked at no more than the 4-bit kernel's read but took
-    312 ms, one synchronisation per projection (run 25 in docs/benchmarks.md).
+    projection it peaked no higher than the 4-bit kernel's read but took
+    312 ms, one synchronisation per projection; with up to 2 GiB (a little
+    over a layer) queued, 259 ms and 41.5 GiB against the kernel's 578 ms and
+    44.3 GiB (run 25 in docs/benchmarks.md).
     """
     _queued[0] += nbytes
-    if _queued[0] >= QUEUE_BYTES:
+    if _queued[0] >= limit:
         mx.eval(y)
         _queued[0] = 0
 
@@ -175,10 +176,16 @@ def _inputs(proj: Any) -> int:
     return int(proj["scales"].shape[-1]) * int(proj.group_size)
 
 
+def _dequantized_bytes(proj: Any) -> int:
+    return int(proj["scales"].shape[0]) * _inputs(proj) * proj["scales"].itemsize
+
+
 def install(model: nn.Module) -> int | None:
     """Sets the width ``model``'s quantized projections dequantize from, by the mode.
 
-    Measured once per model and mode; idempotent.
+    Measured once per model and mode; idempotent. At most one layer's
+    dequantized weights wait unevaluated (:func:`_bound_queue`), about 4/L of
+    an L-layer model's 4-bit weights.
 
     Returns:
         That width; ``None`` where they never dequantize.
@@ -188,7 +195,8 @@ def install(model: nn.Module) -> int | None:
     if done is not None and done[0] == mode:
         return done[1]
     width = None if mode == "off" else measure(model) if mode == "auto" else int(mode)
+    layer = sum(_dequantized_bytes(p) for p in _first_layer(model))
     for _, proj in _projections(model):
-        proj.wide = width
+        proj.wide, proj.queue = width, layer
     object.__setattr__(model, _MARK, (mode, width))
     return width

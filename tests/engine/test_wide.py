@@ -69,6 +69,7 @@ def test_a_forward_dequantizes_from_the_width_set_and_computes_the_same(
     assert wide.install(model) == 64
     x = mx.array(syn.prompt("tiny", repeats=8)[:64])[None]
     seen = _dequantizes(monkeypatch)
+    monkeypatch.setattr(wide, "_queued", [0])
     evals: list[int] = []
     real_eval = mx.eval
 
@@ -78,11 +79,18 @@ def test_a_forward_dequantizes_from_the_width_set_and_computes_the_same(
 
     monkeypatch.setattr(mx, "eval", counted)
     dequantized = model(x, cache=make_prompt_cache(model))
-    assert evals == []  # tiny weights: far from the queue's bound
+    # One layer's dequantized weights may wait: evaluated after each layer's last (down).
     n = 4 * len(model.layers)
-    monkeypatch.setattr(wide, "QUEUE_BYTES", 1)  # each projection evaluated before the next
+    assert evals == list(range(4, n + 1, 4))
+    first = model.layers[0]
+    parts = (first.self_attn.q_k_v_fused, first.self_attn.o_proj, first.mlp.gate_up_fused,
+             first.mlp.down_proj)  # fmt: skip
+    layer = sum(p["scales"].size * p.group_size * 4 for p in parts)  # float32 weights
+    assert {p.queue for p in _projections(model)} == {layer}
+    for p in _projections(model):
+        p.queue = 1  # each projection evaluated before the next is dequantized
     model(x, cache=make_prompt_cache(model))
-    assert evals == list(range(n + 1, 2 * n + 1))
+    assert evals[n // 4 :] == list(range(n + 1, 2 * n + 1))
     monkeypatch.setattr(mx, "eval", real_eval)
     mx.eval(dequantized)
     assert len(seen) == 8 * len(model.layers)
