@@ -42,9 +42,9 @@ from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from app.engine import attention, wide
+from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
 from app.engine.costs import K_MAX, CostModel, expected_tokens
@@ -64,6 +64,7 @@ from app.engine.speculative import (
     judge,
     penalty_history,
     pick,
+    prepare,
     stop_below,
 )
 from app.engine.stacked import Stack, stackable, stacked_step
@@ -262,11 +263,7 @@ class BatchDecoder:
         if len(prompt) < 1:
             raise ValueError("a prompt needs at least one token")
         if self._trimmable is None:
-            for model in (self.target, self.draft):
-                if model is not None:
-                    attention.install(model)
-                    wide.install(model)
-            self._trimmable = can_trim_prompt_cache(make_prompt_cache(self.target))
+            self._trimmable = prepare(self.target, self.draft)
         wanted = control.num_draft if control is not None else params.num_draft
         if self.draft is not None and wanted != 0 and not self._trimmable:
             raise CacheError(

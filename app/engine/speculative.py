@@ -185,6 +185,19 @@ def prefill(
     return max(prefill_steps(model, cache, tokens, step, stop), default=0)  # counts only grow
 
 
+def prepare(target: nn.Module, draft: nn.Module | None) -> bool:
+    """Puts the engine's attention and wide paths into both models (idempotent).
+
+    Returns:
+        Whether the target's cache can be rewound, as verifying drafts needs.
+    """
+    for model in (target, draft):
+        if model is not None:
+            attention.install(model)
+            wide.install(model)
+    return can_trim_prompt_cache(make_prompt_cache(target))
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -546,11 +559,7 @@ class Decoder:
         prompt the target reads (none when its cache holds all of it already).
         """
         if self.target_trimmable is None:
-            for model in (self.target, self.draft):
-                if model is not None:
-                    attention.install(model)
-                    wide.install(model)
-            self.target_trimmable = can_trim_prompt_cache(make_prompt_cache(self.target))
+            self.target_trimmable = prepare(self.target, self.draft)
         can_draft = self.draft is not None
         can_lookup = params.prompt_lookup
         wanted = control.num_draft if control is not None else params.num_draft
