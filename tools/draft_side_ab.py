@@ -27,6 +27,6 @@ if mode == "off":
     def _laid_side(self: BatchDecoder, drafting: Any, caches: Any) -> None:
         return None  # a Stack laid out for this round only
 
-    BatchDecoder._laid_side = _laid_side  # type: ignore[method-assign]
+    BatchDecoder._laid_side = _laid_side  # type: ignore[method-assign, assignment]
 sys.argv = [str(Path(__file__).with_name("batch_trace.py")), *argv]
 runpy.run_path(sys.argv[0], run_name="__main__")
