@@ -60,11 +60,7 @@
 # per model (tools/wide_read_probe.py), then issue 17's streams with them (70b:1b at 4 and 8
 # streams; 8b:1b at 1, 2, 4 and 8 streams, then part r24b); PART r25c: the 70B's reads again
 # once each dequantized projection is evaluated before the next (peak memory); PART r25d: the
-# 70B's reads and streams (4 and 8) with at most 2 GiB of dequantized weights left unevaluated.
-# PART r26a: run 26, the batch's draft caches kept side by side across rounds against laid out
-# every round (tools/draft_side_ab.py, 8b:1b at 4 and 8 streams, miss 0, k = 15, four processes
-# in turn), then 8b:1b's streams (1, 2, 4, 8); PART r26b: part r25d again with the code of run 26
-# (one layer's dequantized weights queued); PART r26c: 70b:1b at 1 and 2 streams. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# 70B's reads and streams (4 and 8) with at most 2 GiB of dequantized weights left unevaluated. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -347,47 +343,6 @@ r25d)  # run 25: the 70B's reads and streams, dequantized weights queued up to 2
   echo "== $name: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
   timeout 420 python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
-    --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
-    --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
-  echo "rc=$? in $(( $(date +%s) - start )) s"
-  cat "$out/$name.txt"
-  ;;
-r26a)  # run 26: the draft's caches side by side across rounds, against laid out every round
-  for mode in off on off on; do
-    name=draft-side-8b-run26-$mode
-    echo "== $name: tools/draft_side_ab.py $mode TRACE --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes"
-    start=$(date +%s)
-    timeout 80 python3 tools/draft_side_ab.py $mode "$out/$name.jsonl" --synthetic 8b:1b --bits 4 \
-      --dtype bfloat16 --concurrent 4,8 --miss 0 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes \
-      --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
-    echo "rc=$? in $(( $(date +%s) - start )) s"
-    grep -E "^ +[48] +[0-9]+\.[0-9]+ " "$out/$name.txt"
-    python3 -c "
-import json, statistics as st, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-for b in (4, 8):
-    v = [r['seconds'] for r in rows if r['b'] == b and not r['timed'] and min(r['ks']) == 15]
-    if v:
-        print(f'{b} streams: {len(v)} untimed rounds of k = 15, median {1e3 * st.median(v):.1f} ms, min {1e3 * min(v):.1f}')
-" "$out/$name.jsonl"
-  done
-  name=streams-8b-run26
-  echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
-  start=$(date +%s)
-  timeout 240 python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 \
-    --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
-    --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
-  echo "rc=$? in $(( $(date +%s) - start )) s"
-  cat "$out/$name.txt"
-  ;;
-r26b)  # run 26: part r25d with one layer's dequantized weights queued, the draft side by side
-  sh "$0" r25d "$out"
-  ;;
-r26c)  # run 26: 70b:1b at 1 and 2 streams
-  name=streams-70b-run26-12
-  echo "== $name: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,2 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
-  start=$(date +%s)
-  timeout ${BUDGET:-420} python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,2 \
     --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"

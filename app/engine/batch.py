@@ -15,9 +15,7 @@ rejected rows masked in place, one attention call a layer, shapes that do not
 change from round to round; each request gets its own per-layer KV cache
 (mlx-lm's ``KVCache``) back when the batch's members change. That layout
 measured faster than each request attending over its own cache on CUDA and on
-this CPU (run 20 in docs/benchmarks.md). While the same requests draft
-stacked, their draft caches stay side by side too, rather than being laid
-out and written back every round. ``side_by_side=False`` keeps each
+this CPU (run 20 in docs/benchmarks.md); ``side_by_side=False`` keeps each
 cache apart, rejected rows trimmed and RoPE at each cache's own offset.
 A request joins between rounds; the
 prompts of joining requests are read :data:`PREFILL_CHUNK` tokens per round
@@ -175,9 +173,9 @@ class BatchDecoder:
         batch_costs: The pair's batched-round costs; by default learned afresh.
         acceptance: The pair's running acceptance by sampling (``True``: T > 0),
             shared with its single-request decoder; by default the batch's own.
-        side_by_side: Keep several requests' target caches, and where they
-            draft stacked their draft caches, side by side from round to round
-            (the default), rather than each apart.
+        side_by_side: Verify several requests over their target caches kept
+            side by side from round to round (the default), rather than each
+            over its own.
     """
 
     def __init__(
@@ -193,8 +191,6 @@ class BatchDecoder:
         self.side_by_side = side_by_side
         # The target's caches of the requests last verified together, side by side.
         self._side: tuple[list[_Request], SideBySide] | None = None
-        # The draft's caches of the requests that last drafted stacked together.
-        self._draft_side: tuple[list[_Request], SideBySide] | None = None
         self.draft = draft
         self.costs = costs if costs is not None else CostModel()
         self.batch_costs = batch_costs if batch_costs is not None else BatchCosts(self.costs)
@@ -319,8 +315,6 @@ class BatchDecoder:
             return
         if self._side is not None and request in self._side[0]:
             self._unstack()  # its own cache back before it is kept
-        if self._draft_side is not None and request in self._draft_side[0]:
-            self._unstack_draft()
         self._open.remove(request)
         if keep and self._trimmable and request.read:
             held = request.seq[: request.read] if request.reading else request.seq[:-1]
@@ -521,12 +515,8 @@ class BatchDecoder:
         self._rounds += 1
         self._largest = max(self._largest, len(requests))
         shares = self._shares(requests, ks)
-        d_side = self._draft_side[1] if stacked and self._draft_side is not None else None
-        d_kept: list[int] = []
         for r, k, v, f, share in zip(requests, ks, verdicts, fed, shares, strict=True):
-            kept = self._commit(r, k, v, f, share, trim=side is None, trim_draft=d_side is None)
-            if k:
-                d_kept.append(kept)
+            self._commit(r, k, v, f, share, trim=side is None)
             n = v.accepted
             self._drafted, self._accepted, self._tokens = (
                 self._drafted + k,
@@ -546,8 +536,6 @@ class BatchDecoder:
                     width=k + 1,
                 )
             )
-        if d_side is not None:
-            d_side.settle(d_kept)
 
     def _verify(
         self, requests: list[_Request], rows: list[mx.array]
@@ -584,38 +572,6 @@ class BatchDecoder:
             self._side = None
             side.restore([r.t_cache for r in members])
 
-    def _kept_side(self, drafting: list[_Request], stacked: bool) -> bool:
-        """Whether the draft's caches of ``drafting`` are side by side from the last round.
-
-        Any other requests' draft caches side by side get their own back:
-        these steps run packed, or on a stack of other requests.
-        """
-        if stacked and self._draft_side is not None and self._draft_side[0] == drafting:
-            return True
-        self._unstack_draft()
-        return False
-
-    def _laid_side(self, drafting: list[_Request], caches: list[list[Any]]) -> SideBySide | None:
-        """The draft's caches of ``drafting`` side by side: kept from last round, or laid now.
-
-        Laid and kept only where the batch keeps caches side by side and the
-        round's first step runs stacked: its rows then settle after the verdicts.
-        """
-        if self._draft_side is not None:
-            return self._draft_side[1]
-        if not self.side_by_side:
-            return None
-        side = SideBySide(caches)
-        self._draft_side = (list(drafting), side)
-        return side
-
-    def _unstack_draft(self) -> None:
-        """Gives the requests that drafted side by side their own draft caches back."""
-        if self._draft_side is not None:
-            members, side = self._draft_side
-            self._draft_side = None
-            side.restore([r.d_cache for r in members if r.d_cache is not None])
-
     def _forward(
         self, model: nn.Module, rows: Sequence[mx.array], caches: Sequence[list[Any]]
     ) -> list[mx.array]:
@@ -637,9 +593,8 @@ class BatchDecoder:
         The first step feeds each request what it has committed since it last
         drafted. Where ``stacked``, the steps run on the requests' caches side
         by side (:mod:`app.engine.stacked`), one attention call a layer; from
-        the first step where each feeds at most :data:`STACK_FIRST` tokens
-        (or the same requests' caches are still side by side from the last
-        round), else from the second. Otherwise they run packed. A request's draft
+        the first step where each feeds at most :data:`STACK_FIRST` tokens,
+        else from the second. Otherwise they run packed. A request's draft
         may end before its k where ``cutoff`` says (``ks`` then holds what it drafted).
 
         Returns:
@@ -654,14 +609,13 @@ class BatchDecoder:
         first: float | None = None
         ran_stacked = False
         x: list[mx.array] = [mx.array(f, dtype=mx.int32) for f in fed]
-        kept = self._kept_side([r for r, k in zip(requests, ks, strict=True) if k], stacked)
         for step in range(max(ks, default=0)):
             live = [i for i, k in enumerate(ks) if k > step]
             if not live or self.draft is None or any(requests[i].stopped for i in live):
                 break
             caches = [c for i in live if (c := requests[i].d_cache) is not None]
             short = step > 0 or max(len(fed[i]) for i in live) <= STACK_FIRST
-            if kept or (stacked and short and stackable(self.draft, caches)):
+            if stacked and short and stackable(self.draft, caches):
                 at = self._draft_stacked(
                     requests, ks, step, [fed[i] for i in live], x, parts, q_rows, timed, cutoff
                 )
@@ -711,11 +665,7 @@ class BatchDecoder:
         caches = [c for i in live if (c := requests[i].d_cache) is not None]
         steps = max(ks[i] for i in live)
         width = max(len(f) for f in fed) if begin == 0 else 1
-        columns = width + steps - begin - 1
-        side = self._laid_side([requests[i] for i in live], caches) if begin == 0 else None
-        stack = side if side is not None else Stack(caches, columns)
-        if side is not None:
-            side.open(columns)  # the round's rows settle after the verdicts
+        stack = Stack(caches, width + steps - begin - 1)
         first: float | None = None
         for step in range(begin, steps):
             going = [i for i in live if ks[i] > step]
@@ -732,8 +682,6 @@ class BatchDecoder:
             else:
                 mx.async_eval([x[i] for i in going], cutoff.latest(going))
             cutoff.check(ks, step, going)
-        if side is not None:
-            return first
         # A draft's cache holds what it was fed and all but its last draft token.
         fed_here = [len(f) if begin == 0 else 0 for f in fed]
         kept = [
@@ -805,17 +753,12 @@ class BatchDecoder:
         fed: list[int],
         share: float,
         trim: bool = True,
-        trim_draft: bool = True,
-    ) -> int:
+    ) -> None:
         """Keeps the accepted prefix: trims rejected rows from both caches.
 
         ``share``: the part of the round its observation is (:meth:`_shares`);
-        ``trim`` and ``trim_draft``: whether the target's and the draft's
-        caches are its own (side by side, the stack masks the rejected rows
-        instead).
-
-        Returns:
-            The rows of this round the draft's cache keeps.
+        ``trim``: whether the target's cache is its own (side by side, the
+        stack masks the rejected rows instead).
         """
         n = verdict.accepted
         if trim:
@@ -829,18 +772,14 @@ class BatchDecoder:
         else:
             request.belief = FRESH  # a plain token tests no draft
         committed = [*request.seq, *verdict.proposed[:n], verdict.next_token]
-        kept = 0
         if k and request.d_cache is not None:
             # The draft's cache holds what it was fed and all but its last draft token.
             held = request.d_tokens + fed
             drafted = verdict.proposed[: k - 1]
             keep = draft_kept(held, drafted, committed)
-            if trim_draft:
-                trim_prompt_cache(request.d_cache, len(held) + len(drafted) - keep)
-            kept = keep - len(request.d_tokens)
+            trim_prompt_cache(request.d_cache, len(held) + len(drafted) - keep)
             request.d_tokens = (held + drafted)[:keep]
         request.seq[:] = committed
-        return kept
 
 
 class _Stream(Generator[Prefill | Round, None, None]):

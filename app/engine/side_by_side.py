@@ -21,13 +21,7 @@ step are the draft's (:class:`app.engine.stacked.Stack`), kept across rounds.
 
 A round verifies through :func:`app.engine.stacked.stacked_step`, then
 :meth:`SideBySide.settle` says what each sequence kept;
-:meth:`SideBySide.restore` gives each sequence its own cache back. The batch
-keeps its draft's caches side by side the same way: a round opened for
-several steps (:meth:`SideBySide.open`) takes a column per step, each step
-seeing the sequence's earlier rows of the round, and :meth:`SideBySide.settle`
-keeps the drafted rows the target accepted. Laying the draft's caches out
-afresh every round and writing them back cost a 1B draft's first step 18 ms
-against 6 for a later one at 8 sequences on CUDA (run 12).
+:meth:`SideBySide.restore` gives each sequence its own cache back.
 """
 
 from __future__ import annotations
@@ -60,66 +54,36 @@ class SideBySide(Stack):
         self.valid = mx.arange(self.size)[None, :] < self._lengths[:, None]
         self.compactions = 0
         self._starts: list[int] = []  # each sequence's first new column in the open round
-        self._round: list[int] | None = None  # positions as the open round began
         for cache in caches:
             for c in cache:
                 c.keys = c.values = None
 
-    def open(self, columns: int) -> None:
-        """Opens a round of up to ``columns`` new columns, taken in one or several steps.
-
-        The columns are made room for now (a compaction, or more columns),
-        so that no step of the round moves what an earlier one wrote.
-        """
-        if self.col + columns > self.size:
-            self.compact()
-        if self.col + columns > self.size:
-            self.grow(columns)
-        self._starts = []
-        self._round = list(self._positions)
-
     def begin(self, rows: Sequence[int]) -> tuple[int, mx.array, mx.array]:
-        """Takes the columns of a step of ``rows[i]`` new rows per sequence.
+        """Takes the columns of a round of ``rows[i]`` new rows per sequence.
 
-        A step outside an open round opens one of its own. The round's first
-        step may feed sequences different rows: each sequence's rows end at
-        the step's last column (a shorter one's first columns are padding,
-        masked); later steps feed the same rows to every sequence, and each
-        sees its rows of the round so far. Returns the step's first column,
-        each sequence's RoPE offset (of the step's first row, padding
+        Each sequence's rows end at the round's last column (a shorter one's
+        first columns are padding, masked). Returns the round's first column,
+        each sequence's RoPE offset (of the round's first row, padding
         included) and the ``(count, 1, r, size)`` mask, r the most rows.
-
-        Raises:
-            ValueError: The round's columns are spent, or a later step's rows differ.
         """
         r = max(rows)
-        if self._round is None:
-            self.open(r)
-        if self._starts and any(n != r for n in rows):
-            raise ValueError("only a round's first step may give sequences different rows")
         if self.col + r > self.size:
-            raise ValueError("the round takes more columns than it opened")
+            self.compact()
+        if self.col + r > self.size:
+            self.grow(r)
         col = self.col
-        if not self._starts:
-            self._starts = [col + r - n for n in rows]
+        self._starts = [col + r - n for n in rows]
         offsets, mask = self._offsets(rows), self._mask(self.valid, col, r, self._starts)
-        self._positions = [p + n for p, n in zip(self._positions, rows, strict=True)]
         self.col += r
         return col, offsets, mask
 
     def settle(self, kept: Sequence[int]) -> None:
-        """Closes the open round: sequence j keeps the first ``kept[j]`` of its new rows."""
-        if self._round is None:
-            return
-        if not self._starts:  # no step ran
-            self._positions, self._round = self._round, None
-            return
+        """After a round: sequence j keeps the first ``kept[j]`` of its new rows."""
         cols = mx.arange(self.size)[None, :]
         starts = mx.array(self._starts)[:, None]
         ends = starts + mx.array(list(kept))[:, None]
         self.valid = self.valid | ((cols >= starts) & (cols < ends))
-        self._positions = [p + n for p, n in zip(self._round, kept, strict=True)]
-        self._round = None
+        self._positions = [p + n for p, n in zip(self._positions, kept, strict=True)]
 
     def _order(self) -> mx.array:
         """Per sequence, its columns with the kept ones first, each part in its own order."""
@@ -152,8 +116,6 @@ class SideBySide(Stack):
         ``caches`` are the ones the stack was made of, in the same order;
         the stack is spent after.
         """
-        if self._round is not None:  # an unsettled round keeps none of its rows
-            self._positions, self._round = self._round, None
         order = self._order()
         for j, cache in enumerate(caches):
             n = self._positions[j]

@@ -72,35 +72,21 @@ def test_each_greedy_reply_equals_its_solo_reply_with_caches_apart(pair, params)
 def test_by_default_each_greedy_reply_equals_its_solo_reply_side_by_side(
     pair, params, monkeypatch
 ) -> None:
-    laid: list[int] = []  # every layout side by side, of either model
-    drafts: list[int] = []  # of those, the draft's
+    laid: list[int] = []
     original = batch_module.SideBySide.__init__
-    real_laid = BatchDecoder._laid_side
 
     def spy(self, caches, *args) -> None:
         laid.append(len(caches))
         original(self, caches, *args)
 
-    def spy_draft(self, drafting, caches):
-        new = self._draft_side is None
-        side = real_laid(self, drafting, caches)
-        if new and side is not None:
-            drafts.append(len(caches))
-        return side
-
     monkeypatch.setattr(batch_module.SideBySide, "__init__", spy)
-    monkeypatch.setattr(BatchDecoder, "_laid_side", spy_draft)
     batch = BatchDecoder(pair.target.model, pair.draft.model)
-    monkeypatch.setattr(batch.batch_costs, "stacks", lambda d: d > 1)  # drafts stacked
     gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
     got, _ = _turns(gens, 40)
     assert got == [_solo(pair, p, 40) for p in PROMPTS]
-    # Laid out once for the four, each model; again only as requests left.
-    targets = len(laid) - len(drafts)
-    assert drafts[0] == len(PROMPTS) and targets <= len(PROMPTS)
-    if params["num_draft"] is not None:  # Auto may leave a request plain for a round
-        assert len(drafts) <= len(PROMPTS)
-    assert batch.stats().rounds > len(laid)  # the same stacks served round after round
+    # Laid out once for the four; again only as requests left.
+    assert laid[0] == len(PROMPTS) and len(laid) <= len(PROMPTS)
+    assert batch.stats().rounds > len(laid)  # the same stack served round after round
 
 
 def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
@@ -115,10 +101,9 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
 
     monkeypatch.setattr(batch_module.SideBySide, "restore", spy)
     batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=True)
-    monkeypatch.setattr(batch.batch_costs, "stacks", lambda d: d > 1)  # drafts stacked
     params = GenerationParams(num_draft=3)
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 6)
-    assert restored == [2, 2]  # the first to finish gave both their caches back, each model
+    assert restored == [2]  # the first to finish gave both their caches back
     running = [batch.generate(p, params) for p in PROMPTS[:2]]
     for g in running:
         next(g), next(g)  # Prefill, then a round side by side
@@ -128,10 +113,10 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
     for g in running:
         assert isinstance(next(g), Round)
     assert batch.active == 2
-    assert restored == [2, 2]  # the running pair kept its stacks
+    assert restored == [2]  # the running pair kept its stack
     for g in running:
         g.close()
-    assert restored == [2, 2, 2, 2]
+    assert restored == [2, 2]
 
 
 def test_side_by_side_requests_join_leave_and_follow_up_exactly(pair) -> None:

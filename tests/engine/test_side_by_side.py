@@ -77,33 +77,3 @@ def test_restore_gives_each_sequence_its_kept_rows_in_order(target) -> None:
                 np.testing.assert_allclose(
                     np.array(x[..., :n, :]), np.array(y[..., :n, :]), atol=1e-5
                 )
-
-
-def test_rounds_of_several_steps_match_packed_steps_and_keep_what_settles(target) -> None:
-    """The draft's way: a round opened for its steps, each step seeing the round so far."""
-    apart = _caches(target, PROMPTS)
-    side = SideBySide(_caches(target, PROMPTS), room=8)
-    rnd = random.Random(2)
-    for n in range(80):
-        widths = [rnd.randint(1, 3) for _ in PROMPTS]  # the first step's rows, ragged
-        steps = rnd.randint(0, 5)  # then one row each
-        side.open(max(widths) + steps)
-        for s in range(steps + 1):
-            rows = [
-                mx.array([(7 * n + s + j) % 90 + 1] * (w if s == 0 else 1), dtype=mx.int32)
-                for j, w in enumerate(widths)
-            ]
-            want = packed_forward(target, rows, apart)
-            out = stacked_step(target, rows, side)
-            for j, lg in enumerate(want):
-                np.testing.assert_allclose(np.array(out[j, -1]), np.array(lg[0, -1]), atol=1e-4)
-        kept = [rnd.randint(max(0, w + steps - 2), w + steps) for w in widths]  # grows
-        for c, w, k in zip(apart, widths, kept, strict=True):
-            trim_prompt_cache(c, w + steps - k)
-        side.settle(kept)
-    assert side.compactions > 0 and side.size > BUCKET  # both ran between rounds
-    ragged = [mx.array([1, 2]), mx.array([3]), mx.array([4])]
-    side.open(4)
-    stacked_step(target, ragged, side)  # a round's first step may be ragged
-    with pytest.raises(ValueError, match="first step"):
-        stacked_step(target, ragged, side)
