@@ -60,7 +60,11 @@
 # per model (tools/wide_read_probe.py), then issue 17's streams with them (70b:1b at 4 and 8
 # streams; 8b:1b at 1, 2, 4 and 8 streams, then part r24b); PART r25c: the 70B's reads again
 # once each dequantized projection is evaluated before the next (peak memory); PART r25d: the
-# 70B's reads and streams (4 and 8) with at most 2 GiB of dequantized weights left unevaluated. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# 70B's reads and streams (4 and 8) with at most 2 GiB of dequantized weights left unevaluated.
+# PART r26a ran at commit df5c62d (the draft's caches kept side by side across rounds, since
+# reverted). PART r26b: part r25d again with one layer's dequantized weights queued; PART r26c:
+# 70b:1b at 1 and 2 streams; PART r26d: a lone request's rounds at miss 0 and 0.1 split into
+# their parts, with CUDA graphs and without (tools/miss_round_probe.py, 8b:1b). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -347,6 +351,32 @@ r25d)  # run 25: the 70B's reads and streams, dequantized weights queued up to 2
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
   cat "$out/$name.txt"
+  ;;
+r26b)  # run 26: part r25d with one layer's dequantized weights queued
+  sh "$0" r25d "$out"
+  ;;
+r26c)  # run 26: 70b:1b at 1 and 2 streams
+  name=streams-70b-run26-12
+  echo "== $name: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,2 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout ${BUDGET:-420} python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
+    --concurrent 1,2 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
+    --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
+  ;;
+r26d)  # run 26: a lone request's rounds at miss 0 and 0.1, by part, graphs on and off
+  for graphs in on off; do
+    echo "== miss-rounds-8b-run26-graphs-$graphs: tools/miss_round_probe.py 8b:1b 15 256"
+    start=$(date +%s)
+    if [ $graphs = on ]; then
+      timeout 150 python3 tools/miss_round_probe.py 8b:1b 15 256 2> "$out/miss-$graphs.err"
+    else
+      MLX_USE_CUDA_GRAPHS=0 timeout 150 python3 tools/miss_round_probe.py 8b:1b 15 256 \
+        2> "$out/miss-$graphs.err"
+    fi
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
   ;;
 r24b)  # run 24: 8b:1b's Auto along stretches first, then without
   name=streams-8b-run24-stretch-first
