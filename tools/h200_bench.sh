@@ -64,7 +64,8 @@
 # PART r26a ran at commit df5c62d (the draft's caches kept side by side across rounds, since
 # reverted). PART r26b: part r25d again with one layer's dequantized weights queued; PART r26c:
 # 70b:1b at 1 and 2 streams; PART r26d: a lone request's rounds at miss 0 and 0.1 split into
-# their parts, with CUDA graphs and without (tools/miss_round_probe.py, 8b:1b). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# their parts, with CUDA graphs and without (tools/miss_round_probe.py, 8b:1b), then the 1B
+# draft's stacked step by its mask, 4-bit and unquantized (tools/stacked_step_probe.py). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -375,6 +376,12 @@ r26d)  # run 26: a lone request's rounds at miss 0 and 0.1, by part, graphs on a
       MLX_USE_CUDA_GRAPHS=0 timeout 150 python3 tools/miss_round_probe.py 8b:1b 15 256 \
         2> "$out/miss-$graphs.err"
     fi
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
+  for shape in 1b 1b:full; do
+    echo "== stacked-step-run26-$shape: tools/stacked_step_probe.py $shape"
+    start=$(date +%s)
+    timeout 90 python3 tools/stacked_step_probe.py $shape 2> "$out/stacked-$shape.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
   ;;
