@@ -20,7 +20,10 @@ cache apart, rejected rows trimmed and RoPE at each cache's own offset.
 A request joins between rounds; the
 prompts of joining requests are read :data:`PREFILL_CHUNK` tokens per round
 in all, so a long prompt delays the others by at most one chunk's forward per
-round, and requests that come together start together. The caches of the
+round. While no request decodes, nobody waits on a read, so it takes up to
+:data:`IDLE_READ` tokens in all (still at most a chunk of each prompt): requests
+that come together start together, rather than the first chunk's requests
+running a round of their own and, at their end, another without the rest. The caches of the
 last :data:`KEEP` finished requests stay, so a follow-up turn reads only what
 they did not hold.
 
@@ -73,6 +76,7 @@ from app.engine.types import GenerationParams, Origin, Reading
 
 SIDE_BY_SIDE = True  # verify over target caches kept side by side (faster in run 20)
 PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in all
+IDLE_READ = 4 * PREFILL_CHUNK  # the same while no request decodes (a chunk of each prompt at most)
 STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
 KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
 
@@ -359,7 +363,8 @@ class BatchDecoder:
         """One round for every open request that waits for one.
 
         Joining requests read their prompts first, :data:`PREFILL_CHUNK`
-        tokens in all, oldest first, in one packed forward per model.
+        tokens in all (:data:`IDLE_READ` while none decodes), oldest first, in
+        one packed forward per model.
         """
         for gone in [r for r in self._open if r.stopped]:
             self._leave(gone)  # cancelled, perhaps before it was ever pulled
@@ -378,12 +383,12 @@ class BatchDecoder:
 
     def _read(self, joining: list[_Request]) -> None:
         """Reads the next chunks of joining requests' prompts into both models' caches."""
-        left = PREFILL_CHUNK
+        left = PREFILL_CHUNK if any(r.announced for r in self._open) else IDLE_READ
         chunks: list[tuple[_Request, list[int]]] = []
         for r in joining:
             if left <= 0:
                 break
-            chunk = r.seq[r.read : min(r.prompt - 1, r.read + left)]
+            chunk = r.seq[r.read : min(r.prompt - 1, r.read + min(left, PREFILL_CHUNK))]
             chunks.append((r, chunk))
             left -= len(chunk) + attention.padding(len(chunk), r.t_cache)
         self._last = None  # the next round's period would hold this reading
@@ -861,4 +866,12 @@ def _last_origin(k: int, accepted: int) -> Origin:
     return Origin.BONUS if accepted == k else Origin.CORRECTION
 
 
-__all__ = ["PREFILL_CHUNK", "SIDE_BY_SIDE", "BatchDecoder", "BatchStats", "Turns", "take_turns"]
+__all__ = [
+    "IDLE_READ",
+    "PREFILL_CHUNK",
+    "SIDE_BY_SIDE",
+    "BatchDecoder",
+    "BatchStats",
+    "Turns",
+    "take_turns",
+]

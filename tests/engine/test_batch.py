@@ -11,7 +11,7 @@ import pytest
 
 from app.engine import GenerationParams, load_pair
 from app.engine import batch as batch_module
-from app.engine.batch import PREFILL_CHUNK, BatchDecoder, take_turns
+from app.engine.batch import IDLE_READ, PREFILL_CHUNK, BatchDecoder, take_turns
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile
 from app.engine.sampling import log_probs
@@ -194,6 +194,20 @@ def test_requests_that_come_together_read_their_prompts_in_one_round(pair) -> No
     assert batch.stats().rounds == 1
     for g in gens:
         g.close()
+
+
+def test_requests_that_come_to_an_idle_batch_start_together_past_one_chunk(pair) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    params = GenerationParams(num_draft=2)
+    prompts = [[30 + j + i % 50 for i in range(150)] for j in range(7)]
+    assert PREFILL_CHUNK < sum(map(len, prompts)) <= IDLE_READ
+    gens = [batch.generate(p, params) for p in prompts]
+    assert all(isinstance(next(g), Prefill) for g in gens)  # one read took every prompt
+    assert batch.stats().rounds == 0
+    got, rounds = _turns(gens, 8)
+    assert batch.stats().largest == len(prompts)  # the first round verified all of them
+    assert all(rs[0].k == 2 for rs in rounds)
+    assert got == [_solo(pair, p, 8) for p in prompts]
 
 
 def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> None:
