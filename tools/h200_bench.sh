@@ -65,7 +65,8 @@
 # reverted). PART r26b: part r25d again with one layer's dequantized weights queued; PART r26c:
 # 70b:1b at 1 and 2 streams; PART r26d: a lone request's rounds at miss 0 and 0.1 split into
 # their parts, with CUDA graphs and without (tools/miss_round_probe.py, 8b:1b), then the 1B
-# draft's stacked step by its mask, 4-bit and unquantized (tools/stacked_step_probe.py). Before run 20 the batch kept its target caches apart by default; parts of earlier runs
+# draft's stacked step by its mask, 4-bit and unquantized (tools/stacked_step_probe.py); PART
+# r26e: 8b:1b's streams (1, 2, 4, 8) once an idle batch reads up to IDLE_READ tokens. Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
 # the first of the three counted repeats builds no kernels.
@@ -384,6 +385,16 @@ r26d)  # run 26: a lone request's rounds at miss 0 and 0.1, by part, graphs on a
     timeout 90 python3 tools/stacked_step_probe.py $shape 2> "$out/stacked-$shape.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r26e)  # run 26: 8b:1b's streams, requests that come together read in one forward
+  name=streams-8b-run26e
+  echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout ${BUDGET:-240} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
+    --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
+    --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
   ;;
 r24b)  # run 24: 8b:1b's Auto along stretches first, then without
   name=streams-8b-run24-stretch-first
