@@ -38,9 +38,13 @@ _MARK = "_tandem_wide"
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
+def _valid(mode: object) -> bool:
+    return mode in ("auto", "off") or (isinstance(mode, int) and mode > 0)
+
+
 def set_mode(mode: Mode) -> None:
     """``auto`` measures each model, ``off`` never dequantizes, a number fixes the width."""
-    if not (mode in ("auto", "off") or (isinstance(mode, int) and mode > 0)):
+    if not _valid(mode):
         raise ValueError(f"wide mode must be auto, off or a positive row count, not {mode!r}")
     _state["mode"] = mode
 
@@ -51,11 +55,10 @@ def parse_mode(text: str) -> Mode:
     Raises:
         ValueError: Neither.
     """
-    if text in ("auto", "off"):
-        return text  # type: ignore[return-value]
-    if text.isdigit() and int(text) > 0:
-        return int(text)
-    raise ValueError(f"--wide takes auto, off or a positive row count, not {text!r}")
+    mode = int(text) if text.isdigit() else text
+    if not _valid(mode):
+        raise ValueError(f"--wide takes auto, off or a positive row count, not {text!r}")
+    return mode  # type: ignore[return-value]
 
 
 def rows(x: mx.array) -> int:
