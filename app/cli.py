@@ -204,14 +204,6 @@ def _parser() -> argparse.ArgumentParser:
         help="rows from which 4-bit projections run on weights dequantized on the fly: "
         "auto (measured per model on this machine), off, or a row count",
     )
-    bench.add_argument(
-        "--dense-draft",
-        choices=["auto", "on", "off"],
-        default="auto",
-        help="keep a quantized draft's weights dequantized: auto (where its projections "
-        "time faster so on this machine and the weights fit a small share of its memory), "
-        "on or off",
-    )
     bench.add_argument("--warmup", type=int, default=16, help="tokens of each warm-up run")
     bench.add_argument(
         "--fresh-shapes",

@@ -67,9 +67,8 @@
 # their parts, with CUDA graphs and without (tools/miss_round_probe.py, 8b:1b), then the 1B
 # draft's stacked step by its mask, 4-bit and unquantized (tools/stacked_step_probe.py); PART
 # r26e: 8b:1b's streams (1, 2, 4, 8) once an idle batch reads up to IDLE_READ tokens.
-# PARTs r27a, r27b: issue 17's streams with the draft's weights kept dequantized where that
-# times faster (app/engine/dense.py; 8b:1b at 1, 2, 4, 8 streams, then 70b:1b at 4 and 8);
-# r27c: 8b:1b at 1, 4 and 8 streams with the draft kept 4-bit (--dense-draft off).
+# PARTs r27a and r27c ran at commit 7d7e734 (the draft's weights kept dequantized where one
+# row's projections timed faster so, since reverted): 8b:1b's streams that way, then 4-bit.
 # Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
@@ -389,22 +388,6 @@ r26d)  # run 26: a lone request's rounds at miss 0 and 0.1, by part, graphs on a
     timeout 90 python3 tools/stacked_step_probe.py $shape 2> "$out/stacked-$shape.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
-  ;;
-r27a|r27b|r27c)  # run 27: the draft's weights kept dequantized where that times faster
-  case $part in
-    r27a) pair=8b:1b; streams=1,2,4,8; extra= ;;
-    r27b) pair=70b:1b; streams=4,8; extra= ;;
-    r27c) pair=8b:1b; streams=1,4,8; extra="--dense-draft off" ;;
-  esac
-  name=streams-run27-$(echo $pair | tr : -)${extra:+-quantized}
-  echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes $extra"
-  start=$(date +%s)
-  timeout ${BUDGET:-300} python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
-    --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
-    $extra --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
-  echo "rc=$? in $(( $(date +%s) - start )) s"
-  grep "draft: weights" "$out/$name.err"
-  cat "$out/$name.txt"
   ;;
 r26e)  # run 26: 8b:1b's streams, requests that come together read in one forward
   name=streams-8b-run26e

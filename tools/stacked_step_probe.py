@@ -1,8 +1,7 @@
 """What a stacked draft step of several sequences costs, and what in it, on this machine.
 
-Usage: python3 tools/stacked_step_probe.py [draft shape] [dtype] [masks]
-       (default 1b, bfloat16, every mask; 4-bit unless the shape ends in ":full",
-       or ":dense" for 4-bit weights kept dequantized as app/engine/dense.py keeps them)
+Usage: python3 tools/stacked_step_probe.py [draft shape] [dtype]
+       (default 1b, bfloat16; 4-bit unless the shape ends in ":full")
 
 Times the batch's draft step (``app.engine.stacked.stacked_step``: the
 sequences' caches side by side, one attention call a layer with a boolean
@@ -25,7 +24,6 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from app.engine import dense
 from app.engine.fuse import fuse
 from app.engine.packed import packed_forward
 from app.engine.stacked import Stack, stacked_step
@@ -33,13 +31,9 @@ from app.testing import synthetic
 
 spec = sys.argv[1] if len(sys.argv) > 1 else "1b"
 dtype = getattr(mx, sys.argv[2] if len(sys.argv) > 2 else "bfloat16")
-shape, _, kind = spec.partition(":")
-model = synthetic.build(shape, bits=None if kind == "full" else 4, dtype=dtype)
+shape, _, full = spec.partition(":")
+model = synthetic.build(shape, bits=None if full else 4, dtype=dtype)
 fuse(model)
-if kind == "dense":
-    dense.set_mode("on")
-    dense.install(model)
-MASKS = sys.argv[3].split(",") if len(sys.argv) > 3 else ["boolean", "additive", "none"]
 cycle = synthetic.prompt(shape, repeats=1)
 STEPS = 32
 
@@ -97,10 +91,10 @@ def stacked(count: int, mask: str) -> Callable[[], float]:
     return run
 
 
-weights = {"full": "unquantized", "dense": "4-bit kept dequantized"}.get(kind, "4-bit")
+weights = "unquantized" if full else "4-bit"
 print(f"{spec} ({weights}, {dtype}): ms per draft step")
 print(f"one sequence, plain step: {timed(lone):.2f}")
 for count in (2, 4, 8):
-    row = {mask: timed(stacked(count, mask)) for mask in MASKS}
+    row = {mask: timed(stacked(count, mask)) for mask in ("boolean", "additive", "none")}
     cells = ", ".join(f"{k} mask {v:.2f}" for k, v in row.items())
     print(f"{count} sequences stacked: {cells}", flush=True)

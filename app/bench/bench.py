@@ -514,31 +514,8 @@ def _next_draft(
         if count > 1:
             print(f"== miss {miss:g}")
     if draft is not None:
-        meta["dense_draft"] = _dense(draft)
         meta["wide_rows_draft"] = _wide(draft, "draft")
     return draft
-
-
-def _dense(model: nn.Module) -> dict[str, Any]:
-    """Keeps (timing, by ``--dense-draft``) the draft's weights dequantized or not; says which."""
-    from app.engine import dense
-
-    choice = dense.install(model)
-    kept = "dequantized" if choice.dense else "as loaded"
-    timed = (
-        f" (projections at one row: {choice.quantized * 1e3:.2f} ms 4-bit, "
-        f"{choice.dequantized * 1e3:.2f} ms dequantized)"
-        if choice.quantized
-        else ""
-    )
-    print(f"draft: weights {kept}, {choice.reason}{timed}", file=sys.stderr, flush=True)
-    return {
-        "dense": choice.dense,
-        "extra_bytes": choice.extra,
-        "quantized_s": choice.quantized,
-        "dequantized_s": choice.dequantized,
-        "reason": choice.reason,
-    }
 
 
 def _wide(model: nn.Module, role: str) -> int | None:
@@ -682,10 +659,9 @@ def main(args: Any) -> int:
         if impl not in IMPLS:
             log(f"tandem: unknown implementation '{impl}' (one of {', '.join(IMPLS)})")
             return 2
-    from app.engine import attention, dense, wide
+    from app.engine import attention, wide
 
     attention.set_mode(args.attention)
-    dense.set_mode(args.dense_draft)
     try:
         wide.set_mode(wide.parse_mode(args.wide))
     except ValueError as exc:
@@ -699,7 +675,6 @@ def main(args: Any) -> int:
         "attention": args.attention,
         "verify_attention": attention.resolve(args.attention),
         "wide": args.wide,
-        "dense_draft_mode": args.dense_draft,
         "fused": args.fuse,
         "k_max": k_max,
         "draft_cutoff": args.draft_cutoff,

@@ -77,17 +77,6 @@ class FusedProjection(nn.Module):
             return mx.addmm(self["bias"], x, self["weight_t"])
         return x @ self["weight_t"]
 
-    def dequantize(self, weight: mx.array) -> None:
-        """Keeps ``weight``, this projection's ``(outputs, inputs)`` weights dequantized, instead.
-
-        Stored pre-transposed, as unquantized weights are (see :mod:`app.engine.dense`).
-        """
-        self.weight_t = mx.contiguous(weight.T)
-        for name in ("weight", "scales", "biases"):
-            if name in self:
-                del self[name]
-        self.quantized, self.wide, self.queue = False, None, 0
-
     def part(self, i: int, x: mx.array) -> mx.array:
         memo: _Memo = object.__getattribute__(self, "_memo")
         if memo.x is not x:

@@ -22,7 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from app.engine import attention, dense, wide
+from app.engine import attention, wide
 from app.engine.adaptive import Acceptance, DraftLength, Ema
 from app.engine.costs import K_MAX, CostModel, Plan
 from app.engine.lookup import PromptLookup
@@ -188,14 +188,9 @@ def prefill(
 def prepare(target: nn.Module, draft: nn.Module | None) -> bool:
     """Puts the engine's attention and wide paths into both models (idempotent).
 
-    The draft's weights are kept dequantized first where that measures faster
-    (:mod:`app.engine.dense`).
-
     Returns:
         Whether the target's cache can be rewound, as verifying drafts needs.
     """
-    if draft is not None:
-        dense.install(draft)
     for model in (target, draft):
         if model is not None:
             attention.install(model)
