@@ -49,10 +49,10 @@ def _round(self: BatchDecoder, requests: list[Any]) -> None:
     real_round(self, requests)
 
 
-def _plan(self: BatchDecoder, requests: list[Any]) -> tuple[list[int], bool]:
+def _plan(self: BatchDecoder, requests: list[Any]) -> tuple[list[int], bool, int]:
     out = real_plan(self, requests)
     marks["planned"] = time.perf_counter()
-    return out[0], True  # every round timed
+    return out[0], True, out[2]  # every round timed
 
 
 def _draft(self: BatchDecoder, *args: Any) -> Any:

@@ -69,6 +69,9 @@
 # r26e: 8b:1b's streams (1, 2, 4, 8) once an idle batch reads up to IDLE_READ tokens.
 # PARTs r27a and r27c ran at commit 7d7e734 (the draft's weights kept dequantized where one
 # row's projections timed faster so, since reverted): 8b:1b's streams that way, then 4-bit.
+# PARTs r27d and r27e: issue 17's streams (8b:1b at 1, 2, 4, 8; 70b:1b at 4, 8) once a lone
+# request that drafts nothing decodes a step ahead (and probes that step on Auto), and the
+# single-request reference keeps what it learned in its warm-up.
 # Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
@@ -388,6 +391,20 @@ r26d)  # run 26: a lone request's rounds at miss 0 and 0.1, by part, graphs on a
     timeout 90 python3 tools/stacked_step_probe.py $shape 2> "$out/stacked-$shape.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r27d|r27e)  # run 27: a lone request decodes plainly a step ahead; warm single-request references
+  case $part in
+    r27d) pair=8b:1b; streams=1,2,4,8 ;;
+    r27e) pair=70b:1b; streams=4,8 ;;
+  esac
+  name=streams-run27-$(echo $pair | tr : -)
+  echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout ${BUDGET:-300} python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
+    --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
+    --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
   ;;
 r26e)  # run 26: 8b:1b's streams, requests that come together read in one forward
   name=streams-8b-run26e

@@ -86,9 +86,14 @@ def variants(prompt: Sequence[int], n: int) -> list[list[int]]:
     return [[*prompt[:-1], lasts[i % len(lasts)]] for i in range(n)]
 
 
-def _solo(decoder: Callable[[], Decoder], prompt: list[int], params: GenerationParams) -> Turns:
-    """One request alone on a fresh decoder (no cache left by an earlier run to reuse)."""
-    return take_turns([decoder().generate(prompt, params)], params.max_tokens)
+def _solo(decoder: Decoder, prompt: list[int], params: GenerationParams) -> Turns:
+    """One request alone on ``decoder``, its caches dropped first (nothing to reuse).
+
+    What the decoder has learned (acceptance, costs, Auto's state) carries
+    over from its earlier runs, as the app keeps it per pair across replies.
+    """
+    decoder.reset()
+    return take_turns([decoder.generate(prompt, params)], params.max_tokens)
 
 
 def _batch(
@@ -121,7 +126,7 @@ def _greedy(
     plain = replace(params, num_draft=0, temperature=0.0)
     for prompt in prompts:
         if tuple(prompt) not in known:
-            known[tuple(prompt)] = _solo(lambda: Decoder(target), prompt, plain).replies[0]
+            known[tuple(prompt)] = _solo(Decoder(target), prompt, plain).replies[0]
 
 
 def _warmed(
@@ -168,10 +173,11 @@ def measure_streams(
 
     Every run, the references included, is timed from opening its requests
     to its last token, prefill in, after an unmeasured run of the same shape
-    (``warmup``) so that no kernel build counts. Each run gets fresh decoders,
-    so no cache carries over from the warm-up; the batch's costs and
-    acceptance do, as the app keeps them for the pair from reply to reply
-    (the single-request references start afresh each run).
+    (``warmup``) so that no kernel build counts. No cache carries over from
+    the warm-up (each batch is fresh, the single decoder's caches are
+    dropped); what the decoders learned does, the batch's costs and
+    acceptance and the single-request reference's, as the app keeps them for
+    the pair from reply to reply.
 
     Args:
         target: The model every stream gets its reply from.
@@ -225,19 +231,16 @@ def measure_streams(
     plain_params = replace(params, num_draft=0)
     log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
 
-    def solo(decoder: Callable[[], Decoder], p: GenerationParams) -> Turns:
+    def solo(decoder: Decoder, p: GenerationParams) -> Turns:
         return _warmed(lambda ps: _solo(decoder, ps[0], p), prompts[:1], warmup, fresh)
 
-    plain = solo(lambda: Decoder(target), plain_params)
-
-    def speculative() -> Decoder:
-        decoder = Decoder(target, draft, costs())
-        decoder.draft_cutoff = cutoff
-        return decoder
-
+    plain = solo(Decoder(target), plain_params)
     spec = None
     if draft is not None:
-        spec = solo(speculative, params)
+        # Warmed up and measured on one decoder, as the batch keeps its costs and acceptance.
+        decoder = Decoder(target, draft, costs())
+        decoder.draft_cutoff = cutoff
+        spec = solo(decoder, params)
     greedy = params.temperature == 0
     known: Replies = replies if replies is not None else {}
     if greedy:

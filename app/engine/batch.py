@@ -25,7 +25,9 @@ round. While no request decodes, nobody waits on a read, so it takes up to
 that come together start together, rather than the first chunk's requests
 running a round of their own and, at their end, another without the rest. The caches of the
 last :data:`KEEP` finished requests stay, so a follow-up turn reads only what
-they did not hold.
+they did not hold. A lone request that drafts nothing (drafting off, or Auto
+finding that it does not pay) decodes plainly with a step queued ahead, as the
+single decoder does, until another request opens or it asks for drafting.
 
 :meth:`BatchDecoder.generate` has :class:`~app.engine.speculative.Decoder`'s
 signature, so :func:`app.engine.generate.stream_reply` drives one request of a
@@ -54,6 +56,7 @@ from app.engine.costs import K_MAX, CostModel, expected_tokens
 from app.engine.packed import packable, packed_forward
 from app.engine.side_by_side import SideBySide
 from app.engine.speculative import (
+    PROBE_EVERY,
     CacheError,
     DraftControl,
     DraftCutoff,
@@ -79,6 +82,7 @@ PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in al
 IDLE_READ = 4 * PREFILL_CHUNK  # the same while no request decodes (a chunk of each prompt at most)
 STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
 KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
+PROBE = 2  # plain tokens of a lone Auto request's probe: the second one's step is pipelined
 
 
 @dataclass(eq=False)
@@ -136,6 +140,22 @@ class _Kept:
     t_cache: list[Any]
     d_tokens: list[int]
     d_cache: list[Any] | None
+
+
+@dataclass
+class _Burst:
+    """A lone request's plain decoding, one step queued ahead of the token handed out.
+
+    While it runs, the request's target cache holds all of its sequence:
+    ``queued`` was computed by feeding the sequence's newest token.
+    """
+
+    request: _Request
+    queued: mx.array  # the next token, evaluating
+    left: int  # tokens the burst may still hand out, the queued one included
+    wanted: int | None  # the request's draft setting when the burst began
+    last: float  # when the previous token was handed out (or the burst began)
+    steps: int = 0  # tokens handed out so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +227,8 @@ class BatchDecoder:
         self._acceptance = acceptance or (lambda sampling: own.setdefault(sampling, Acceptance()))
         self._lengths: dict[tuple[int, int | None, bool], DraftLength] = {}
         self._open: list[_Request] = []
+        self._burst: _Burst | None = None  # a lone request decoding plainly, pipelined
+        self._lone = 0  # rounds a lone Auto request planned, for its probes
         self._kept: list[_Kept] = []  # newest last
         self._rounds = self._drafted = self._accepted = self._tokens = self._largest = 0
         # Learned on the first request, so that making a batch costs nothing until it decodes.
@@ -317,6 +339,10 @@ class BatchDecoder:
         """Takes ``request`` out; its caches are kept for a follow-up when they can be cut back."""
         if request not in self._open:
             return
+        if self._burst is not None and self._burst.request is request:
+            # Its queued step fed its newest token: given back, as a round would not feed it.
+            trim_prompt_cache(request.t_cache, 1)
+            self._burst = None
         if self._side is not None and request in self._side[0]:
             self._unstack()  # its own cache back before it is kept
         self._open.remove(request)
@@ -368,6 +394,13 @@ class BatchDecoder:
         """
         for gone in [r for r in self._open if r.stopped]:
             self._leave(gone)  # cancelled, perhaps before it was ever pulled
+        if self._burst is not None:
+            burst = self._burst
+            if len(self._open) > 1 or burst.request.num_draft() != burst.wanted:
+                self._hand_out(burst, go_on=False)  # another joined, or drafting was asked for
+            elif not burst.request.out:
+                self._hand_out(burst, go_on=burst.left > 1)
+                return
         waiting = [r for r in self._open if not r.out]
         ready = [r for r in waiting if r.announced]
         joining = [r for r in waiting if not r.announced]
@@ -424,13 +457,20 @@ class BatchDecoder:
         room = request.params.max_tokens - request.generated - 1
         return max(0, min(room, request.params.k_max, K_MAX))
 
-    def _own(self, request: _Request) -> int:
-        """Tokens ``request`` drafts this round by its own setting, as it would alone."""
+    def _own(self, request: _Request) -> tuple[int, int]:
+        """Tokens ``request`` drafts this round by its own setting, as it would alone.
+
+        Returns:
+            That k, and where it is 0, how many tokens it decodes plainly before
+            its setting plans again (the rest of its budget where it does not draft).
+        """
         wanted = request.num_draft()
+        left = request.params.max_tokens - request.generated
         if request.d_cache is None or wanted == 0:
-            return 0
+            return 0, left
         plan = self._length(request.params, wanted).choose(request.belief if self.stretch else None)
-        return min(plan.k, self._room(request))
+        k = min(plan.k, self._room(request))
+        return k, 0 if k else min(max(1, round(plan.tokens)), left)
 
     def _want(self, request: _Request) -> Want:
         """What ``request`` allows the batch's plan: its room, and its own k unless on Auto."""
@@ -441,8 +481,9 @@ class BatchDecoder:
         fixed = None if wanted is None else length.choose().k
         return Want(length.acceptance, self._room(request), fixed)
 
-    def _plan(self, requests: list[_Request]) -> tuple[list[int], bool]:
-        """Each request's draft length this round, and whether the round is timed part by part.
+    def _plan(self, requests: list[_Request]) -> tuple[list[int], bool, int]:
+        """Each request's draft length this round, whether the round is timed part by part,
+        and for a lone request that drafts nothing, the tokens it may decode plainly.
 
         Several requests of which any is on Auto plan together, for the
         batch's tokens per second; otherwise each plans by its own setting.
@@ -451,10 +492,29 @@ class BatchDecoder:
             r.d_cache is not None and r.num_draft() is None for r in requests
         ):
             plan = self._planner.choose([self._want(r) for r in requests])
-            return list(plan.ks), plan.timed
-        ks = [self._own(r) for r in requests]
+            return list(plan.ks), plan.timed, 0
+        if len(requests) == 1 and self._probes(requests[0]):
+            return [0], False, PROBE
+        own = [self._own(r) for r in requests]
+        ks = [k for k, _ in own]
         b, m, _, drafting = shape(ks)
-        return ks, self.batch_costs.wants_timing(b, m, drafting)
+        plain = own[0][1] if len(own) == 1 else 0
+        return ks, self.batch_costs.wants_timing(b, m, drafting), plain
+
+    def _probes(self, request: _Request) -> bool:
+        """Whether a lone Auto request's round is :data:`PROBE` plain tokens instead.
+
+        They time a pipelined plain step, which Auto prices plain decoding at,
+        on its first round and every :data:`PROBE_EVERY` after, as the single
+        decoder probes. Without them a batch whose pair decodes plainly nowhere
+        else prices it at a lone forward, and Auto keeps drafting where plain
+        decoding is faster.
+        """
+        if request.num_draft() is not None or request.d_cache is None:
+            return False
+        self._lone += 1
+        left = request.params.max_tokens - request.generated
+        return self._lone % PROBE_EVERY == 1 and left >= PROBE
 
     def _stops(self, requests: list[_Request], ks: list[int]) -> list[float]:
         """Per request, the chance of its draft so far below which its draft ends (0: never).
@@ -486,7 +546,10 @@ class BatchDecoder:
         start = time.perf_counter()
         if self._last is not None:
             self.batch_costs.observe_round(*self._last[0], start - self._last[1])
-        ks, timed = self._plan(requests)
+        ks, timed, plain = self._plan(requests)
+        if plain > 1 and len(self._open) == 1:
+            self._begin_plain(requests[0], plain)
+            return
         stacked = self.batch_costs.stacks(shape(ks)[3])
         cutoff = DraftCutoff(self._stops(requests, ks))
         proposals, q_rows, fed, first, stacked = self._draft(requests, ks, timed, stacked, cutoff)
@@ -541,6 +604,78 @@ class BatchDecoder:
                     width=k + 1,
                 )
             )
+
+    def _begin_plain(self, request: _Request, tokens: int) -> None:
+        """Plain decoding of the lone ``request`` for up to ``tokens`` tokens, pipelined.
+
+        One step stays queued ahead of the token handed out, as the single
+        decoder's plain decoding does (:meth:`Decoder._plain`): a round a
+        token would wait on Python between steps. Each token is drawn as a
+        round of no draft draws it (:meth:`_pick_plain`), so replies do not
+        change. :meth:`step` ends the burst once another request opens or the
+        request asks for drafting, handing out the queued token first.
+        """
+        self._last = None  # the next round's period would hold these steps
+        token = mx.array(request.seq[-1:], dtype=mx.int32)
+        queued = self._plain_next(request, token, request.seq[:-1])
+        self._burst = _Burst(request, queued, tokens, request.num_draft(), time.perf_counter())
+        self._hand_out(self._burst, go_on=tokens > 1)
+
+    def _plain_next(self, request: _Request, token: mx.array, before: Sequence[int]) -> mx.array:
+        """The token after ``token`` (lazy), fed to the target's cache; ``before`` precedes it."""
+        logits = self._forward(self.target, [token], [request.t_cache])[0][0]
+        history = None
+        if request.params.repetition_penalty != 1.0:
+            size = request.params.repetition_context_size
+            history = mx.concatenate([penalty_history(before, request.params), token])[-size:]
+        out = self._pick_plain(request, logits.astype(mx.float32), history)
+        mx.async_eval(out)
+        return out
+
+    def _pick_plain(
+        self, request: _Request, logits: mx.array, history: mx.array | None
+    ) -> mx.array:
+        """The token a round of no draft commits: ``history`` is what the penalty looks at."""
+        token, _ = pick(
+            logits, request.params, [history] if history is not None else [], request.next_key()
+        )
+        return token
+
+    def _hand_out(self, burst: _Burst, go_on: bool) -> None:
+        """Hands out the burst's queued token, the next step queued first where it goes on."""
+        r = burst.request
+        after = None
+        if go_on:
+            after = self._plain_next(r, burst.queued.reshape(-1).astype(mx.int32), r.seq)
+        t = cast(int, burst.queued.item())
+        now = time.perf_counter()
+        if burst.steps:  # pipelined from the second token on: what Auto prices plain steps at
+            self.costs.observe_step(now - burst.last)
+        r.seq.append(t)
+        self._rounds, self._tokens = self._rounds + 1, self._tokens + 1
+        self._largest = max(self._largest, 1)
+        r.belief = FRESH  # a plain token tests no draft
+        r.out.append(
+            Round(
+                tokens=(t,),
+                origins=(_last_origin(0, 0),),
+                k=0,
+                accepted=0,
+                source="none",
+                seconds=now - burst.last,
+                draft_seconds=0.0,
+                width=1,
+            )
+        )
+        if after is None:
+            self._burst = None  # the token is not fed: the cache holds all but it, as after a round
+            return
+        burst.queued, burst.left, burst.last, burst.steps = (
+            after,
+            burst.left - 1,
+            now,
+            burst.steps + 1,
+        )
 
     def _verify(
         self, requests: list[_Request], rows: list[mx.array]
@@ -732,11 +867,10 @@ class BatchDecoder:
     ) -> Verdict:
         if k:
             return judge(logits, request.seq, request.params, proposal, q_rows, request.next_key())
-        ctx = []
+        history = None
         if request.params.repetition_penalty != 1.0:
-            ctx = [penalty_history(request.seq, request.params)]
-        token, _ = pick(logits, request.params, ctx, request.next_key())
-        return Verdict([], 0, cast(int, token.item()))
+            history = penalty_history(request.seq, request.params)
+        return Verdict([], 0, cast(int, self._pick_plain(request, logits, history).item()))
 
     def _shares(self, requests: list[_Request], ks: list[int]) -> list[float]:
         """The part of this round each drafting request's observation is, of its acceptance's.

@@ -84,6 +84,28 @@ def test_fresh_shapes_warm_up_on_prompts_one_token_longer(
     assert [length for name, length in seen if name == "batch"] == [warm, warm, n, n]
 
 
+def test_the_speculative_reference_keeps_what_it_learned_in_its_warm_up(
+    pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[tuple[int, int]] = []  # (decoder, prompt tokens its caches held) per run
+    original = Decoder.generate
+
+    def generate(self, prompt, *args, **kwargs):
+        if self.draft is not None:
+            runs.append((id(self), len(self._t_tokens)))
+        return original(self, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(Decoder, "generate", generate)
+    measure_streams(
+        pair.target.model, pair.draft.model, PROMPT, GenerationParams(num_draft=None),
+        streams=(1,), max_tokens=8,
+    )  # fmt: skip
+    # Warm-up and measured run on one decoder, as the app keeps one per pair,
+    # its caches dropped in between: nothing is read from them.
+    assert len(runs) == 2 and runs[0][0] == runs[1][0]
+    assert runs[1][1] == 0
+
+
 def test_a_stream_that_differs_from_its_solo_reply_is_not_exact(pair) -> None:
     prompts = variants(PROMPT, 2)
     # Greedy replies given as known: the second prompt's is wrong.

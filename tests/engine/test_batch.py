@@ -15,7 +15,7 @@ from app.engine.batch import IDLE_READ, PREFILL_CHUNK, BatchDecoder, take_turns
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile
 from app.engine.sampling import log_probs
-from app.engine.speculative import Decoder, Prefill, Round
+from app.engine.speculative import Decoder, DraftControl, Prefill, Round
 from app.engine.types import Reading
 from tests.conftest import TinyModels
 from tests.engine.test_speculative import CUTOFF_CASES
@@ -495,3 +495,105 @@ def test_a_round_of_several_requests_fades_their_acceptance_once(pair, monkeypat
     )
     next(e for e in alone if isinstance(e, Round))
     assert shares == [1.0]
+
+
+def _pull(gen, n: int) -> list[int]:
+    out: list[int] = []
+    while len(out) < n:
+        event = next(gen)
+        if isinstance(event, Round):
+            out += event.tokens
+    return out
+
+
+def _slow() -> CostModel:
+    """Costs whose stored plain step is far slower than any here: only timed steps replace it."""
+    return CostModel(9, CostProfile(verify=(10.0,) * 9, draft_step=0.001))
+
+
+def _timed_plain(costs: CostModel) -> bool:
+    """Whether plain steps were timed since :func:`_slow` (its stored step replaced)."""
+    step = costs.profile().verify[0]
+    return step is not None and step < 1.0
+
+
+@pytest.mark.parametrize("params", [dict(), dict(repetition_penalty=1.3)])
+def test_a_lone_request_that_drafts_nothing_decodes_a_step_ahead_exactly(pair, params) -> None:
+    costs = _slow()
+    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    got, rounds = _turns([batch.generate(PROMPTS[0], GenerationParams(num_draft=0, **params))], 30)
+    assert got[0] == _solo(pair, PROMPTS[0], 30, **params)
+    assert all(r.k == 0 and len(r.tokens) == 1 for r in rounds[0])
+    # Its steps ran pipelined, one queued ahead, and priced the pair's plain step.
+    assert _timed_plain(costs)
+    assert batch.stats().tokens == 30
+
+
+@pytest.mark.parametrize(
+    "params",
+    [dict(num_draft=0), dict(num_draft=0, temperature=0.9, seed=5)],
+)
+def test_a_request_joining_a_plain_burst_ends_it_and_every_reply_stays_exact(pair, params) -> None:
+    plain = GenerationParams(**params)
+    alone, _ = _turns(
+        [BatchDecoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], plain)], 40
+    )
+    costs = _slow()
+    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    first = batch.generate(PROMPTS[0], plain)
+    early = _pull(first, 12)
+    assert _timed_plain(costs)  # it was decoding plainly, pipelined
+    late = batch.generate(PROMPTS[1], GenerationParams(num_draft=4))
+    got, rounds = _turns([first, late], 40 - len(early))
+    assert early + got[0] == alone[0]
+    assert got[1] == _solo(pair, PROMPTS[1], len(got[1]))
+    assert any(r.k for r in rounds[1])  # the joiner drafted beside the plain request
+    assert batch.stats().largest == 2  # and their rounds were shared after the burst
+    if params.get("temperature", 0) == 0:
+        assert alone[0] == _solo(pair, PROMPTS[0], 40)
+
+
+def test_drafting_asked_for_mid_burst_ends_it_and_the_reply_stays_exact(pair) -> None:
+    control = DraftControl(0)
+    costs = _slow()
+    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    gen = batch.generate(PROMPTS[2], GenerationParams(num_draft=0), control=control)
+    early = _pull(gen, 10)
+    assert _timed_plain(costs)  # it was decoding plainly, pipelined
+    control.set(3)
+    got, rounds = _turns([gen], 30)
+    assert early + got[0] == _solo(pair, PROMPTS[2], len(early) + 30)
+    assert any(r.k == 3 for r in rounds[0])
+
+
+def test_a_request_closed_mid_burst_leaves_caches_a_follow_up_reuses_exactly(pair) -> None:
+    costs = _slow()
+    batch = BatchDecoder(pair.target.model, costs=costs)  # the target's cache alone is reused
+    params = GenerationParams(num_draft=0)
+    gen = batch.generate(PROMPTS[0], params)
+    reply = _pull(gen, 15)
+    assert _timed_plain(costs)  # it was decoding plainly, pipelined
+    gen.close()  # a step was queued past the last token it handed out
+    assert batch.active == 0
+    follow_up = [*PROMPTS[0], *reply, 7, 8, 9]
+    again = batch.generate(follow_up, params)
+    prefill = next(again)
+    assert isinstance(prefill, Prefill) and prefill.reused_tokens >= len(PROMPTS[0]) + 14
+    got, _ = _turns([again], 20)
+    assert got[0] == _solo(pair, follow_up, 20)
+
+
+def test_a_lone_auto_request_probes_plain_steps_and_decodes_plainly_where_drafts_cost_more(
+    pair,
+) -> None:
+    # Stored costs: a plain step and every verification 10 s, so only the probe's timed
+    # plain steps show that plain decoding is far cheaper than any drafting round here.
+    costs = _slow()
+    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    gen = batch.generate(PROMPTS[0], GenerationParams(num_draft=None, k_max=8, max_tokens=80))
+    got, rounds = _turns([gen], 80)
+    assert got[0] == _solo(pair, PROMPTS[0], 80)
+    assert [r.k for r in rounds[0][:2]] == [0, 0]  # the probe: two plain tokens first
+    assert _timed_plain(costs)
+    assert any(r.k for r in rounds[0])  # Auto drafted until its acceptance was known
+    assert all(r.k == 0 for r in rounds[0][-30:])  # then decoded plainly
