@@ -508,9 +508,11 @@ class BatchDecoder:
         on its first round and every :data:`PROBE_EVERY` after, as the single
         decoder probes. Without them a batch whose pair decodes plainly nowhere
         else prices it at a lone forward, and Auto keeps drafting where plain
-        decoding is faster.
+        decoding is faster. Only once every width's cost is known: the batch
+        does not time a lone request's rounds, and a profile that knew the
+        plain step alone would price every verification at it.
         """
-        if request.num_draft() is not None or request.d_cache is None:
+        if request.num_draft() is not None or request.d_cache is None or not self.costs.complete:
             return False
         self._lone += 1
         left = request.params.max_tokens - request.generated
@@ -649,7 +651,7 @@ class BatchDecoder:
             after = self._plain_next(r, burst.queued.reshape(-1).astype(mx.int32), r.seq)
         t = cast(int, burst.queued.item())
         now = time.perf_counter()
-        if burst.steps:  # pipelined from the second token on: what Auto prices plain steps at
+        if burst.steps and self.costs.complete:  # pipelined from the second token on
             self.costs.observe_step(now - burst.last)
         r.seq.append(t)
         self._rounds, self._tokens = self._rounds + 1, self._tokens + 1
