@@ -597,3 +597,13 @@ def test_a_lone_auto_request_probes_plain_steps_and_decodes_plainly_where_drafts
     assert _timed_plain(costs)
     assert any(r.k for r in rounds[0])  # Auto drafted until its acceptance was known
     assert all(r.k == 0 for r in rounds[0][-30:])  # then decoded plainly
+
+
+def test_a_lone_request_times_no_plain_step_until_every_width_is_known(pair) -> None:
+    costs = CostModel(9)  # nothing measured: a plain step alone would price every width
+    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    auto = GenerationParams(num_draft=None, k_max=8, max_tokens=30)
+    _, rounds = _turns([batch.generate(PROMPTS[0], auto)], 30)
+    assert rounds[0][0].k > 0  # no probe
+    _turns([batch.generate(PROMPTS[1], GenerationParams(num_draft=0))], 30)
+    assert costs.profile().verify == (None,) * 9
