@@ -71,7 +71,8 @@
 # row's projections timed faster so, since reverted): 8b:1b's streams that way, then 4-bit.
 # PARTs r27d and r27e: issue 17's streams (8b:1b at 1, 2, 4, 8; 70b:1b at 4, 8) once a lone
 # request that drafts nothing decodes a step ahead (and probes that step on Auto), and the
-# single-request reference keeps what it learned in its warm-up.
+# single-request reference keeps what it learned in its warm-up. PART r27f: 8b:1b on Auto at 1
+# and 4 streams once a burst's plain step is timed from its first step's queueing.
 # Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
@@ -392,16 +393,18 @@ r26d)  # run 26: a lone request's rounds at miss 0 and 0.1, by part, graphs on a
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
   ;;
-r27d|r27e)  # run 27: a lone request decodes plainly a step ahead; warm single-request references
+r27d|r27e|r27f)  # run 27: a lone request decodes plainly a step ahead; warm single-request references
+  ks=15,auto
   case $part in
     r27d) pair=8b:1b; streams=1,2,4,8 ;;
     r27e) pair=70b:1b; streams=4,8 ;;
+    r27f) pair=8b:1b; streams=1,4; ks=auto ;;
   esac
-  name=streams-run27-$(echo $pair | tr : -)
-  echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  name=streams-$part-$(echo $pair | tr : -)
+  echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent $streams --miss 0,0.1 --ks $ks --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
   timeout ${BUDGET:-300} python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
-    --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
+    --concurrent $streams --miss 0,0.1 --ks $ks --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
   cat "$out/$name.txt"

@@ -154,6 +154,7 @@ class _Burst:
     queued: mx.array  # the next token, evaluating
     left: int  # tokens the burst may still hand out, the queued one included
     wanted: int | None  # the request's draft setting when the burst began
+    began: float  # when its first step was queued
     last: float  # when the previous token was handed out (or the burst began)
     steps: int = 0  # tokens handed out so far
 
@@ -620,7 +621,8 @@ class BatchDecoder:
         self._last = None  # the next round's period would hold these steps
         token = mx.array(request.seq[-1:], dtype=mx.int32)
         queued = self._plain_next(request, token, request.seq[:-1])
-        self._burst = _Burst(request, queued, tokens, request.num_draft(), time.perf_counter())
+        now = time.perf_counter()
+        self._burst = _Burst(request, queued, tokens, request.num_draft(), now, now)
         self._hand_out(self._burst, go_on=tokens > 1)
 
     def _plain_next(self, request: _Request, token: mx.array, before: Sequence[int]) -> mx.array:
@@ -651,8 +653,11 @@ class BatchDecoder:
             after = self._plain_next(r, burst.queued.reshape(-1).astype(mx.int32), r.seq)
         t = cast(int, burst.queued.item())
         now = time.perf_counter()
-        if burst.steps and self.costs.complete:  # pipelined from the second token on
-            self.costs.observe_step(now - burst.last)
+        if burst.steps and self.costs.complete:
+            # The burst's steps so far, on average, from the first one's queueing: a
+            # backend may run queued steps together, so the gap between two tokens
+            # can be far shorter than a step (as the single decoder's probe times).
+            self.costs.observe_step((now - burst.began) / (burst.steps + 1))
         r.seq.append(t)
         self._rounds, self._tokens = self._rounds + 1, self._tokens + 1
         self._largest = max(self._largest, 1)
