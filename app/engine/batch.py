@@ -118,6 +118,11 @@ class _Request:
         return len(self.seq) - self.prompt
 
     @property
+    def left(self) -> int:
+        """Tokens it may still commit within its budget."""
+        return self.params.max_tokens - self.generated
+
+    @property
     def stopped(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
 
@@ -455,7 +460,7 @@ class BatchDecoder:
 
     def _room(self, request: _Request) -> int:
         """The most ``request`` may draft this round: never past its budget or its k_max."""
-        room = request.params.max_tokens - request.generated - 1
+        room = request.left - 1
         return max(0, min(room, request.params.k_max, K_MAX))
 
     def _own(self, request: _Request) -> tuple[int, int]:
@@ -466,7 +471,7 @@ class BatchDecoder:
             its setting plans again (the rest of its budget where it does not draft).
         """
         wanted = request.num_draft()
-        left = request.params.max_tokens - request.generated
+        left = request.left
         if request.d_cache is None or wanted == 0:
             return 0, left
         plan = self._length(request.params, wanted).choose(request.belief if self.stretch else None)
@@ -516,8 +521,7 @@ class BatchDecoder:
         if request.num_draft() is not None or request.d_cache is None or not self.costs.complete:
             return False
         self._lone += 1
-        left = request.params.max_tokens - request.generated
-        return self._lone % PROBE_EVERY == 1 and left >= PROBE
+        return self._lone % PROBE_EVERY == 1 and request.left >= PROBE
 
     def _stops(self, requests: list[_Request], ks: list[int]) -> list[float]:
         """Per request, the chance of its draft so far below which its draft ends (0: never).
