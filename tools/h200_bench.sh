@@ -73,6 +73,8 @@
 # request that drafts nothing decodes a step ahead (and probes that step on Auto), and the
 # single-request reference keeps what it learned in its warm-up. PART r27f: 8b:1b on Auto at 1
 # and 4 streams once a burst's plain step is timed from its first step's queueing.
+# PART r28a: what plain steps are measured at (tools/plain_pace_probe.py, 8B), the checkout
+# at OLD (if set) and this one; PART r28b: one 8b:1b request alone, single decoder and batch.
 # Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
@@ -392,6 +394,28 @@ r26d)  # run 26: a lone request's rounds at miss 0 and 0.1, by part, graphs on a
     timeout 90 python3 tools/stacked_step_probe.py $shape 2> "$out/stacked-$shape.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
   done
+  ;;
+r28a)  # run 28: what plain steps are measured at, old rule (gap, PYTHONPATH=$OLD) against new (average)
+  for code in ${OLD:+old} new; do
+    echo "== plain-pace-$code: tools/plain_pace_probe.py 8b bfloat16 256"
+    start=$(date +%s)
+    if [ $code = old ]; then
+      PYTHONPATH=$OLD:$PYTHONPATH timeout 150 python3 tools/plain_pace_probe.py 8b bfloat16 256 2> "$out/pace-$code.err"
+    else
+      timeout 150 python3 tools/plain_pace_probe.py 8b bfloat16 256 2> "$out/pace-$code.err"
+    fi
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+  done
+  ;;
+r28b)  # run 28: one 8b:1b request alone (single decoder and batch), plain steps timed on average
+  name=streams-r28b-8b-1b
+  echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  start=$(date +%s)
+  timeout ${BUDGET:-200} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
+    --concurrent 1 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
+    --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
   ;;
 r27d|r27e|r27f)  # run 27: a lone request decodes plainly a step ahead; warm single-request references
   ks=15,auto

@@ -52,7 +52,7 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
-from app.engine.costs import K_MAX, CostModel, expected_tokens
+from app.engine.costs import K_MAX, CostModel, PlainPace, expected_tokens
 from app.engine.packed import packable, packed_forward
 from app.engine.side_by_side import SideBySide
 from app.engine.speculative import (
@@ -159,9 +159,8 @@ class _Burst:
     queued: mx.array  # the next token, evaluating
     left: int  # tokens the burst may still hand out, the queued one included
     wanted: int | None  # the request's draft setting when the burst began
-    began: float  # when its first step was queued
+    pace: PlainPace  # its steps' average cost
     last: float  # when the previous token was handed out (or the burst began)
-    steps: int = 0  # tokens handed out so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,7 +625,7 @@ class BatchDecoder:
         token = mx.array(request.seq[-1:], dtype=mx.int32)
         queued = self._plain_next(request, token, request.seq[:-1])
         now = time.perf_counter()
-        self._burst = _Burst(request, queued, tokens, request.num_draft(), now, now)
+        self._burst = _Burst(request, queued, tokens, request.num_draft(), PlainPace(now), now)
         self._hand_out(self._burst, go_on=tokens > 1)
 
     def _plain_next(self, request: _Request, token: mx.array, before: Sequence[int]) -> mx.array:
@@ -657,11 +656,9 @@ class BatchDecoder:
             after = self._plain_next(r, burst.queued.reshape(-1).astype(mx.int32), r.seq)
         t = cast(int, burst.queued.item())
         now = time.perf_counter()
-        if burst.steps and self.costs.complete:
-            # The burst's steps so far, on average, from the first one's queueing: a
-            # backend may run queued steps together, so the gap between two tokens
-            # can be far shorter than a step (as the single decoder's probe times).
-            self.costs.observe_step((now - burst.began) / (burst.steps + 1))
+        step = burst.pace.token(now)
+        if burst.pace.pipelined and self.costs.complete:
+            self.costs.observe_step(step)
         r.seq.append(t)
         self._rounds, self._tokens = self._rounds + 1, self._tokens + 1
         self._largest = max(self._largest, 1)
@@ -681,12 +678,7 @@ class BatchDecoder:
         if after is None:
             self._burst = None  # the token is not fed: the cache holds all but it, as after a round
             return
-        burst.queued, burst.left, burst.last, burst.steps = (
-            after,
-            burst.left - 1,
-            now,
-            burst.steps + 1,
-        )
+        burst.queued, burst.left, burst.last = after, burst.left - 1, now
 
     def _verify(
         self, requests: list[_Request], rows: list[mx.array]

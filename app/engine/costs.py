@@ -330,6 +330,30 @@ def predicted_rates(profile: CostProfile, accept: Sequence[float], k_max: int) -
 
 
 @dataclass
+class PlainPace:
+    """Pipelined plain steps, timed as their average since the first was queued.
+
+    A plain loop keeps one step queued ahead of the token it hands out. A
+    backend may run queued steps together (CUDA does), so the gap between two
+    tokens can read far below a step; the average over every step so far,
+    Python's time between them included, cannot.
+    """
+
+    began: float  # when the first step was queued
+    steps: int = 0  # tokens read so far
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether the average covers a step queued behind another (the second token on)."""
+        return self.steps > 1
+
+    def token(self, now: float) -> float:
+        """One more token read at ``now``: seconds a step has taken so far, on average."""
+        self.steps += 1
+        return (now - self.began) / self.steps
+
+
+@dataclass
 class Samples:
     """Recent samples of one cost; its value is their lower median.
 

@@ -24,7 +24,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 
 from app.engine import attention, wide
 from app.engine.adaptive import Acceptance, DraftLength, Ema
-from app.engine.costs import K_MAX, CostModel, Plan
+from app.engine.costs import K_MAX, CostModel, PlainPace, Plan
 from app.engine.lookup import PromptLookup
 from app.engine.sampling import contexts_for, log_probs, penalize
 from app.engine.stretch import FRESH
@@ -849,6 +849,7 @@ class Decoder:
         self._t_tokens.append(seq[-1])
         mx.async_eval(y)
         last = time.perf_counter()
+        pace = PlainPace(last)
         for n in itertools.count(1):
             final = limit is not None and n >= limit
             if not final:
@@ -857,9 +858,10 @@ class Decoder:
             t = _ints(y)[0]
             seq.append(t)
             now = time.perf_counter()
-            self._step.add(now - last)
-            if n > 1:  # pipelined from the second step on: what Auto weighs rounds against
-                self.costs.observe_step(now - last)
+            seconds = pace.token(now)
+            self._step.add(seconds)
+            if pace.pipelined:  # what Auto weighs rounds against
+                self.costs.observe_step(seconds)
             rnd = _target_round((t,), now - last)
             if final:
                 yield rnd  # t was never fed: the cache holds seq[:-1]

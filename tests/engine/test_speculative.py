@@ -415,6 +415,30 @@ def test_a_seeded_reply_starts_with_the_plain_step_that_measures_the_baseline(mo
         assert decoder.baseline_tps is not None
 
 
+def test_plain_steps_are_timed_as_their_average_since_the_first_was_queued(
+    models, monkeypatch
+) -> None:
+    """A backend may run queued steps together: the gap between two tokens is no step."""
+    import types
+
+    from app.engine.costs import CostModel
+
+    clock = [0.0]
+    monkeypatch.setattr(spec, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    seen: list[float] = []
+    monkeypatch.setattr(CostModel, "observe_step", lambda self, s: seen.append(s))
+    gen = Decoder(models["noisy"].target.model).generate(PROMPT_IDS, GenerationParams(num_draft=0))
+    assert isinstance(next(gen), Prefill)
+    for _ in range(6):
+        # A token is ready the moment it is asked for (its step ran while Python
+        # was away); Python takes a second with each.
+        assert isinstance(next(gen), Round)
+        clock[0] += 1.0
+    gen.close()
+    # From the second token on: n tokens read over n - 1 seconds of one step each.
+    assert seen == pytest.approx([(n - 1) / n for n in range(2, 7)])
+
+
 def _costs(ms: Sequence[float], draft_ms: float = 1.0):  # type: ignore[no-untyped-def]
     from app.engine.costs import CostModel, CostProfile
 
