@@ -218,6 +218,13 @@ def _parser() -> argparse.ArgumentParser:
         "as the app does (the default), or each apart (--no-side-by-side)",
     )
     bench.add_argument(
+        "--share-prompts",
+        action=argparse.BooleanOptionalAction,
+        help="--concurrent: requests that join together copy the prompt rows they share "
+        "rather than each reading them, as the app does (the default; the streams' prompts "
+        "differ in their last token only), or each reads its own (--no-share-prompts)",
+    )
+    bench.add_argument(
         "--no-fuse",
         dest="bench_fuse",
         action="store_false",

@@ -75,6 +75,9 @@
 # and 4 streams once a burst's plain step is timed from its first step's queueing.
 # PART r28a: what plain steps are measured at (tools/plain_pace_probe.py, 8B), the checkout
 # at OLD (if set) and this one; PART r28b: one 8b:1b request alone, single decoder and batch.
+# PARTs r28c and r28d: issue 17's streams (70b:1b at 4, 8; 8b:1b at 1, 2, 4, 8) once requests
+# that join together copy the prompt rows they share; r28e and r28f: 70b:1b and 8b:1b at 4
+# and 8 streams with --no-share-prompts, each reading its own.
 # Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
@@ -414,6 +417,23 @@ r28b)  # run 28: one 8b:1b request alone (single decoder and batch), plain steps
   timeout ${BUDGET:-200} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
     --concurrent 1 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
+  ;;
+r28c|r28d|r28e|r28f)  # run 28: requests that join together copy the prompt rows they share
+  share=--share-prompts
+  case $part in
+    r28c) pair=70b:1b; streams=4,8 ;;
+    r28d) pair=8b:1b; streams=1,2,4,8 ;;
+    r28e) pair=70b:1b; streams=4,8; share=--no-share-prompts ;;
+    r28f) pair=8b:1b; streams=4,8; share=--no-share-prompts ;;
+  esac
+  name=streams-$part-$(echo $pair | tr : -)
+  echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes $share"
+  start=$(date +%s)
+  timeout ${BUDGET:-300} python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
+    --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
+    $share --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
   cat "$out/$name.txt"
   ;;

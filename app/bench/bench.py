@@ -573,6 +573,7 @@ def _concurrent(
 
     replies: Replies = {}  # the target's greedy replies, the same whatever drafts
     side_by_side = SIDE_BY_SIDE if args.side_by_side is None else args.side_by_side
+    share = args.share_prompts is not False
     for miss, make_draft in drafts:
         draft_model = _next_draft(miss, make_draft, len(drafts), meta)
         if draft_model is False:
@@ -606,6 +607,7 @@ def _concurrent(
                     fresh=args.fresh_shapes,
                     side_by_side=side_by_side,
                     stretch=k != POOLED,
+                    share_prompts=share,
                     log=log,
                 )
         print(streams_table(rows), flush=True)
@@ -620,6 +622,7 @@ def _concurrent(
                 prompt_tokens=len(prompt),
                 fresh_shapes=args.fresh_shapes,
                 side_by_side=side_by_side,
+                share_prompts=share,
             )
             _write_json(json_path, meta, [asdict(r) for r in rows])
         del draft_model

@@ -106,6 +106,7 @@ def _batch(
     cutoff: bool | None,
     side_by_side: bool,
     stretch: bool,
+    share_prompts: bool,
     prompts: list[list[int]],
 ) -> Turns:
     """``prompts`` opened at once on one fresh batch (no cache to reuse) and pulled to the end.
@@ -116,6 +117,7 @@ def _batch(
     batch = BatchDecoder(target, draft, costs(), batch_costs, acceptance, side_by_side)
     batch.draft_cutoff = cutoff
     batch.stretch = stretch
+    batch.share_prompts = share_prompts
     return take_turns([batch.generate(p, params) for p in prompts], params.max_tokens)
 
 
@@ -167,6 +169,7 @@ def measure_streams(
     fresh: bool = False,
     side_by_side: bool = SIDE_BY_SIDE,
     stretch: bool = True,
+    share_prompts: bool = True,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.
@@ -203,6 +206,9 @@ def measure_streams(
             (:mod:`app.engine.side_by_side`, the app's layout) rather than each apart.
         stretch: Auto plans along stretches (``BatchDecoder.stretch``; the
             single-request references plan as the app's decoder does).
+        share_prompts: Requests that join together copy the prompt rows they
+            share (``BatchDecoder.share_prompts``, the app's way); the streams'
+            prompts differ in their last token only.
         log: Where progress lines go.
 
     Raises:
@@ -264,6 +270,7 @@ def measure_streams(
                 cutoff,
                 side_by_side,
                 stretch,
+                share_prompts,
             ),
             prompts[:n],
             warmup,

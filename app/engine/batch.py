@@ -25,9 +25,12 @@ round. While no request decodes, nobody waits on a read, so it takes up to
 that come together start together, rather than the first chunk's requests
 running a round of their own and, at their end, another without the rest. The caches of the
 last :data:`KEEP` finished requests stay, so a follow-up turn reads only what
-they did not hold. A lone request that drafts nothing (drafting off, or Auto
-finding that it does not pay) decodes plainly with a step queued ahead, as the
-single decoder does, until another request opens or it asks for drafting.
+they did not hold. Requests that join together and share the start of their
+prompts (a team's system prompt, one conversation regenerated) read it once:
+the others copy the rows the first one read (:data:`SHARE_MIN`). A lone request
+that drafts nothing (drafting off, or Auto finding that it does not pay)
+decodes plainly with a step queued ahead, as the single decoder does, until
+another request opens or it asks for drafting.
 
 :meth:`BatchDecoder.generate` has :class:`~app.engine.speculative.Decoder`'s
 signature, so :func:`app.engine.generate.stream_reply` drives one request of a
@@ -47,7 +50,7 @@ from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
 from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength
@@ -83,6 +86,9 @@ IDLE_READ = 4 * PREFILL_CHUNK  # the same while no request decodes (a chunk of e
 STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
 KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
 PROBE = 2  # plain tokens of a lone Auto request's probe: the second one's step is pipelined
+# Prompt rows a joining request copies from another joining request's caches rather than
+# reading them: a copy costs next to nothing, a read its share of a forward.
+SHARE_MIN = 32
 
 
 @dataclass(eq=False)
@@ -241,6 +247,8 @@ class BatchDecoder:
         # End a request's draft early where the draft is unsure: as the single
         # decoder's ``draft_cutoff`` (True always, False never, None by default).
         self.draft_cutoff: bool | None = None
+        # Joining requests copy the prompt rows they share from each other (:meth:`_share`).
+        self.share_prompts = True
 
     @property
     def stretch(self) -> bool:
@@ -420,16 +428,94 @@ class BatchDecoder:
             self._round(ready)
 
     def _read(self, joining: list[_Request]) -> None:
-        """Reads the next chunks of joining requests' prompts into both models' caches."""
+        """Reads the next chunks of joining requests' prompts into both models' caches.
+
+        A request whose prompt starts as another open request's copies those
+        rows instead (:meth:`_share`), waiting where the other reads them in
+        the same forward; what it has left is read in a second forward,
+        within the same budget.
+        """
         left = PREFILL_CHUNK if any(r.announced for r in self._open) else IDLE_READ
+        self._last = None  # the next round's period would hold this reading
+        waiting = [r for r in joining if r.reading]
+        while waiting and left > 0:
+            self._share(joining)
+            chunks, waiting = self._chunks([r for r in waiting if r.reading], left)
+            if not chunks:
+                break
+            left -= sum(len(c) + attention.padding(len(c), r.t_cache) for r, c in chunks)
+            self._read_chunks(chunks)
+        self._share(joining)
+
+    def _chunks(
+        self, joining: list[_Request], left: int
+    ) -> tuple[list[tuple[_Request, list[int]]], list[_Request]]:
+        """One forward's prompt chunks within ``left`` rows, oldest first, and the requests
+        that wait for it to copy what it reads."""
         chunks: list[tuple[_Request, list[int]]] = []
+        follow: list[_Request] = []
         for r in joining:
             if left <= 0:
                 break
+            if any(self._gain(r, s, s.read + len(c)) for s, c in chunks):
+                follow.append(r)
+                continue
             chunk = r.seq[r.read : min(r.prompt - 1, r.read + min(left, PREFILL_CHUNK))]
             chunks.append((r, chunk))
             left -= len(chunk) + attention.padding(len(chunk), r.t_cache)
-        self._last = None  # the next round's period would hold this reading
+        return chunks, follow
+
+    def _gain(self, request: _Request, source: _Request, held: int | None = None) -> int:
+        """Prompt rows ``request`` would gain by copying ``source``'s, where at least
+        :data:`SHARE_MIN` (else 0).
+
+        Args:
+            held: The rows ``source`` will hold once read (by default those it
+                holds now): a joining request's read rows, a decoding one's prompt.
+        """
+        if not self.share_prompts or source is request or not _copyable(source, request):
+            return 0
+        goal = request.seq[: request.prompt - 1]
+        if held is None:
+            held = source.prompt - 1 if source.announced else source.read
+        n = common_prefix(source.seq[:held], goal)
+        if request.d_cache is not None:
+            if source.d_cache is None:
+                return 0
+            if source.announced:  # a joining request's draft holds what its target does
+                n = min(n, common_prefix(source.d_tokens, goal))
+        gain = n - request.read
+        return gain if gain >= SHARE_MIN else 0
+
+    def _share(self, joining: list[_Request]) -> None:
+        """Each reading request copies the prompt rows another open request holds of it.
+
+        A prompt's rows are the first of its caches in any layout: a joining
+        request's own, a decoding one's own or side by side with others
+        (:meth:`SideBySide.front`), so a copy of them is what reading them
+        would leave.
+        """
+        for r in joining:
+            if not r.reading:
+                continue
+            best = max(self._open, key=lambda s: self._gain(r, s))
+            gain = self._gain(r, best)
+            if not gain:
+                continue
+            n = r.read + gain
+            if self._side is not None and best in self._side[0]:
+                rows = self._side[1].front(self._side[0].index(best), n)
+            else:
+                rows = _front(best.t_cache, n)
+            r.t_cache = _copied(rows)
+            if r.d_cache is not None and best.d_cache is not None:
+                r.d_cache, r.d_tokens = _copied(_front(best.d_cache, n)), r.seq[:n]
+            r.read, r.reused = n, r.reused + gain
+            # Now, so that no lazy slice keeps a whole stack or cache it was cut from.
+            mx.eval([c.state for c in (*r.t_cache, *(r.d_cache or ()))])
+
+    def _read_chunks(self, chunks: list[tuple[_Request, list[int]]]) -> None:
+        """One forward per model of ``chunks`` into their requests' caches."""
         states = self._read_into(self.target, chunks, [r.t_cache for r, _ in chunks])
         drafting = [(r, c) for r, c in chunks if r.d_cache is not None]
         if drafting and self.draft is not None:
@@ -994,6 +1080,34 @@ def take_turns(
                 live.remove(i)
     seconds = time.perf_counter() - start
     return Turns([r[:max_tokens] for r in replies], rounds, finished, seconds)
+
+
+def _copyable(source: _Request, request: _Request) -> bool:
+    """Whether ``request`` can take rows of ``source``'s caches: both plain KV caches."""
+    caches = [*source.t_cache, *request.t_cache, *(source.d_cache or ()), *(request.d_cache or ())]
+    return all(type(c) is KVCache for c in caches)
+
+
+def _front(cache: list[Any], n: int) -> list[tuple[mx.array, mx.array]]:
+    """The first ``n`` rows, keys and values, of each layer of ``cache``."""
+    return [(c.keys[..., :n, :], c.values[..., :n, :]) for c in cache]
+
+
+def _copied(rows: list[tuple[mx.array, mx.array]]) -> list[KVCache]:
+    """A new cache holding ``rows``, each layer's keys and values, laid out as reading
+    them would leave it (room for a whole number of the cache's steps)."""
+    out = []
+    for keys, values in rows:
+        n = keys.shape[2]
+        room = -(-n // KVCache.step) * KVCache.step
+        layer = KVCache()
+        layer.keys = mx.zeros((*keys.shape[:2], room, keys.shape[3]), keys.dtype)
+        layer.values = mx.zeros((*values.shape[:2], room, values.shape[3]), values.dtype)
+        layer.keys[..., :n, :] = keys
+        layer.values[..., :n, :] = values
+        layer.offset = n
+        out.append(layer)
+    return out
 
 
 def _last_origin(k: int, accepted: int) -> Origin:

@@ -110,6 +110,18 @@ class SideBySide(Stack):
         self.size += more
         mx.eval(self.keys, self.values, self.valid)
 
+    def front(self, index: int, n: int) -> list[tuple[mx.array, mx.array]]:
+        """Sequence ``index``'s first ``n`` rows, keys and values of every layer.
+
+        Only rows the sequence held when laid out and never rejected, such as
+        its prompt's: those stay in front, since a compaction keeps the kept
+        columns in order.
+        """
+        return [
+            (k[index : index + 1, :, :n, :], v[index : index + 1, :, :n, :])
+            for k, v in zip(self.keys, self.values, strict=True)
+        ]
+
     def restore(self, caches: Sequence[list[Any]]) -> None:
         """Gives each sequence its own cache back: its kept columns, in order.
 

@@ -54,6 +54,27 @@ def test_one_row_per_stream_count_and_every_greedy_stream_is_exact(pair) -> None
     assert [line.split()[-2] for line in lines[2:]] == [f"{r.request_share:.2f}" for r in rows]
 
 
+@pytest.mark.parametrize(("share", "read"), [(True, 47), (False, 3 * 47)])
+def test_streams_copy_the_prompt_rows_they_share_unless_told(
+    pair, monkeypatch: pytest.MonkeyPatch, share: bool, read: int
+) -> None:
+    rows_read: list[int] = []
+    original = BatchDecoder._read_into
+
+    def spy(self, model, chunks, caches):  # type: ignore[no-untyped-def]
+        if model is pair.target.model:
+            rows_read.extend(len(c) for _, c in chunks)
+        return original(self, model, chunks, caches)
+
+    monkeypatch.setattr(BatchDecoder, "_read_into", spy)
+    rows = measure_streams(
+        pair.target.model, pair.draft.model, list(range(40, 88)), GenerationParams(num_draft=3),
+        streams=(3,), max_tokens=12, warmup=False, share_prompts=share,
+    )  # fmt: skip
+    assert sum(rows_read) == read  # the 48-token prompts differ in their last token only
+    assert rows[0].exact is True
+
+
 @pytest.mark.parametrize("fresh", [False, True])
 def test_fresh_shapes_warm_up_on_prompts_one_token_longer(
     pair, monkeypatch: pytest.MonkeyPatch, fresh: bool

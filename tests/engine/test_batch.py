@@ -210,6 +210,94 @@ def test_requests_that_come_to_an_idle_batch_start_together_past_one_chunk(pair)
     assert got == [_solo(pair, p, 8) for p in prompts]
 
 
+SYSTEM = [20 + i % 37 for i in range(70)]  # a long shared start, as a team's system prompt
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        GenerationParams(num_draft=3),
+        GenerationParams(num_draft=None, k_max=6),
+        GenerationParams(num_draft=3, temperature=0.9, seed=4),
+    ],
+)
+def test_requests_that_join_together_read_the_start_they_share_once(
+    pair, params, monkeypatch
+) -> None:
+    prompts = [
+        [*SYSTEM, 5, 6, 7, 8],
+        [*SYSTEM, 9, 10],
+        [*SYSTEM, 5, 6, 7, 8],  # the first one again, as a regenerated reply
+        PROMPTS[1],  # shares nothing
+        [*SYSTEM, *range(200, 240)],
+    ]
+    read: dict[int, int] = {}
+    original = BatchDecoder._read_into
+
+    def spy(self, model, chunks, caches):  # type: ignore[no-untyped-def]
+        if model is pair.target.model:
+            for r, chunk in chunks:
+                read[id(r)] = read.get(id(r), 0) + len(chunk)
+        return original(self, model, chunks, caches)
+
+    monkeypatch.setattr(BatchDecoder, "_read_into", spy)
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    gens = [batch.generate(p, params) for p in prompts]
+    prefills = [next(g) for g in gens]
+    assert batch.stats().rounds == 0  # one pull started all of them
+    reused = [e.reused_tokens if isinstance(e, Prefill) else None for e in prefills]
+    assert reused == [0, 70, 73, 0, 70]
+    # The shared start was read once; each other request read only its own rest.
+    assert sorted(read.values()) == sorted([73, 1, len(PROMPTS[1]) - 1, 39])
+    got, _ = _turns(gens, 24)
+    assert batch.stats().largest == len(prompts)
+    alone = [
+        _turns([BatchDecoder(pair.target.model, pair.draft.model).generate(p, params)], 24)[0][0]
+        for p in prompts
+    ]
+    assert got == alone
+    if params.temperature == 0:
+        assert got == [_solo(pair, p, 24) for p in prompts]
+
+
+@pytest.mark.parametrize("running", [1, 2])
+def test_a_request_that_joins_copies_the_start_a_decoding_request_shares(
+    pair, running, monkeypatch
+) -> None:
+    laid: list[batch_module.SideBySide] = []
+    original = batch_module.SideBySide.__init__
+
+    def spy(self, caches, *args) -> None:
+        laid.append(self)
+        original(self, caches, *args)
+
+    monkeypatch.setattr(batch_module.SideBySide, "__init__", spy)
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    # One request alone decodes plainly (its own cache, a step queued ahead); two
+    # draft side by side, long enough that their stack compacts.
+    params = GenerationParams(num_draft=0 if running == 1 else 3)
+    # The joiner shares its start with the last of them only.
+    prompts = [[*([60 + i % 29 for i in range(70)] if j else SYSTEM), 5, 6] for j in range(running)]
+    prompts.reverse()
+    gens = [batch.generate(p, params) for p in prompts]
+    early: list[list[int]] = [[] for _ in gens]
+    for _ in range(200):
+        for g, out in zip(gens, early, strict=True):
+            event = next(g)
+            out += event.tokens if isinstance(event, Round) else []
+        if early[0] and (running == 1 or (laid and laid[0].compactions)):
+            break
+    assert running == 1 or laid[0].compactions
+    prompt = [*SYSTEM, 9, 10, 11]
+    joining = batch.generate(prompt, GenerationParams(num_draft=3))
+    prefill = next(joining)
+    assert isinstance(prefill, Prefill) and prefill.reused_tokens == len(SYSTEM)
+    got, _ = _turns([*gens, joining], 20)
+    assert got[-1] == _solo(pair, prompt, 20)
+    for p, before, after in zip(prompts, early, got, strict=False):
+        assert before + after == _solo(pair, p, len(before) + 20)
+
+
 def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> None:
     batch = BatchDecoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=3)
