@@ -180,6 +180,7 @@ class BatchStats:
         accepted: Of those, tokens the target kept.
         tokens: Tokens committed across requests.
         largest: Most requests one round verified together.
+        shared: Prompt tokens a request copied from another's caches rather than read.
     """
 
     active: int = 0
@@ -188,6 +189,7 @@ class BatchStats:
     accepted: int = 0
     tokens: int = 0
     largest: int = 0
+    shared: int = 0
 
     @property
     def acceptance(self) -> float | None:
@@ -242,6 +244,7 @@ class BatchDecoder:
         self._lone = 0  # rounds a lone Auto request planned, for its probes
         self._kept: list[_Kept] = []  # newest last
         self._rounds = self._drafted = self._accepted = self._tokens = self._largest = 0
+        self._shared = 0
         # Learned on the first request, so that making a batch costs nothing until it decodes.
         self._trimmable: bool | None = None
         # End a request's draft early where the draft is unsure: as the single
@@ -277,7 +280,13 @@ class BatchDecoder:
     def stats(self) -> BatchStats:
         """A snapshot of the batch's totals."""
         return BatchStats(
-            self.active, self._rounds, self._drafted, self._accepted, self._tokens, self._largest
+            self.active,
+            self._rounds,
+            self._drafted,
+            self._accepted,
+            self._tokens,
+            self._largest,
+            self._shared,
         )
 
     def generate(
@@ -511,6 +520,7 @@ class BatchDecoder:
             if r.d_cache is not None and best.d_cache is not None:
                 r.d_cache, r.d_tokens = _copied(_front(best.d_cache, n)), r.seq[:n]
             r.read, r.reused = n, r.reused + gain
+            self._shared += gain
             # Now, so that no lazy slice keeps a whole stack or cache it was cut from.
             mx.eval([c.state for c in (*r.t_cache, *(r.d_cache or ()))])
 

@@ -143,6 +143,12 @@ def metrics_text(m: Metrics) -> str:
         ("tandem_accepted_tokens_total", "counter", "Proposed tokens kept.", b.accepted),
         ("tandem_generated_tokens_total", "counter", "Tokens the batch committed.", b.tokens),
         ("tandem_batch_largest", "gauge", "Most replies one round verified.", b.largest),
+        (
+            "tandem_prompt_tokens_shared_total",
+            "counter",
+            "Prompt tokens a request copied from another's caches rather than read.",
+            b.shared,
+        ),
     ]
     if b.acceptance is not None:
         rows.append(

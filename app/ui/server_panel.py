@@ -64,6 +64,8 @@ def load_text(load: EngineLoad) -> str:
     done = f"Shared batch so far: {batch.rounds:,} rounds, up to {batch.largest} replies a round"
     if batch.acceptance is not None:
         done += f", {batch.acceptance:.0%} of drafts accepted"
+    if batch.shared:
+        done += f", {batch.shared:,} prompt tokens shared rather than read"
     return f"{now}\n{done}"
 
 

@@ -247,6 +247,7 @@ def test_requests_that_join_together_read_the_start_they_share_once(
     assert batch.stats().rounds == 0  # one pull started all of them
     reused = [e.reused_tokens if isinstance(e, Prefill) else None for e in prefills]
     assert reused == [0, 70, 73, 0, 70]
+    assert batch.stats().shared == 70 + 73 + 70
     # The shared start was read once; each other request read only its own rest.
     assert sorted(read.values()) == sorted([73, 1, len(PROMPTS[1]) - 1, 39])
     got, _ = _turns(gens, 24)

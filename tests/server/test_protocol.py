@@ -210,3 +210,12 @@ def test_error_and_models_bodies() -> None:
     listing = models_list(PAIR)
     assert [m["id"] for m in listing["data"]] == ["target", "draft"]
     assert models_list(None)["data"] == []
+
+
+def test_metrics_say_how_many_prompt_tokens_were_shared_rather_than_read() -> None:
+    from app.engine.batch import BatchStats
+    from app.server.protocol import Metrics, metrics_text
+
+    text = metrics_text(Metrics(active=2, batched=2, batch=BatchStats(rounds=3, shared=140)))
+    assert "# TYPE tandem_prompt_tokens_shared_total counter" in text
+    assert "\ntandem_prompt_tokens_shared_total 140\n" in text

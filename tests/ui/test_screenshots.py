@@ -403,7 +403,9 @@ def test_empty_states_and_server_switch_screenshots(
         panel.show_problem("The local server did not start: [Errno 98] address already in use")
         _grab(panel, f"server-panel-stopped-{mode}")
         panel.set_server("http://127.0.0.1:8080/v1", None)
-        shared = BatchStats(active=3, rounds=412, drafted=2400, accepted=1872, largest=4)
+        shared = BatchStats(
+            active=3, rounds=412, drafted=2400, accepted=1872, largest=4, shared=1536
+        )
         panel.show_load(EngineLoad(active=3, waiting=1, batched=3, batch=shared))
         _grab(panel, f"server-panel-running-{mode}")
         assert panel.switch_button.text() == "Stop Server"

@@ -205,6 +205,11 @@ def test_the_panel_says_what_the_engine_runs_and_what_its_batch_has_done(qtbot: 
         "3 replies running, 3 in one batch (up to 8); 2 waiting\n"
         "Shared batch so far: 1,234 rounds, up to 4 replies a round, 75% of drafts accepted"
     )
+    shared = BatchStats(rounds=5, largest=2, shared=1536)
+    panel.show_load(EngineLoad(active=2, batched=2, max_batch=8, batch=shared))
+    assert panel.load_label.text().endswith(
+        "up to 2 replies a round, 1,536 prompt tokens shared rather than read"
+    )
 
 
 def test_the_window_s_panel_follows_the_engine_s_load(
