@@ -377,7 +377,10 @@ class BatchDecoder:
         """Starts ``request`` from the kept caches that share the longest prefix with its prompt.
 
         A follow-up turn then reads only what is new, as the single-request
-        decoder does across turns.
+        decoder does across turns: it takes the caches over. A prompt that
+        shares only part of what they hold (another conversation with the same
+        system prompt, a regenerated reply) copies those rows instead, so the
+        finished conversation keeps its caches for its own follow-up.
         """
         goal = request.seq[:-1]
 
@@ -390,6 +393,11 @@ class BatchDecoder:
         best = max(self._kept, key=shared, default=None)
         n = shared(best) if best is not None else 0
         if best is None or n == 0:
+            return
+        if n < len(best.tokens) and _copyable(
+            best.t_cache, best.d_cache, request.t_cache, request.d_cache
+        ):
+            self._copy_into(request, _front(best.t_cache, n), best.d_cache, n)
             return
         self._kept.remove(best)
         trim_prompt_cache(best.t_cache, len(best.tokens) - n)
@@ -482,7 +490,11 @@ class BatchDecoder:
             held: The rows ``source`` will hold once read (by default those it
                 holds now): a joining request's read rows, a decoding one's prompt.
         """
-        if not self.share_prompts or source is request or not _copyable(source, request):
+        if (
+            not self.share_prompts
+            or source is request
+            or not _copyable(source.t_cache, source.d_cache, request.t_cache, request.d_cache)
+        ):
             return 0
         goal = request.seq[: request.prompt - 1]
         if held is None:
@@ -516,13 +528,25 @@ class BatchDecoder:
                 rows = self._side[1].front(self._side[0].index(best), n)
             else:
                 rows = _front(best.t_cache, n)
-            r.t_cache = _copied(rows)
-            if r.d_cache is not None and best.d_cache is not None:
-                r.d_cache, r.d_tokens = _copied(_front(best.d_cache, n)), r.seq[:n]
-            r.read, r.reused = n, r.reused + gain
-            self._shared += gain
-            # Now, so that no lazy slice keeps a whole stack or cache it was cut from.
-            mx.eval([c.state for c in (*r.t_cache, *(r.d_cache or ()))])
+            self._copy_into(r, rows, best.d_cache, n)
+
+    def _copy_into(
+        self,
+        request: _Request,
+        rows: list[tuple[mx.array, mx.array]],
+        d_cache: list[Any] | None,
+        n: int,
+    ) -> None:
+        """Gives ``request`` new caches of the first ``n`` rows of its prompt: the target's
+        ``rows``, the draft's copied from ``d_cache`` (a draft's caches are always its own)."""
+        request.t_cache = _copied(rows)
+        if request.d_cache is not None and d_cache is not None:
+            request.d_cache, request.d_tokens = _copied(_front(d_cache, n)), request.seq[:n]
+        self._shared += n - request.read
+        request.reused += n - request.read
+        request.read = n
+        # Now, so that no lazy slice keeps a whole stack or cache it was cut from.
+        mx.eval([c.state for c in (*request.t_cache, *(request.d_cache or ()))])
 
     def _read_chunks(self, chunks: list[tuple[_Request, list[int]]]) -> None:
         """One forward per model of ``chunks`` into their requests' caches."""
@@ -1092,10 +1116,9 @@ def take_turns(
     return Turns([r[:max_tokens] for r in replies], rounds, finished, seconds)
 
 
-def _copyable(source: _Request, request: _Request) -> bool:
-    """Whether ``request`` can take rows of ``source``'s caches: both plain KV caches."""
-    caches = [*source.t_cache, *request.t_cache, *(source.d_cache or ()), *(request.d_cache or ())]
-    return all(type(c) is KVCache for c in caches)
+def _copyable(*caches: list[Any] | None) -> bool:
+    """Whether rows can be copied between these caches: every layer a plain KV cache."""
+    return all(type(c) is KVCache for cache in caches for c in cache or ())
 
 
 def _front(cache: list[Any], n: int) -> list[tuple[mx.array, mx.array]]:

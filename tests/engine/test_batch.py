@@ -299,6 +299,27 @@ def test_a_request_that_joins_copies_the_start_a_decoding_request_shares(
         assert before + after == _solo(pair, p, len(before) + 20)
 
 
+def test_another_conversation_copies_a_finished_one_s_start_and_leaves_it_its_caches(
+    pair,
+) -> None:
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    params = GenerationParams(num_draft=3)
+    first = [*SYSTEM, 5, 6]
+    reply = _turns([batch.generate(first, params)], 20)[0][0]
+    # Another user's conversation with the same system prompt copies its rows...
+    other = batch.generate([*SYSTEM, 9, 10], params)
+    prefill = next(other)
+    assert isinstance(prefill, Prefill) and prefill.reused_tokens == len(SYSTEM)
+    assert _turns([other], 10)[0][0] == _solo(pair, [*SYSTEM, 9, 10], 10)
+    assert batch.stats().shared == len(SYSTEM)
+    # ...and the first conversation's next turn still finds all of its own.
+    follow_up = [*first, *reply, 7, 8]
+    gen = batch.generate(follow_up, params)
+    prefill = next(gen)
+    assert isinstance(prefill, Prefill) and prefill.reused_tokens == len(first) + len(reply) - 1
+    assert _turns([gen], 12)[0][0] == _solo(pair, follow_up, 12)
+
+
 def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> None:
     batch = BatchDecoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=3)
