@@ -25,12 +25,13 @@ round. While no request decodes, nobody waits on a read, so it takes up to
 that come together start together, rather than the first chunk's requests
 running a round of their own and, at their end, another without the rest. The caches of the
 last :data:`KEEP` finished requests stay, so a follow-up turn reads only what
-they did not hold. Requests that join together and share the start of their
-prompts (a team's system prompt, one conversation regenerated) read it once:
-the others copy the rows the first one read (:data:`SHARE_MIN`). A lone request
-that drafts nothing (drafting off, or Auto finding that it does not pay)
-decodes plainly with a step queued ahead, as the single decoder does, until
-another request opens or it asks for drafting.
+they did not hold. Requests that share the start of their prompts (a team's
+system prompt, one conversation regenerated) read it once: a joining request
+copies the rows another open request holds (:data:`SHARE_MIN`), or a kept one
+holds, rather than reading them. A lone request that drafts nothing (drafting
+off, or Auto finding that it does not pay) decodes plainly with a step queued
+ahead, as the single decoder does, until another request opens or it asks for
+drafting.
 
 :meth:`BatchDecoder.generate` has :class:`~app.engine.speculative.Decoder`'s
 signature, so :func:`app.engine.generate.stream_reply` drives one request of a
@@ -86,7 +87,7 @@ IDLE_READ = 4 * PREFILL_CHUNK  # the same while no request decodes (a chunk of e
 STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
 KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
 PROBE = 2  # plain tokens of a lone Auto request's probe: the second one's step is pipelined
-# Prompt rows a joining request copies from another joining request's caches rather than
+# Fewest prompt rows a joining request copies from another open request's caches rather than
 # reading them: a copy costs next to nothing, a read its share of a forward.
 SHARE_MIN = 32
 
@@ -250,7 +251,7 @@ class BatchDecoder:
         # End a request's draft early where the draft is unsure: as the single
         # decoder's ``draft_cutoff`` (True always, False never, None by default).
         self.draft_cutoff: bool | None = None
-        # Joining requests copy the prompt rows they share from each other (:meth:`_share`).
+        # Joining requests copy the prompt rows other open requests hold of them (:meth:`_share`).
         self.share_prompts = True
 
     @property
