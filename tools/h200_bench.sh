@@ -78,6 +78,8 @@
 # PARTs r28c and r28d: issue 17's streams (70b:1b at 4, 8; 8b:1b at 1, 2, 4, 8) once requests
 # that join together copy the prompt rows they share; r28e and r28f: 70b:1b and 8b:1b at 4
 # and 8 streams with --no-share-prompts, each reading its own.
+# PART r28g: one 8b:1b request on Auto at miss 0.1, lone decoder and batch, every event
+# traced (tools/solo_trace.py), three processes: why Auto alone ran 82.8-149.5 tok/s there.
 # Before run 20 the batch kept its target caches apart by default; parts of earlier runs
 # that ran streams now run them side by side unless given --no-side-by-side.
 # Every configuration is warmed up over a full-length reply first, so
@@ -419,6 +421,18 @@ r28b)  # run 28: one 8b:1b request alone (single decoder and batch), plain steps
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
   cat "$out/$name.txt"
+  ;;
+r28g)  # run 28: one 8b:1b request on Auto at miss 0.1, every event traced, three processes
+  for n in 1 2 3; do
+    name=solo-trace-r28g-$n
+    echo "== $name: tools/solo_trace.py --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1 --miss 0.1 --ks auto --temps 0 --max-tokens 128 --fresh-shapes"
+    start=$(date +%s)
+    timeout ${BUDGET:-90} python3 tools/solo_trace.py "$out/$name.jsonl" --synthetic 8b:1b --bits 4 \
+      --dtype bfloat16 --concurrent 1 --miss 0.1 --ks auto --temps 0 --max-tokens 128 \
+      --fresh-shapes > "$out/$name.txt" 2> "$out/$name.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+    grep -A3 "one request alone" "$out/$name.txt"
+  done
   ;;
 r28c|r28d|r28e|r28f)  # run 28: requests that join together copy the prompt rows they share
   share=--share-prompts
