@@ -253,6 +253,9 @@ class BatchDecoder:
         self.draft_cutoff: bool | None = None
         # Joining requests copy the prompt rows other open requests hold of them (:meth:`_share`).
         self.share_prompts = True
+        # Whether the pair's caches are plain KV caches, whose rows can be copied; learned
+        # on the first request, as every request's caches are made alike.
+        self._copies: bool | None = None
 
     @property
     def stretch(self) -> bool:
@@ -331,6 +334,8 @@ class BatchDecoder:
         )
         if params.seed is not None and params.temperature > 0:
             request.key = mx.random.key(params.seed)
+        if self._copies is None:
+            self._copies = _copyable(request.t_cache, request.d_cache)
         self._reuse(request)
         self._open.append(request)  # now, so that it joins the next round even unpulled
         return _Stream(self._stream(request), lambda: self._leave(request))
@@ -395,9 +400,7 @@ class BatchDecoder:
         n = shared(best) if best is not None else 0
         if best is None or n == 0:
             return
-        if n < len(best.tokens) and _copyable(
-            best.t_cache, best.d_cache, request.t_cache, request.d_cache
-        ):
+        if n < len(best.tokens) and self._copies:
             self._copy_into(request, _front(best.t_cache, n), best.d_cache, n)
             return
         self._kept.remove(best)
@@ -455,15 +458,15 @@ class BatchDecoder:
         """
         left = PREFILL_CHUNK if any(r.announced for r in self._open) else IDLE_READ
         self._last = None  # the next round's period would hold this reading
-        waiting = [r for r in joining if r.reading]
-        while waiting and left > 0:
+        waiting = joining
+        while True:
             self._share(joining)
-            chunks, waiting = self._chunks([r for r in waiting if r.reading], left)
-            if not chunks:
-                break
+            waiting = [r for r in waiting if r.reading]
+            if not waiting or left <= 0:
+                return
+            chunks, waiting = self._chunks(waiting, left)
             left -= sum(len(c) + attention.padding(len(c), r.t_cache) for r, c in chunks)
             self._read_chunks(chunks)
-        self._share(joining)
 
     def _chunks(
         self, joining: list[_Request], left: int
@@ -491,11 +494,7 @@ class BatchDecoder:
             held: The rows ``source`` will hold once read (by default those it
                 holds now): a joining request's read rows, a decoding one's prompt.
         """
-        if (
-            not self.share_prompts
-            or source is request
-            or not _copyable(source.t_cache, source.d_cache, request.t_cache, request.d_cache)
-        ):
+        if not self.share_prompts or source is request or not self._copies:
             return 0
         goal = request.seq[: request.prompt - 1]
         if held is None:
@@ -520,8 +519,7 @@ class BatchDecoder:
         for r in joining:
             if not r.reading:
                 continue
-            best = max(self._open, key=lambda s: self._gain(r, s))
-            gain = self._gain(r, best)
+            gain, best = max(((self._gain(r, s), s) for s in self._open), key=lambda g: g[0])
             if not gain:
                 continue
             n = r.read + gain

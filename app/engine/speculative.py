@@ -815,7 +815,7 @@ class Decoder:
         y2, _ = self._pick(_logits(self.target, y1, self._t_cache), params, [ctx] if penal else [])
         mx.async_eval(y2)
         t1, t2 = _ints(y1)[0], _ints(y2)[0]
-        step = (time.perf_counter() - built) / 2
+        step = PlainPace(built, steps=1).token(time.perf_counter())  # the second token's average
         self._step.add(step)
         self.costs.observe_step(step)
         self._t_tokens += [seq[-1], t1]
