@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import __version__
 
 if TYPE_CHECKING:
+    from app.engine.costs import ProfileStore
     from app.engine.types import GenerationParams
 
 
@@ -24,7 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tandem {__version__}")
     parser.add_argument("--model", help="target model folder to load at start")
     parser.add_argument("--draft", help="draft model folder to load at start")
-    parser.add_argument("--data-dir", type=Path, help="folder for conversations and settings")
+    parser.add_argument(
+        "--data-dir", type=Path, help="folder for conversations, settings and cost profiles"
+    )
     parser.add_argument(
         "--self-test",
         action="store_true",
@@ -70,7 +75,9 @@ def _parser() -> argparse.ArgumentParser:
         "import", help="import a GGUF file or an MLX model folder into the library"
     )
     imp.add_argument("path", help="a .gguf file or an MLX model folder")
-    imp.add_argument("--name", help="folder name in the library (default: from the file)")
+    imp.add_argument(
+        "--name", help="plain folder name in the library (default: the file's or folder's)"
+    )
     imp.add_argument("--q-bits", type=int, choices=[4, 8], help="re-quantize with MLX")
     imp.add_argument("--link", action="store_true", help="link an MLX folder instead of copying")
     download = models_sub.add_parser("download", help="download a model from the Hugging Face Hub")
@@ -87,7 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080, help="port; 0 picks a free one")
     serve.add_argument(
         "--api-key",
-        help="key clients must send (default: $TANDEM_API_KEY); needed off loopback",
+        help="key clients must send; needed off loopback, then 16+ characters. Other users "
+        "see it in `ps`: prefer $TANDEM_API_KEY, read when this is not given",
     )
     serve.add_argument(
         "--cors-origin",
@@ -290,8 +298,43 @@ def _params(args: argparse.Namespace, **fields: object) -> GenerationParams | No
         return None
 
 
+class _OneLineWarnings(logging.Handler):
+    """Prints the app's warnings as ``tandem: warning: ...``, to whatever stderr is now."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"tandem: warning: {record.getMessage()}", file=sys.stderr)
+
+
+def _profile_store(args: argparse.Namespace) -> ProfileStore | None:
+    """The cost profiles of the data folder (``--data-dir``, else the default one).
+
+    ``None`` after one line saying why, when the folder is unusable. Failing to
+    store a profile later is a one-line warning: the command still completes.
+    """
+    from app.engine.costs import ProfileStore, default_store_path
+    from app.files import folder_problem
+
+    folder = args.data_dir or default_store_path().parent
+    if (problem := folder_problem(folder)) is not None:
+        print(f"tandem: unusable data folder: {problem}", file=sys.stderr)
+        return None
+    return ProfileStore(folder / "profiles.json")
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """While a headless command runs, the app's warnings reach stderr in one line each."""
+    logger = logging.getLogger("app")
+    handler = _OneLineWarnings(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 def _generate(args: argparse.Namespace) -> int:
-    from app.engine.generate import PromptTooLongError, stream_reply
+    from app.engine.generate import PromptTooLongError, new_decoder, stream_reply
     from app.engine.types import Chunk, Finished, InvalidTextError, Message, check_text
     from app.errors import IncompatiblePairError, ModelError
 
@@ -318,6 +361,9 @@ def _generate(args: argparse.Namespace) -> int:
     except InvalidTextError as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 2
+    profiles = _profile_store(args)
+    if profiles is None:
+        return 1
     from app.hub.pair_check import load_checked_pair
 
     try:
@@ -333,7 +379,7 @@ def _generate(args: argparse.Namespace) -> int:
         messages.insert(0, Message("system", args.system))
     cancel = threading.Event()
     text: list[str] = []
-    events = stream_reply(pair, messages, params, cancel)
+    events = stream_reply(pair, messages, params, cancel, decoder=new_decoder(pair, profiles))
     finished = None
     try:
         for event in events:
@@ -375,18 +421,37 @@ def _generate(args: argparse.Namespace) -> int:
             f"{finished.finish_reason}]",
             file=sys.stderr,
         )
+    if finished.stats.capped_by_window:
+        window = pair.target.context_length
+        print(
+            f"tandem: the reply stopped at the end of {pair.target.name}'s window of "
+            f"{window:,} tokens ({finished.stats.prompt_tokens:,} of them the prompt)",
+            file=sys.stderr,
+        )
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from app.server.http import cannot_listen, check_address
     from app.server.security import ServerConfig, ServerConfigError, check_config
 
+    if args.api_key is not None:
+        print(
+            "tandem: warning: --api-key shows the key to anyone who can list processes; "
+            "set TANDEM_API_KEY instead (from a file or the keychain, as README.md shows)",
+            file=sys.stderr,
+        )
     api_key = args.api_key or os.environ.get("TANDEM_API_KEY") or None
     config = ServerConfig(args.host, args.port, api_key, tuple(args.cors_origin))
     try:
         check_config(config)  # before loading anything, so a refusal is quick
     except ServerConfigError as exc:
         print(f"tandem: {exc}", file=sys.stderr)
+        return 2
+    try:
+        check_address(config.host, config.port)  # a taken port, said before a slow load
+    except OSError as exc:
+        print(f"tandem: {cannot_listen(config.host, config.port, exc)}", file=sys.stderr)
         return 2
     defaults = _params(args, max_tokens=args.max_tokens, num_draft=args.num_draft)
     if defaults is None:
@@ -518,19 +583,33 @@ def _models_command(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace, models_dir: Path) -> int:
     from app.errors import ModelError
-    from app.hub.gguf_import import ImportCancelled, ImportProgress, import_folder, import_gguf
+    from app.hub.gguf_import import (
+        ImportCancelled,
+        ImportProgress,
+        import_folder,
+        import_gguf,
+        model_folder,
+    )
 
     src = Path(args.path).expanduser()
+    if args.name is not None:
+        try:
+            model_folder(models_dir, args.name)  # refused before any work
+        except ModelError as exc:
+            print(f"tandem: --name: {exc}", file=sys.stderr)
+            return 2
 
     def show(p: ImportProgress) -> None:
         print(f"\r{p.stage}: {p.done}/{p.total}", end="", file=sys.stderr, flush=True)
 
     try:
         if src.is_dir():
-            out = import_folder(src, models_dir, link=args.link)
+            out = import_folder(src, models_dir, link=args.link, name=args.name)
         else:
             name = args.name or src.stem + (f"-{args.q_bits}bit" if args.q_bits else "")
-            out = import_gguf(src, models_dir / name, q_bits=args.q_bits, progress=show)
+            out = import_gguf(
+                src, model_folder(models_dir, name), q_bits=args.q_bits, progress=show
+            )
     except ModelError as exc:
         print(f"\ntandem: {exc}", file=sys.stderr)
         return 1
@@ -641,7 +720,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_self_test(data_dir=args.data_dir)
     if args.command == "generate":
-        return _generate(args)
+        with _one_line_warnings():
+            return _generate(args)
     if args.command == "check-pair":
         return _check_pair(args)
     if args.command == "models":
@@ -654,9 +734,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.bench import bench
 
         args.model, args.draft, args.fuse = args.bench_model, args.bench_draft, args.bench_fuse
+        args.profiles = _profile_store(args)
+        if args.profiles is None:
+            return 1
         if args.model and args.draft and not _pair_accepted(args.model, args.draft):
             return 2
-        return bench.main(args)
+        with _one_line_warnings():
+            return bench.main(args)
     if (
         sys.platform.startswith("linux")
         and not os.environ.get("QT_QPA_PLATFORM")

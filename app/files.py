@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -43,3 +44,58 @@ def write_entries(path: Path, version: int, section: str, entries: dict[str, Any
     """Writes ``entries`` as the ``section`` of a versioned JSON file, atomically."""
     data = {"version": version, section: entries}
     write_atomic(path, json.dumps(data, indent=1).encode("utf-8"))
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` can be no folder to write in, or ``None`` when it is one or can be made.
+
+    Only what no retry mends counts: ``path``, or the nearest of its parents
+    that exists, is not a folder. A read-only or full disk shows when writing.
+    """
+    for part in (path, *path.parents):
+        try:
+            mode = part.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not there yet: a parent decides
+        except OSError as exc:
+            return f"{path}: {exc.strerror or exc}"
+        if stat.S_ISDIR(mode):
+            return None
+        return f"{path} is not a folder" if part == path else f"{path}: {part} is not a folder"
+    return None
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether ``name`` names an entry of a folder itself: not empty, no separator, not . or .."""
+    return bool(name) and "\0" not in name and Path(name).name == name and name not in (".", "..")
+
+
+def not_regular(file: Path) -> str | None:
+    """Why ``file`` cannot be read as a file; ``None`` for a file, a link to one, or nothing.
+
+    A FIFO blocks a read forever and a device such as ``/dev/zero`` never ends one.
+    """
+    if file.is_file():
+        return None
+    if file.is_dir():
+        return "is a folder, not a file"
+    if file.exists():
+        return "is not a regular file (a device, FIFO or socket)"
+    if file.is_symlink():
+        return "is a broken or looping symbolic link"
+    return None
+
+
+def write_problem(path: Path) -> str | None:
+    """Why ``path`` is no file to write (replace) atomically, or ``None``.
+
+    A link is refused rather than replaced (or followed to a device), as are a
+    folder and anything not a regular file; so is a parent that is not a folder.
+    """
+    if path.is_symlink():
+        return f"{path} is a symbolic link; give the file itself"
+    if path.is_dir():
+        return f"{path} is a folder, not a file"
+    if path.exists() and not path.is_file():
+        return f"{path} is not a regular file (a device, FIFO or socket)"
+    return folder_problem(path.parent)

@@ -68,3 +68,60 @@ def test_app_exits_cleanly_after_a_reply(tiny: TinyModels, tmp_path: Path) -> No
         assert "reply-tokens" in stdout
         assert "terminate called" not in stderr
         assert "Traceback" not in stderr
+
+
+QUIT_MID_REPLY = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from PySide6.QtCore import QTimer
+    from app.ui.application import run_app
+
+    target, draft, data = sys.argv[1:4]
+
+    def ready(window):
+        def send(_info):
+            window.composer.editor.setPlainText("Tell me everything")
+            window.composer.send_button.click()
+
+        def first(_batch):
+            window.service.tokens_generated.disconnect(first)
+            QTimer.singleShot(0, window.close)  # Ctrl+Q as the first tokens show
+
+        window.service.pair_loaded.connect(send)
+        window.service.tokens_generated.connect(first)
+
+    sys.exit(run_app([sys.argv[0]], data_dir=Path(data), target=target, draft=draft,
+                     on_ready=ready))
+    """
+)
+
+
+@pytest.mark.slow
+def test_quitting_mid_reply_keeps_it_as_stopped_with_its_numbers(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    import json
+
+    from app.store import Store
+
+    (tmp_path / "settings.json").write_text(json.dumps({"max_tokens": 100_000}))
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", QUIT_MID_REPLY, str(tiny.target), str(tiny.copy), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert run.returncode == 0, run.stderr
+    store = Store(tmp_path / "tandem.sqlite3")
+    try:
+        [conversation] = store.conversations()
+        reply = store.messages(conversation.id)[-1]
+    finally:
+        store.close()
+    assert reply.role == "assistant" and reply.content
+    assert reply.finish_reason == "cancelled"  # stopped by quitting, not an error
+    assert reply.stats is not None and reply.stats.tokens > 0  # so it has its Stats… link

@@ -26,10 +26,18 @@ import mlx.nn as nn
 
 from app import backend_env
 from app.engine.calibrate import default_prompts
-from app.engine.costs import K_MAX, CostModel, CostProfile, ProfileProgress, measure_profile
+from app.engine.costs import (
+    K_MAX,
+    CostModel,
+    CostProfile,
+    ProfileProgress,
+    ProfileStore,
+    measure_profile,
+)
 from app.engine.speculative import Decoder, Prefill, Round
 from app.engine.types import GenerationParams
-from app.files import write_atomic
+from app.errors import first_line
+from app.files import not_regular, write_atomic, write_problem
 
 IMPLS = ("plain", "mlx-lm", "tandem")
 
@@ -186,15 +194,18 @@ def run_tandem(
 
 
 def ttft_cold_and_warm(
-    pair: Any, first: str, follow_up: str, max_tokens: int = 32
+    pair: Any, first: str, follow_up: str, max_tokens: int = 32, store: ProfileStore | None = None
 ) -> dict[str, float | int]:
-    """Time to first token of a follow-up turn, with the caches of turn one and without."""
+    """Time to first token of a follow-up turn, with the caches of turn one and without.
+
+    The pair's cost profile is read from and stored in ``store`` (the default one when omitted).
+    """
     from app.engine.generate import new_decoder, stream_reply
     from app.engine.types import Chunk, Finished, Message
 
     params = GenerationParams(max_tokens=max_tokens, num_draft=None if pair.draft else 0)
     turn = [Message("user", first)]
-    decoder = new_decoder(pair)  # one conversation: its caches carry over between turns
+    decoder = new_decoder(pair, store)  # one conversation: its caches carry over between turns
     events = list(stream_reply(pair, turn, params, decoder=decoder))
     reply = "".join(e.text for e in events if isinstance(e, Chunk))
     turn2 = [*turn, Message("assistant", reply), Message("user", follow_up)]
@@ -262,13 +273,38 @@ def profile_table(profile: CostProfile) -> str:
 
 
 def read_prompts(path: Path) -> list[str]:
-    """Prompts from a JSON list (of strings or of {"prompt": ...}) or one per line."""
-    text = path.read_text(encoding="utf-8")
+    """Prompts from a JSON list (of strings or of {"prompt": ...}) or one per line.
+
+    Raises:
+        ValueError: The file is missing, unreadable, no regular file, or holds
+            no prompts, with a one-line reason.
+    """
+    if (problem := not_regular(path)) is not None:
+        raise ValueError(f"{path} {problem}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
+        raise ValueError(f"cannot read {path} ({reason})") from exc
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
-        return [line for line in text.splitlines() if line.strip()]
-    return [p["prompt"] if isinstance(p, dict) else str(p) for p in data]
+    except (json.JSONDecodeError, RecursionError):
+        prompts = [line for line in text.splitlines() if line.strip()]
+    else:
+        if not isinstance(data, list):
+            raise ValueError(f"{path} holds JSON that is not a list of prompts")
+        prompts = [_prompt_text(p) for p in data]
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts")
+    return prompts
+
+
+def _prompt_text(item: Any) -> str:
+    if isinstance(item, dict):
+        if not isinstance(item.get("prompt"), str):
+            raise ValueError('an object in the list has no "prompt" text')
+        return str(item["prompt"])
+    return str(item)
 
 
 def benchmark(
@@ -490,14 +526,28 @@ def _json_path(path: str | None, miss: float | None) -> Path | None:
     return p if miss is None else p.with_name(f"{p.stem}-miss{miss:g}{p.suffix}")
 
 
+class _RefusedFileError(Exception):
+    """A file the bench will not write; :func:`main` says so in one line."""
+
+
 def _write_json(
     path: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]] | None = None
 ) -> None:
-    """Writes a run's JSON whole: a run killed meanwhile leaves the file it had before."""
+    """Writes a run's JSON whole: a run killed meanwhile leaves the file it had before.
+
+    Raises:
+        _RefusedFileError: ``path`` is a link, a folder or no regular file (checked again
+            now: it may have changed since the run began), or cannot be written.
+    """
+    if (problem := write_problem(path)) is not None:
+        raise _RefusedFileError(problem)
     out: dict[str, Any] = {"meta": meta}
     if rows is not None:
         out["rows"] = list(rows)
-    write_atomic(path, json.dumps(out, indent=2).encode())
+    try:
+        write_atomic(path, json.dumps(out, indent=2).encode())
+    except OSError as exc:
+        raise _RefusedFileError(f"cannot write {path} ({exc.strerror or first_line(exc)})") from exc
 
 
 def _next_draft(
@@ -639,8 +689,44 @@ def _measure(target: nn.Module, draft: nn.Module | None, widths: int, context: i
     return profile
 
 
+def _bad_argument(args: Any) -> str | None:
+    """What is wrong with ``tandem bench``'s numbers, in one line; ``None`` when nothing is."""
+    for option, value, least in (
+        ("--context", args.context, 1),
+        ("--max-tokens", args.max_tokens, 1),
+        ("--repeats", args.repeats, 1),
+        ("--warmup", args.warmup, 0),
+    ):
+        if value < least:
+            return f"{option} must be {least} or more, not {value}"
+    return None
+
+
 def main(args: Any) -> int:
-    """Runs ``tandem bench`` from parsed arguments."""
+    """Runs ``tandem bench`` from parsed arguments.
+
+    Bad arguments exit 2 in one line before anything runs; a ``--json`` file it
+    will not write (a link, a folder, no regular file) exits 1 in one line.
+    """
+    if (problem := _bad_argument(args)) is not None:
+        print(f"tandem: {problem}", file=sys.stderr)
+        return 2
+    if args.prompts:
+        try:
+            args.prompt_texts = read_prompts(Path(args.prompts))
+        except ValueError as exc:
+            print(f"tandem: --prompts: {exc}", file=sys.stderr)
+            return 2
+    try:
+        if args.json and (problem := write_problem(Path(args.json))) is not None:
+            raise _RefusedFileError(problem)
+        return _main(args)
+    except _RefusedFileError as exc:
+        print(f"tandem: --json: {exc}", file=sys.stderr)
+        return 1
+
+
+def _main(args: Any) -> int:
     from app.engine.generate import encode_chat
     from app.engine.loader import load_pair
     from app.engine.types import Message
@@ -732,7 +818,7 @@ def main(args: Any) -> int:
             return loaded
 
         drafts = [(None, loaded_draft)]
-        texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
+        texts = getattr(args, "prompt_texts", None) or default_prompts()
         prompts = [encode_chat(pair.target.tokenizer, [Message("user", t)]) for t in texts]
         ttft_prompt = max(prompts, key=len)
         meta.update(model=args.model, draft=args.draft, prompts=len(prompts))
@@ -798,8 +884,9 @@ def main(args: Any) -> int:
             cells = ", ".join(f"{label} {secs:.3f} s" for label, secs in ttft.items())
             print(f"time to first token, {len(ttft_prompt)}-token prompt, cold: {cells}")
         if args.ttft and pair is not None:
-            texts = read_prompts(Path(args.prompts)) if args.prompts else default_prompts()
-            ttft2 = ttft_cold_and_warm(pair, texts[0], "Now make it shorter.")
+            texts = getattr(args, "prompt_texts", None) or default_prompts()
+            store = getattr(args, "profiles", None)  # the data folder's, as the CLI checked it
+            ttft2 = ttft_cold_and_warm(pair, texts[0], "Now make it shorter.", store=store)
             meta["ttft_turn2"] = ttft2
             print(
                 f"time to first token, turn 2 of {ttft2['prompt_tokens']} prompt tokens: "

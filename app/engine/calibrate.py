@@ -40,6 +40,7 @@ SWEEP_KS: tuple[int | None, ...] = (0, 1, 2, 3, 4, 5, 6, *range(8, K_MAX + 1, 2)
 SWEEP_TOKENS = 64
 # The quick sweep: one prompt, short runs, plain against one guess and auto.
 QUICK_TOKENS = 24
+COST_REPEATS = 2  # timed forwards of each width, after the one that builds kernels
 
 
 def default_prompts() -> list[str]:
@@ -55,7 +56,7 @@ class CalibrationPoint:
         k: The draft length; 0 is plain decoding and ``None`` adaptive ("auto").
         tps: Generated tokens over generation seconds, all prompts together.
         acceptance: Accepted over drafted tokens; ``None`` when nothing was drafted.
-        mean_k: Drafted tokens per drafting round; ``None`` without drafting rounds.
+        mean_k: The k chosen per drafting round; ``None`` without drafting rounds.
         tokens: Tokens generated over all prompts.
         seconds: Generation seconds over all prompts (prompt processing left out).
     """
@@ -112,13 +113,30 @@ class SweepPlan:
         return len(dict.fromkeys(self.ks)) * len(self.prompts)
 
     def seconds(self, plain_tps: float | None) -> float | None:
-        """The longest the sweep should take at ``plain_tps``: warm-up and runs decoded plain.
+        """The longest the runs should take at ``plain_tps``: warm-up and runs decoded plain.
 
         Drafting only makes runs faster, so this errs on the long side; prompt
-        reading and the cost measurement are left out.
+        reading and the cost measurement (:meth:`cost_seconds`) are left out.
         """
         warmup = len(dict.fromkeys(self.ks)) * min(WARMUP_TOKENS, self.max_tokens)
         return seconds_for(self.runs * self.max_tokens + warmup, plain_tps)
+
+    @property
+    def widths(self) -> int:
+        """Verification widths the sweep measures first: 1 to its longest k + 1."""
+        return max((k for k in self.ks if k), default=DEFAULT_K_MAX) + 1
+
+    @property
+    def cost_passes(self) -> int:
+        """Target forwards the cost measurement runs (each width, then its repeats)."""
+        return self.widths * (1 + COST_REPEATS)
+
+    def cost_seconds(self, verify: Sequence[float | None] | None) -> float | None:
+        """What measuring the costs takes, from ``verify`` measured before; ``None`` unknown."""
+        known = list(verify or ())[: self.widths]
+        if len(known) < self.widths or any(v is None for v in known):
+            return None
+        return (1 + COST_REPEATS) * sum(v for v in known if v is not None)
 
 
 def seconds_for(tokens: int, plain_tps: float | None) -> float | None:
@@ -399,7 +417,10 @@ def _sweep(
     # Verification costs first: they explain the sweep and Auto plans with them.
     draft = pair.draft.model if pair.draft is not None else None
     profile: CostProfile | None = None
-    for event in measure_profile(pair.target.model, draft, widths=k_max + 1, cancel=cancel):
+    widths = k_max + 1
+    for event in measure_profile(
+        pair.target.model, draft, widths=widths, repeats=COST_REPEATS, cancel=cancel
+    ):
         if isinstance(event, ProfileProgress):
             yield CalibrationProgress(0, total, f"measuring costs: {event.text}")
         else:
@@ -455,11 +476,12 @@ def _point(k: int | None, runs: Sequence[Stats]) -> CalibrationPoint:
     seconds = sum(s.generation_seconds for s in runs)
     drafted = sum(s.drafted for s in runs)
     rounds = sum(s.draft_rounds for s in runs)
+    chosen = sum(s.k_sum for s in runs)
     return CalibrationPoint(
         k=k,
         tps=tokens / seconds if seconds > 0 else 0.0,
         acceptance=sum(s.accepted for s in runs) / drafted if drafted else None,
-        mean_k=drafted / rounds if rounds else None,
+        mean_k=chosen / rounds if rounds else None,
         tokens=tokens,
         seconds=seconds,
     )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from types import FrameType
 from typing import Any
 
 import mlx.core as mx
@@ -29,8 +33,12 @@ from app.engine.types import (
 )
 from app.errors import ModelError, first_line
 
+log = logging.getLogger(__name__)
+
 DEFAULT_PARAMS = GenerationParams()
 COUNT_CHUNK = 16_384  # characters tokenized at a time while sizing a long conversation
+# A chat template renders in milliseconds; one still running after this loops on purpose.
+TEMPLATE_SECONDS = 1.0
 
 
 class PromptTooLongError(ModelError):
@@ -88,27 +96,132 @@ def _too_long(tokens: str, name: str, window: int) -> PromptTooLongError:
     )
 
 
-def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
-    """Token ids of ``messages`` with the chat template and a generation prompt.
+class _TemplateTimeout(BaseException):
+    """Raised into a template past its deadline; no ``except Exception`` on the way swallows it."""
 
-    The template comes with the model, so it is untrusted: transformers renders
-    it in Jinja's immutable sandbox, and what the sandbox refuses is reported
-    as a :class:`ModelError`.
+
+def _render_bounded(render: Callable[[], Any], seconds: float) -> Any:
+    """``render()``, stopped once it runs past ``seconds``.
+
+    Every Python frame it enters, and every line of the template's own code
+    (Jinja compiles it to Python), checks the deadline, so no loop in the
+    template, however it is nested, runs on past it.
 
     Raises:
-        ModelError: The chat template is unsafe or broken.
+        _TemplateTimeout: It ran past ``seconds``.
+    """
+    deadline = time.monotonic() + seconds
+
+    def on_line(frame: FrameType, event: str, arg: Any) -> Any:
+        if time.monotonic() > deadline:
+            raise _TemplateTimeout
+        return on_line
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        if time.monotonic() > deadline:
+            raise _TemplateTimeout
+        # Jinja names the code it compiles from a string "<template>".
+        return on_line if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        return render()
+    finally:
+        sys.settrace(previous)
+
+
+def render_chat(tokenizer: Any, messages: Sequence[Message]) -> str:
+    """The text of ``messages`` in the chat template, with a generation prompt.
+
+    The template comes with the model, so it is untrusted: transformers renders
+    it in Jinja's immutable sandbox, and this bounds its time and its recursion.
+
+    Raises:
+        ModelError: The chat template is unsafe, broken, recurses without end
+            or runs longer than :data:`TEMPLATE_SECONDS`.
     """
     from jinja2.exceptions import TemplateError
 
+    if not getattr(tokenizer, "has_chat_template", False):
+        return "".join(f"{m.role}: {m.content}\n" for m in messages) + "assistant: "
     dicts = [m.as_dict() for m in messages]
-    if getattr(tokenizer, "has_chat_template", False):
-        try:
-            return list(tokenizer.apply_chat_template(dicts, add_generation_prompt=True))
-        except TemplateError as exc:  # SecurityError is one
-            kind = "unsafe" if type(exc).__name__ == "SecurityError" else "broken"
-            raise ModelError(f"the model's chat template is {kind} ({first_line(exc)})") from exc
-    text = "".join(f"{m.role}: {m.content}\n" for m in messages) + "assistant: "
-    return list(tokenizer.encode(text))
+
+    def render() -> Any:
+        return tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False)
+
+    why = "broken"
+    try:
+        text = _render_bounded(render, TEMPLATE_SECONDS)
+    except _TemplateTimeout:
+        why = f"looping (still rendering after {TEMPLATE_SECONDS:g} s)"
+    except RecursionError:
+        why = "looping (it recurses without end)"
+    except MemoryError:
+        why = "too large (rendering it ran out of memory)"
+    except TemplateError as exc:  # SecurityError is one
+        kind = "unsafe" if type(exc).__name__ == "SecurityError" else "broken"
+        raise ModelError(f"the model's chat template is {kind} ({first_line(exc)})") from exc
+    except Exception as exc:  # whatever else a template trips on, it is the template's
+        why = f"broken ({type(exc).__name__}: {first_line(exc)})"
+    else:
+        if isinstance(text, str):
+            return text
+        why = f"broken (it rendered {type(text).__name__}, not text)"
+    raise ModelError(f"the model's chat template is {why}") from None
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """Token ids of ``messages`` with the chat template and a generation prompt.
+
+    The same ids as ``tokenizer.apply_chat_template`` gives; the template
+    renders as :func:`render_chat` bounds it.
+
+    Raises:
+        ModelError: The chat template is unsafe, broken or never ends.
+    """
+    return _encode(tokenizer, render_chat(tokenizer, messages))
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    """The ids of text :func:`render_chat` gave."""
+    if not getattr(tokenizer, "has_chat_template", False):
+        return list(tokenizer.encode(text))
+    # The template writes any special tokens itself; transformers tokenizes it so too.
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def prompt_ids(
+    tokenizer: Any, messages: Sequence[Message], window: int | None, name: str
+) -> list[int]:
+    """The prompt of ``messages``, refused before it is tokenized whole when it cannot fit.
+
+    The one rule for every path: the messages are sized against ``window``
+    (:func:`check_prompt`), then the rendered text, a chunk at a time, so
+    neither a long message nor a template that repeats it costs more than the
+    window's worth of tokenizing before the refusal.
+
+    Raises:
+        PromptTooLongError: The conversation does not fit ``window``.
+        ModelError: A message is not valid text, or the chat template fails.
+    """
+    check_prompt(tokenizer, messages, window, name)
+    text = render_chat(tokenizer, messages)
+    if window is not None and len(text) > window:
+        at_least = _tokens_at_least(tokenizer, [text], window)
+        if at_least >= window:
+            raise _too_long(f"at least {at_least:,}", name, window)
+    ids = _encode(tokenizer, text)
+    if window is not None and len(ids) >= window:
+        raise _too_long(f"{len(ids):,}", name, window)
+    return ids
+
+
+def reply_budget(prompt_tokens: int, max_tokens: int, window: int | None) -> int:
+    """The tokens a reply may have: ``max_tokens``, capped at what the window leaves."""
+    if window is None:
+        return max_tokens
+    return max(min(max_tokens, window - prompt_tokens), 0)
 
 
 def new_decoder(pair: ModelPair, store: ProfileStore | None = None) -> Decoder:
@@ -130,11 +243,32 @@ def cost_model_for(pair: ModelPair, store: ProfileStore | None = None) -> CostMo
     """A cost model seeded from ``store`` (the default one when omitted) that saves to it."""
     store = store if store is not None else ProfileStore()
     target, draft = _stored_as(pair)
+    warn = _warn_once(store)
 
     def save(profile: CostProfile) -> None:
-        store.put(target, draft, profile)
+        try:
+            store.put(target, draft, profile)
+        except OSError as exc:
+            warn(exc)
 
     return CostModel(profile=store.get(target, draft), on_complete=save)
+
+
+def _warn_once(store: ProfileStore) -> Callable[[OSError], None]:
+    """Says in one line, once, that ``store`` cannot be written; the reply goes on.
+
+    Not storing costs a re-measurement in a later process, nothing more.
+    """
+    warned = False
+
+    def warn(exc: OSError) -> None:
+        nonlocal warned
+        if not warned:
+            warned = True
+            reason = exc.strerror or first_line(exc)
+            log.warning("could not store cost profiles in %s (%s)", store.path, reason)
+
+    return warn
 
 
 def batch_costs_for(
@@ -149,8 +283,13 @@ def batch_costs_for(
     except (KeyError, TypeError, ValueError):
         profile = None  # unreadable: measured afresh
 
+    warn = _warn_once(store)
+
     def save(batch: BatchProfile) -> None:
-        store.put_entry(target, draft, batch.as_dict(), kind="batch")
+        try:
+            store.put_entry(target, draft, batch.as_dict(), kind="batch")
+        except OSError as exc:
+            warn(exc)
 
     return BatchCosts(single, profile, on_measured=save)
 
@@ -186,10 +325,12 @@ def stream_reply(
     start = time.perf_counter()
     tokenizer = pair.target.tokenizer
     window = pair.target.context_length
-    check_prompt(tokenizer, messages, window, pair.target.name)
-    prompt = encode_chat(tokenizer, messages)
-    if window is not None and len(prompt) >= window:
-        raise _too_long(f"{len(prompt):,}", pair.target.name, window)
+    prompt = prompt_ids(tokenizer, messages, window, pair.target.name)
+    # Prompt and reply share the window: the reply stops where it ends.
+    budget = reply_budget(len(prompt), params.max_tokens, window)
+    capped = budget < params.max_tokens
+    if capped:
+        params = replace(params, max_tokens=budget)  # no round drafts past the window
     if params.seed is not None:
         mx.random.seed(params.seed)
     eos = set(tokenizer.eos_token_ids)
@@ -226,21 +367,24 @@ def stream_reply(
             if calls == 0:
                 ttft = time.perf_counter() - start
             calls += 1
-            if rnd.k:
-                draft_rounds += 1
-                drafted += rnd.k
-                accepted += rnd.accepted
-                lookup_accepted += rnd.origins.count(Origin.LOOKUP)
-                ks.append(rnd.k)
             draft_seconds += rnd.draft_seconds
             verify_seconds += rnd.seconds - rnd.draft_seconds
             ids, orig = list(rnd.tokens), list(rnd.origins)
             stop = next((i for i, t in enumerate(ids) if t in eos), None)
-            if stop is not None:
+            room = params.max_tokens - len(token_ids)
+            # An end past the budget is never reached: plain decoding stops at the budget first.
+            if stop is not None and stop < room:
                 ids, orig = ids[:stop], orig[:stop]
                 reason = "stop"
-            room = params.max_tokens - len(token_ids)
             ids, orig = ids[:room], orig[:room]
+            # Drafts past the reply's end were never part of it: neither drafted nor accepted.
+            k, kept = min(rnd.k, len(ids)), min(rnd.accepted, len(ids))
+            if k:
+                draft_rounds += 1
+                drafted += k
+                accepted += kept
+                lookup_accepted += orig.count(Origin.LOOKUP)
+                ks.append(rnd.k)
             pieces = []
             for t in ids:
                 detok.add_token(t)
@@ -250,8 +394,8 @@ def stream_reply(
             if ids:
                 stat = RoundStat(
                     tokens=len(ids),
-                    k=rnd.k,
-                    accepted=rnd.accepted,
+                    k=k,
+                    accepted=kept,
                     lookup=orig.count(Origin.LOOKUP),
                     seconds=rnd.seconds,
                     draft_seconds=rnd.draft_seconds,
@@ -281,6 +425,7 @@ def stream_reply(
         draft_rounds=draft_rounds,
         num_draft=params.num_draft if (pair.draft is not None or params.prompt_lookup) else 0,
         k_min=min(ks, default=0),
+        k_sum=sum(ks),
         k_max=max(ks, default=0),
         prompt_seconds=prompt_seconds,
         generation_seconds=max(end - start - prompt_seconds, 0.0),
@@ -288,5 +433,6 @@ def stream_reply(
         draft_seconds=draft_seconds,
         verify_seconds=verify_seconds,
         baseline_tps=decoder.baseline_tps,
+        capped_by_window=capped and reason == "length",
     )
     yield Finished(stats, reason, tuple(token_ids), tuple(origins))

@@ -215,7 +215,7 @@ class LiveStats:
             lifetime_acceptance=_ratio(self._life_accepted, self._life_drafted),
             tps=tps,
             baseline_tps=self._baseline,
-            speedup=speedup_over(tps, self._baseline),
+            speedup=speedup_over(tps, self._baseline, self._tokens),
             k=self._last_k,
             auto=self._last_auto,
             draft_accepted=self._accepted - self._lookup,

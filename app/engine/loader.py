@@ -17,6 +17,7 @@ from mlx.utils import tree_flatten
 # Re-exported: callers long imported the user-facing errors from here.
 from app.errors import IncompatiblePairError as IncompatiblePairError
 from app.errors import ModelError, first_line, one_line
+from app.files import is_plain_name, not_regular
 
 _CONTEXT_KEYS = (
     "max_position_embeddings",
@@ -54,7 +55,7 @@ class LoadProgress:
     """A pair is loading: ``step`` of ``steps`` done, ``text`` says what runs now.
 
     Attributes:
-        step: Steps done (the target, the draft, the check of the pair).
+        step: Steps done (the check of the pair, the target, the draft).
         steps: Steps in all.
         text: What runs now, such as "Loading qwen2.5-7b".
         done: Bytes of the model's weights in memory so far, while they are read.
@@ -166,7 +167,7 @@ def _read_config(path: Path, name: str) -> dict[str, Any]:
     if not path.is_dir():
         raise ModelError(f"{path}: not a folder")
     config_file = path / "config.json"
-    if not _is_file(config_file, name):
+    if not is_model_file(config_file, name):
         raise ModelError(f"{name}: no config.json, so this is not a model folder")
     config = _load_json(config_file, name)
     model_type = config.get("model_type")
@@ -184,11 +185,11 @@ def _read_config(path: Path, name: str) -> dict[str, Any]:
         read_header(file)
     # mlx-lm and transformers read these too, and fail on what is not a JSON object.
     for extra in ("tokenizer_config.json", "generation_config.json"):
-        if _is_file(path / extra, name):
+        if is_model_file(path / extra, name):
             _load_json(path / extra, name)
-    if _is_file(path / "tokenizer.json", name):
+    if is_model_file(path / "tokenizer.json", name):
         _sniff_json(path / "tokenizer.json", name)
-    elif not _is_file(path / "tokenizer.model", name):
+    elif not is_model_file(path / "tokenizer.model", name):
         raise ModelError(f"{name}: no tokenizer (tokenizer.json or tokenizer.model)")
     return config
 
@@ -200,7 +201,7 @@ def weight_files(path: Path) -> list[Path]:
         ModelError: There are none, or the index is damaged or names a missing shard.
     """
     name = path.name or str(path)
-    files = [f for f in sorted(path.glob("model*.safetensors")) if _is_file(f, name)]
+    files = [f for f in sorted(path.glob("model*.safetensors")) if is_model_file(f, name)]
     if not files:
         # mlx-lm loads model*.safetensors only; say so when other names are there.
         other = next((f.name for f in sorted(path.glob("*.safetensors")) if f.is_file()), None)
@@ -336,15 +337,30 @@ def check_sizes(config: dict[str, Any], name: str, *, source: str = "config.json
                 raise ModelError(f"{name}: {source} gives an implausible {key} ({value})")
 
 
-def _is_file(file: Path, name: str) -> bool:
-    """Whether ``file`` is a regular file; a link or folder in its place is an error."""
-    if file.is_file():
-        return True
-    if file.is_symlink():
-        raise ModelError(f"{name}: {file.name} is a broken or looping symbolic link")
-    if file.is_dir():
-        raise ModelError(f"{name}: {file.name} is a folder, not a file")
-    return False
+def is_model_file(file: Path, name: str) -> bool:
+    """Whether ``file`` is a regular file (a link to one counts); ``False`` when there is none.
+
+    Anything else in its place is an error, named by the model ``name``: a
+    FIFO blocks a read forever and a device such as ``/dev/zero`` never ends one.
+
+    Raises:
+        ModelError: A broken link, a folder, or a FIFO, device or socket.
+    """
+    if (problem := not_regular(file)) is not None:
+        raise ModelError(f"{name}: {file.name} {problem}")
+    return file.is_file()
+
+
+def load_json(file: Path, name: str) -> dict[str, Any]:
+    """The JSON object in a model folder's ``file``, read only when it is a regular file.
+
+    Raises:
+        ModelError: It is missing, no regular file, unreadable or not a JSON object.
+        OSError: It cannot be read (permission denied, a vanished disk).
+    """
+    if not is_model_file(file, name):
+        raise ModelError(f"{name}: no {file.name}")
+    return _load_json(file, name)
 
 
 def _load_json(file: Path, name: str) -> dict[str, Any]:
@@ -377,7 +393,7 @@ def _sniff_json(file: Path, name: str) -> None:
 def _check_index(path: Path, name: str) -> None:
     """A shard index must name shards that are all there: else the download is incomplete."""
     index_file = path / "model.safetensors.index.json"
-    if not _is_file(index_file, name):
+    if not is_model_file(index_file, name):
         return
     if index_file.stat().st_size > _MAX_INDEX_BYTES:
         raise ModelError(f"{name}: {index_file.name} is implausibly large")
@@ -385,9 +401,9 @@ def _check_index(path: Path, name: str) -> None:
     if not isinstance(weight_map, dict):
         raise ModelError(f"{name}: {index_file.name} has no weight_map")
     for shard in sorted({str(s) for s in weight_map.values()}):
-        if Path(shard).name != shard or shard in (".", ".."):
+        if not is_plain_name(shard):
             raise ModelError(f"{name}: {index_file.name} names a shard outside the folder")
-        if not _is_file(path / shard, name):
+        if not is_model_file(path / shard, name):
             raise ModelError(f"{name}: weight shard {shard} is missing")
 
 
@@ -514,9 +530,10 @@ def load_pair(
         fuse: Fuse projections (see :func:`load_model`).
         progress: Called with a :class:`LoadProgress` before each step, and
             as each model's weights are read.
-        check: Judges the pair once both models loaded, given the folders as passed
-            here; ``app.hub.require_compatible`` is the rule every user-facing
-            caller passes. ``None`` pairs any two models, as tests and tools may.
+        check: Judges the pair before any weight is read (from the folders' files,
+            given as passed here), so a refused pair costs no load;
+            ``app.hub.require_compatible`` is the rule every user-facing caller
+            passes. ``None`` pairs any two models, as tests and tools may.
         loaded: The pair in memory now. A model of it that this load names again
             (the same resolved folder, unchanged on disk, fused alike) is kept
             rather than read twice; ``loaded`` itself is left as it was.
@@ -531,13 +548,14 @@ def load_pair(
     # is not a model must not cost a load of the target first.
     target_path = check_folder(target)
     draft_path = check_folder(draft) if draft is not None else None
-    t = _load_or_keep(target_path, fuse, loaded, 0, steps, report)
+    if draft is not None and draft_path is not None:
+        report(LoadProgress(0, steps, "Checking the pair"))
+        if check is not None:
+            check(Path(target), Path(draft))
+    t = _load_or_keep(target_path, fuse, loaded, 0 if draft_path is None else 1, steps, report)
     if draft is None or draft_path is None:
         return ModelPair(t)
-    d = _load_or_keep(draft_path, fuse, loaded, 1, steps, report)
-    report(LoadProgress(2, steps, "Checking the pair"))
-    if check is not None:
-        check(Path(target), Path(draft))
+    d = _load_or_keep(draft_path, fuse, loaded, 2, steps, report)
     return ModelPair(t, d)
 
 

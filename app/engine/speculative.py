@@ -23,8 +23,8 @@ import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from app.engine import attention, wide
-from app.engine.adaptive import Acceptance, DraftLength, Ema
-from app.engine.costs import K_MAX, CostModel, PlainPace, Plan
+from app.engine.adaptive import Acceptance, DraftLength
+from app.engine.costs import K_MAX, CostModel, PlainPace, Plan, Samples
 from app.engine.lookup import PromptLookup
 from app.engine.sampling import contexts_for, log_probs, penalize
 from app.engine.stretch import FRESH
@@ -474,7 +474,9 @@ class Decoder:
         self.draft_cutoff: bool | None = None
         # Auto plans each round from where it starts along a stretch (off: every round alike).
         self.stretch = True
-        self._step = Ema(0.8)  # seconds of one plain target step
+        # Seconds of one plain target step: a median that a cold first step (weights
+        # still paging in) cannot drag along, the baseline of every speedup shown.
+        self._step = Samples()
         self.costs = costs if costs is not None else CostModel()
         # Acceptance per (sampling, lookup) and controllers per setting outlive
         # turns: the pair's behaviour does not change between them.
@@ -492,7 +494,11 @@ class Decoder:
 
     @property
     def baseline_tps(self) -> float | None:
-        """Plain decoding speed of the target, measured on plain steps."""
+        """Plain decoding speed of the target, measured on warm plain steps.
+
+        ``None`` until a probe after the first was timed (the first runs cold), so
+        no speedup is shown against a guess.
+        """
         v = self._step.value
         return 1.0 / v if v else None
 
@@ -729,10 +735,10 @@ class Decoder:
                     return
                 started = time.perf_counter()
             proposed = lookup.propose(plan.k) if lookup is not None else []
-            # Measure plain decoding once per pair, then refresh it now and then.
-            # A seeded reply always starts with a probe: its schedule then does
-            # not depend on earlier replies, so it reproduces.
-            first = n_round == 0 and (self._step.value is None or params.seed is not None)
+            # Measure plain decoding (a warm-up probe, then one that counts), then
+            # refresh it now and then. A seeded reply probes its first two rounds
+            # whatever earlier replies measured, so its schedule reproduces.
+            first = n_round <= 1 if params.seed is not None else self._step.value is None
             probe = self.probe_every > 0 and (
                 first or n_round % self.probe_every == self.probe_every - 1
             )

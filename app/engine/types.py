@@ -104,7 +104,9 @@ class ParamRange:
             return False
         if self.whole:
             return type(value) is int and self.lo <= value <= self.hi
-        if not isinstance(value, int | float) or not math.isfinite(value):
+        if not isinstance(value, int | float):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):  # an int is always finite
             return False
         return self.lo <= value <= self.hi
 
@@ -249,14 +251,29 @@ def decode_rate(tokens: int, seconds: float) -> float | None:
     return tokens / seconds if seconds > 0 else None
 
 
-def speedup_over(tps: float | None, baseline_tps: float | None) -> float | None:
-    """``tps`` over the measured plain decoding speed; ``None`` if either is unknown.
+# Fewer tokens than this time the first steps' overheads, not a speed: no speedup is given.
+MIN_TIMED_TOKENS = 16
 
-    A reply that committed nothing has no speedup either (not 0×).
+
+def speedup_over(tps: float | None, baseline_tps: float | None, tokens: int) -> float | None:
+    """``tps`` over the measured plain decoding speed, for a reply of ``tokens``.
+
+    ``None`` if either speed is unknown or the reply is shorter than
+    :data:`MIN_TIMED_TOKENS` (a reply that committed nothing has no speedup
+    either, not 0×); :func:`speedup_missing` says which.
     """
-    if not tps or not baseline_tps or baseline_tps <= 0:
+    if not tps or not baseline_tps or baseline_tps <= 0 or tokens < MIN_TIMED_TOKENS:
         return None
     return tps / baseline_tps
+
+
+def speedup_missing(baseline_tps: float | None, tokens: int) -> str:
+    """Why a reply has no speedup, in the words every view shows."""
+    if baseline_tps is None:
+        return "plain speed not measured yet"
+    if tokens < MIN_TIMED_TOKENS:
+        return "too short to measure"
+    return "not measured"
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,12 +363,16 @@ class Stats:
         num_draft: The fixed k, or ``None`` when k adapted.
         k_min: Smallest k chosen in a drafting round.
         k_max: Largest k chosen in a drafting round.
+        k_sum: The k chosen, summed over drafting rounds (``drafted`` counts only
+            the drafts inside the reply, so a round cut at its end counts fewer).
         draft_seconds: Time spent drafting.
         verify_seconds: Time spent in target forwards after the prompt.
         baseline_tps: Measured plain decoding speed of the target, if known.
         stats_scope: For a remote engine, how far ``drafted`` and ``accepted``
             reach: ``"request"``, ``"server"`` (server-wide counters over the
             reply) or ``"not reported"``; ``None`` for a local pair, measured here.
+        capped_by_window: The reply ended at the end of the target's context
+            window, before its ``max_tokens`` (its finish reason is ``"length"``).
     """
 
     prompt_tokens: int = 0
@@ -365,6 +386,7 @@ class Stats:
     num_draft: int | None = 0
     k_min: int = 0
     k_max: int = 0
+    k_sum: int = 0
     prompt_seconds: float = 0.0
     generation_seconds: float = 0.0
     ttft_seconds: float = 0.0
@@ -372,6 +394,7 @@ class Stats:
     verify_seconds: float = 0.0
     baseline_tps: float | None = None
     stats_scope: str | None = None
+    capped_by_window: bool = False
 
     @property
     def acceptance(self) -> float | None:
@@ -402,7 +425,8 @@ class Stats:
     @property
     def speedup(self) -> float | None:
         """:attr:`generation_tps` over the measured plain decoding speed."""
-        return speedup_over(decode_rate(self.tokens, self.decode_seconds), self.baseline_tps)
+        rate = decode_rate(self.tokens, self.decode_seconds)
+        return speedup_over(rate, self.baseline_tps, self.tokens)
 
     @property
     def generation_tps(self) -> float:

@@ -14,6 +14,7 @@ from typing import Any
 
 from app import resource_path
 from app.errors import ModelError, first_line
+from app.hub.demo import DEMO_PAIR
 from app.hub.library import ModelInfo
 from app.hub.pair_check import check_pair
 
@@ -35,6 +36,8 @@ class CatalogPair:
         memory_gb: Approximate memory both need at 8,192 tokens of context, in GB.
         licenses: The target's and the draft's license.
         note: A short note for the user.
+        command: The shell command that installs a pair the Hub does not serve
+            (:data:`DEMO`); ``""`` for Hub pairs, which the app downloads.
     """
 
     name: str
@@ -44,6 +47,24 @@ class CatalogPair:
     memory_gb: float
     licenses: tuple[str, str]
     note: str
+    command: str = ""
+
+
+DEMO_COMMAND = "make demo-models"  # or `tandem models demo`: see app/hub/demo.py
+# The float32 demo pair, for MLX on a CPU, where 4-bit and float16 weights are slow
+# (README). Memory: float32 weights of both (the GGUFs' lm_heads are untied, about
+# 9.6 GB) plus float32 KV caches at 8,192 tokens (1.2 GB), plus 10% overhead.
+DEMO = CatalogPair(
+    name="Qwen2.5-Coder 1.5B Instruct + 0.5B, float32",
+    target=DEMO_PAIR[0].name,
+    draft=DEMO_PAIR[1].name,
+    download_gb=round(sum(m.size for m in DEMO_PAIR) / _GB, 1),
+    memory_gb=11.8,
+    licenses=("Apache-2.0", "Apache-2.0"),
+    note="MLX runs on this computer's CPU, where float32 models are fast and the 4-bit "
+    "pairs of the Hub are slow; this pair comes from PyPI.",
+    command=DEMO_COMMAND,
+)
 
 
 def load_catalog(path: Path | None = None) -> list[CatalogPair]:
@@ -90,6 +111,26 @@ def recommend(catalog: list[CatalogPair], available_bytes: int) -> CatalogPair |
     """
     fitting = [p for p in catalog if p.memory_gb * _GB <= available_bytes * RECOMMEND_SHARE]
     return max(fitting, key=lambda p: (p.memory_gb, p.download_gb), default=None)
+
+
+def recommend_for_machine(
+    catalog: list[CatalogPair], available_bytes: int, gpu: bool
+) -> CatalogPair | None:
+    """The first-run pair: :func:`recommend`'s on a GPU, :data:`DEMO` on MLX's CPU backend.
+
+    Args:
+        catalog: The Hub pairs, all 4-bit.
+        available_bytes: Memory MLX can use.
+        gpu: Whether MLX computes on a GPU (:func:`mlx_runs_on_gpu`).
+    """
+    return recommend(catalog if gpu else [DEMO], available_bytes)
+
+
+def mlx_runs_on_gpu() -> bool:
+    """Whether MLX computes on a GPU (Metal on a Mac, CUDA), not on the CPU."""
+    import mlx.core as mx
+
+    return bool(mx.default_device() == mx.gpu)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ a library of large models stays cheap.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -24,12 +23,14 @@ from app.engine.loader import (
     TensorInfo,
     check_weights,
     context_length,
+    load_json,
     read_config,
     read_error,
     read_header,
     weight_files,
 )
 from app.errors import ModelError, first_line
+from app.hub.tied_output import output_repeats_embedding
 
 Source = Literal["hf-cache", "tandem"]
 
@@ -237,20 +238,11 @@ def _relabel(message: str, path: Path, label: str) -> str:
     return message
 
 
-def _read_json(file: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except RecursionError as exc:  # deeply nested arrays recurse in the decoder
-        raise ValueError("nested too deeply") from exc
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    return data
-
-
 def _read_json_or_none(file: Path) -> dict[str, Any] | None:
+    # The loader's rule: a FIFO or a link to a device in its place would block the scan.
     try:
-        return _read_json(file)
-    except (OSError, ValueError):
+        return load_json(file, file.parent.name)
+    except (OSError, ModelError):
         return None
 
 
@@ -271,9 +263,15 @@ def _has_chat_template(path: Path, tok_config: dict[str, Any]) -> bool:
 
 
 def _count_parameters(path: Path, quant: Any) -> int:
-    """Counts parameters from the headers, unpacking MLX-quantized weights."""
+    """Counts parameters from the headers, unpacking MLX-quantized weights.
+
+    An ``lm_head`` that repeats the embeddings (a tied model's output as GGUF files
+    keep it: :mod:`app.hub.tied_output`) is counted once, as the model's makers
+    count it: 1.5 B for Qwen2.5-1.5B, not 1.8 B.
+    """
     tensors: dict[str, TensorInfo] = {}
-    for file in weight_files(path):
+    files = weight_files(path)
+    for file in files:
         tensors.update(read_header(file))
     # A layer is quantized when it has scales next to its packed uint32 weight.
     quantized = (
@@ -281,18 +279,24 @@ def _count_parameters(path: Path, quant: Any) -> int:
         if isinstance(quant, dict)
         else set()
     )
-    total = 0
-    for key, tensor in tensors.items():
-        layer, _, leaf = key.rpartition(".")
-        if layer in quantized:
-            if leaf in _QUANT_STATE:
-                continue
-            bits = _layer_bits(quant, layer)
-            if leaf == "weight" and tensor.dtype == "U32" and tensor.shape and bits:
-                total += math.prod(tensor.shape[:-1]) * (tensor.shape[-1] * 32 // bits)
-                continue
-        total += math.prod(tensor.shape)
+    counts = {key: _tensor_parameters(key, t, quant, quantized) for key, t in tensors.items()}
+    total = sum(counts.values())
+    head = next((k for k in tensors if k.endswith("lm_head.weight")), None)
+    embed = next((k for k in tensors if k.endswith("embed_tokens.weight")), None)
+    if head and embed and output_repeats_embedding(files, head, embed):
+        total -= counts[head]
     return total
+
+
+def _tensor_parameters(key: str, tensor: TensorInfo, quant: Any, quantized: set[str]) -> int:
+    layer, _, leaf = key.rpartition(".")
+    if layer in quantized:
+        if leaf in _QUANT_STATE:
+            return 0
+        bits = _layer_bits(quant, layer)
+        if leaf == "weight" and tensor.dtype == "U32" and tensor.shape and bits:
+            return math.prod(tensor.shape[:-1]) * (tensor.shape[-1] * 32 // bits)
+    return math.prod(tensor.shape)
 
 
 def _layer_bits(quant: dict[str, Any], layer: str) -> int | None:

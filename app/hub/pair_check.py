@@ -8,13 +8,19 @@ under a second.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import LoadProgress, ModelPair, load_pair, user_path
+from app.engine.loader import (
+    LoadProgress,
+    ModelPair,
+    is_model_file,
+    load_json,
+    load_pair,
+    user_path,
+)
 from app.errors import IncompatiblePairError, ModelError, first_line
 from app.hub.library import ModelInfo, _hub_repo_id, human_count, inspect_model
 
@@ -207,15 +213,13 @@ def _side(role: str, path: Path) -> _Side:
 
 
 def _read_json(file: Path, name: str, *, missing_ok: bool = False) -> dict[str, Any]:
-    if missing_ok and not file.is_file():
+    # The loader's rule: a FIFO or a link to a device in its place is refused, not read.
+    if missing_ok and not is_model_file(file, name):
         return {}
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
+        return load_json(file, name)
+    except OSError as exc:
         raise ModelError(f"{name}: {file.name} is unreadable ({first_line(exc)})") from exc
-    if not isinstance(data, dict):
-        raise ModelError(f"{name}: {file.name} is not a JSON object")
-    return data
 
 
 def _load_vocab(path: Path, name: str) -> _Vocab:

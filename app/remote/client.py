@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,10 +277,34 @@ def _close_on_cancel(
             return
 
 
+_NEWLINE = re.compile(r"\r\n?|\n")  # SSE's line ends, and no others
+
+
+def sse_lines(pieces: Iterable[str]) -> Iterator[str]:
+    """The lines of an event stream arriving in ``pieces``, split as SSE says.
+
+    Only CR, LF and CRLF end a line: U+2028 and its like may stand raw inside
+    an event's JSON, where ``str.splitlines`` (and httpx's ``iter_lines``) would
+    break it in two.
+    """
+    held = ""
+    for piece in pieces:
+        held += piece
+        start = 0
+        for end in _NEWLINE.finditer(held):
+            if end.group() == "\r" and end.end() == len(held):
+                break  # its LF may come in the next piece
+            yield held[start : end.start()]
+            start = end.end()
+        held = held[start:]
+    if held:
+        yield held.removesuffix("\r")
+
+
 def _events(response: httpx.Response, cancel: threading.Event) -> Iterator[str]:
     """The ``data`` of each server-sent event; stops early once ``cancel`` is set."""
     data: list[str] = []
-    for line in response.iter_lines():
+    for line in sse_lines(response.iter_text()):
         if cancel.is_set():
             return
         if not line:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from app.server.protocol import (
     sse,
 )
 from app.server.security import ServerConfig, host_allowed, key_matches, origin_allowed
+from app.server.stops import until_stop
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +204,14 @@ def create_app(
         except asyncio.CancelledError:  # the client left, even while waiting its turn
             record(CLIENT_CLOSED)
             raise
+        except Exception as exc:  # a bug: logged once, answered as JSON where still possible
+            log.error("%s %s failed: %s", request.method, request.path, type(exc).__name__)
+            log.debug("the failure's traceback", exc_info=True)
+            record(500)
+            if request.writer.output_size > 0:  # a stream already begun cannot change status
+                raise
+            failure = "Tandem failed to answer; see its log."
+            return _error(RequestError(failure, status=500, kind="server_error"))
         record(response.status)
         return response
 
@@ -304,9 +314,12 @@ def create_app(
             except BackendUnavailableError as exc:
                 return _error(RequestError(str(exc), status=503, kind="server_error"))
             assert isinstance(first, ReplyStarted)
-            if req.stream:
-                return await _stream(request, events, req.model, req.include_usage)
-            return await _whole(request, events, req.model)
+            # Ends at a stop string; leaving this block then stops the reply.
+            replies = until_stop(events, req.stop)
+            async with contextlib.aclosing(replies):  # type: ignore[type-var]
+                if req.stream:
+                    return await _stream(request, replies, req.model, req.include_usage)
+                return await _whole(request, replies, req.model)
 
     async def _whole(
         request: web.Request, events: AsyncIterator[Event], model: str
@@ -456,6 +469,36 @@ class Listener:
         self.server.close()  # no new connections; then aiohttp closes the open ones
         await self.runner.cleanup()
         await self.server.wait_closed()
+
+
+def check_address(host: str, port: int) -> None:
+    """Binds ``host:port`` as :func:`listen` would and lets go at once, binding nothing.
+
+    Lets a caller refuse a taken port before slow work (loading a pair); a
+    port taken in between still fails in :func:`listen`.
+
+    Raises:
+        OSError: The address cannot be bound (say, the port is taken).
+    """
+    if port == 0:
+        return  # a free one is picked
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError:
+            continue  # a family this machine lacks; asyncio skips it too
+        with sock:
+            # The options asyncio's create_server sets, so both agree on what is taken.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """The one line said when ``host:port`` cannot be bound."""
+    return f"cannot listen on {host}:{port}: {exc}"
 
 
 async def listen(

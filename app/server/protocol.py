@@ -29,6 +29,9 @@ from app.engine.types import (
 )
 
 _ROLES = get_args(Role)
+MAX_STOPS = 4  # OpenAI's limit on stop strings
+# Line breaks JSON leaves raw but line-splitting SSE clients (str.splitlines) break at.
+_SSE_ESCAPES = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
 # The request's names of GenerationParams fields that it does not call by their own name.
 _FIELD_PARAMS = {"num_draft": "num_draft_tokens"}
 
@@ -72,6 +75,7 @@ class ChatRequest:
     model: str
     stream: bool = False
     include_usage: bool = False
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +85,11 @@ class ReplyStarted:
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
-    """New reply text."""
+    """New reply text; ``tokens`` it completes, and the prompt's length once known."""
 
     text: str
+    tokens: int = 0
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +105,10 @@ class ReplyFailed:
     """The engine failed the reply; ``message`` is one line for the client.
 
     ``status`` is 400 when the request itself was at fault (a conversation
-    longer than the window, with ``code`` ``"context_length_exceeded"``);
-    a failure before any text is answered with it instead of a stream.
+    longer than the window, with ``code`` ``"context_length_exceeded"``), 429
+    when the memory is full, 503 when the server cut the reply as it stopped;
+    a failure before any text is answered with it instead of a stream, one
+    after it ends the stream with an error event and no ``finish_reason``.
     """
 
     message: str
@@ -242,6 +250,23 @@ def _num_draft(value: Any, default: int | None) -> int | None:
     return value
 
 
+def _stop(value: Any) -> tuple[str, ...]:
+    """OpenAI's ``stop``: a string, or a list of up to :data:`MAX_STOPS` of them."""
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(stops, list)
+        or not 1 <= len(stops) <= MAX_STOPS
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise RequestError(
+            f"'stop' must be a non-empty string or a list of 1 to {MAX_STOPS} of them.",
+            param="stop",
+        )
+    return tuple(_text(s, "stop") for s in stops)
+
+
 def _check_draft(value: Any, models: ModelsInfo) -> None:
     """Refuses a ``draft_model`` other than the loaded draft, rather than ignoring it."""
     if value is None:
@@ -288,8 +313,11 @@ def parse_chat_request(
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string.", param="model")
+    # Any name is taken (one pair is served) and none is echoed: replies name the
+    # loaded target, so a huge name cannot multiply into every chunk.
     if model is not None:
-        _text(model, "model")  # it is echoed in every chunk
+        _text(model, "model")
+    stop = _stop(body.get("stop"))
     _check_draft(body.get("draft_model"), models)
     max_tokens = _param(body, "max_completion_tokens", "max_tokens")
     if max_tokens is None:
@@ -336,7 +364,7 @@ def parse_chat_request(
         raise RequestError(f"'{param}' must be {exc.rule}.", param=param) from None
     if models.draft is None and params.num_draft != 0 and not params.prompt_lookup:
         params = replace(params, num_draft=0)  # nothing to draft with: plain decoding
-    return ChatRequest(messages, params, model or models.target, stream, include_usage)
+    return ChatRequest(messages, params, models.target, stream, include_usage, stop)
 
 
 def completion_id() -> str:
@@ -455,9 +483,13 @@ class ChunkStream:
 
 
 def sse(data: dict[str, Any] | str) -> bytes:
-    """One server-sent event line: ``data: …`` and a blank line."""
+    """One server-sent event line: ``data: …`` and a blank line.
+
+    U+0085, U+2028 and U+2029 go as JSON escapes, so the event stays one line
+    for clients that split at every Unicode line break.
+    """
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return f"data: {text}\n\n".encode()
+    return f"data: {text.translate(_SSE_ESCAPES)}\n\n".encode()
 
 
 DONE = sse("[DONE]")

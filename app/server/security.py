@@ -3,7 +3,7 @@
 The rules: a loopback-bound server refuses requests whose Host is not loopback
 (a DNS-rebinding page cannot reach it); browsers may call it only from loopback
 origins and origins the user listed, never ``*``; and binding to any other
-address needs an API key.
+address needs an API key of at least :data:`MIN_REMOTE_KEY` characters.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
+MIN_REMOTE_KEY = 16  # characters of API key a server reachable from other machines needs
 
 
 class ServerConfigError(ValueError):
@@ -28,6 +29,8 @@ class ServerConfig:
         host: The address to bind.
         port: The TCP port; 0 picks a free one.
         api_key: The key clients must send as ``Authorization: Bearer``; ``None`` for none.
+            Surrounding whitespace (a file's last newline) is dropped: a header
+            cannot carry it, so keeping it would refuse every request.
         cors_origins: Origins besides loopback ones that browsers may call from.
     """
 
@@ -35,6 +38,10 @@ class ServerConfig:
     port: int = 8080
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None:
+            object.__setattr__(self, "api_key", self.api_key.strip() or None)
 
     @property
     def loopback(self) -> bool:
@@ -65,8 +72,8 @@ def check_config(config: ServerConfig) -> None:
     """Refuses a configuration that would expose the engine.
 
     Raises:
-        ServerConfigError: Non-loopback binding without an API key, or a bad port
-            or origin.
+        ServerConfigError: Non-loopback binding without an API key (or with one
+            shorter than :data:`MIN_REMOTE_KEY`), or a bad port or origin.
     """
     if not 0 <= config.port <= 65535:
         raise ServerConfigError(f"Port {config.port} is not between 0 and 65535.")
@@ -76,6 +83,11 @@ def check_config(config: ServerConfig) -> None:
         raise ServerConfigError(
             f"Listening on {config.host} makes Tandem reachable from other machines; "
             "set an API key first, or listen on 127.0.0.1."
+        )
+    if not config.loopback and len(config.api_key or "") < MIN_REMOTE_KEY:
+        raise ServerConfigError(
+            f"Listening on {config.host} needs an API key of at least {MIN_REMOTE_KEY} "
+            "characters; a shorter one is easy to guess."
         )
     for origin in config.cors_origins:
         if origin.strip() == "*" or not urlsplit(origin).scheme:

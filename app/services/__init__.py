@@ -9,6 +9,7 @@ from app.services.chat_controller import (
     ReplyGrowth,
     ReplyReading,
     ReplySaved,
+    ReplyWaiting,
 )
 from app.services.engine_service import (
     CalibrateRequest,
@@ -23,6 +24,7 @@ from app.services.engine_service import (
     PairInfo,
     PromptProgress,
     ReplyHandle,
+    ReplyQueued,
     TokenBatch,
 )
 from app.services.hub_service import (
@@ -58,8 +60,10 @@ __all__ = [
     "ReplyFailure",
     "ReplyGrowth",
     "ReplyHandle",
+    "ReplyQueued",
     "ReplyReading",
     "ReplySaved",
+    "ReplyWaiting",
     "StoreEvents",
     "TokenBatch",
 ]

@@ -37,6 +37,7 @@ from app.services.engine_service import (
     PairInfo,
     PromptProgress,
     ReplyHandle,
+    ReplyQueued,
     TokenBatch,
 )
 from app.store import Store, StoredMessage
@@ -62,6 +63,8 @@ class Reply:
         tokens: Tokens generated so far.
         stopping: Stop was asked for; the reply ends at the engine's next check.
         reading: How far the engine read the prompt, until the first tokens come.
+        waiting: Replies the engine runs while this one waits for a place; 0
+            once it started (or never waited).
     """
 
     conversation_id: int
@@ -74,6 +77,7 @@ class Reply:
     tokens: int = 0
     stopping: bool = False
     reading: Reading | None = None
+    waiting: int = 0
 
     @property
     def text(self) -> str:
@@ -103,6 +107,14 @@ class ReplyReading:
 
     conversation_id: int
     reading: Reading
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyWaiting:
+    """The reply waits for the engine: ``running`` replies (the server's) fill it; 0: it started."""
+
+    conversation_id: int
+    running: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +166,8 @@ class ChatController(QObject):
     Signals:
         started: A :class:`Reply`, just queued (nothing streamed yet).
         stopping: The :class:`Reply` Stop was asked for, once, before it ends.
+        waiting: A :class:`ReplyWaiting` when the reply must wait for a place,
+            and again (``running`` 0) when it starts.
         reading: A :class:`ReplyReading` as the prompt is read, before any token.
         grew: A :class:`ReplyGrowth` per batch the engine sends.
         saved: A :class:`ReplySaved` once the ended reply is in the store.
@@ -163,6 +177,7 @@ class ChatController(QObject):
 
     started = Signal(object)
     stopping = Signal(object)
+    waiting = Signal(object)
     reading = Signal(object)
     grew = Signal(object)
     saved = Signal(object)
@@ -178,6 +193,8 @@ class ChatController(QObject):
         self._pair: PairInfo | None = None
         self._saved_at = 0.0
         self._saving = False
+        service.generation_queued.connect(self._on_generation_queued)
+        service.generation_started.connect(self._on_generation_started)
         service.prompt_progressed.connect(self._on_prompt_progressed)
         service.tokens_generated.connect(self._on_tokens_generated)
         service.generation_finished.connect(self._on_generation_finished)
@@ -276,6 +293,22 @@ class ChatController(QObject):
             self._handle.set_draft_length(num_draft)
 
     @Slot(object)
+    def _on_generation_queued(self, queued: ReplyQueued) -> None:
+        reply = self._reply
+        if reply is None or queued.request_id != reply.request_id:
+            return
+        self._reply = replace(reply, waiting=max(queued.running, 1))
+        self.waiting.emit(ReplyWaiting(reply.conversation_id, queued.running))
+
+    @Slot(int)
+    def _on_generation_started(self, request_id: int) -> None:
+        reply = self._reply
+        if reply is None or request_id != reply.request_id or not reply.waiting:
+            return
+        self._reply = replace(reply, waiting=0)
+        self.waiting.emit(ReplyWaiting(reply.conversation_id, 0))
+
+    @Slot(object)
     def _on_prompt_progressed(self, progress: PromptProgress) -> None:
         reply = self._reply
         if reply is None or progress.request_id != reply.request_id or reply.tokens:
@@ -308,11 +341,13 @@ class ChatController(QObject):
         if time.monotonic() - self._saved_at >= REPLY_SAVE_INTERVAL:
             self.save_partial()
 
-    def save_partial(self) -> None:
-        """Saves the reply streamed so far, marked as interrupted until it ends.
+    def save_partial(self, reason: FinishReason = "error") -> None:
+        """Saves the reply streamed so far, marked ``reason`` until it ends.
 
         The first save adds it where the final save would; later ones replace
-        its text. Should the app die, it reopens with the reply so far.
+        its text. Should the app die, it reopens with the reply so far, marked
+        as interrupted by an error; one the user stopped by quitting passes
+        ``"cancelled"``.
         """
         self._saved_at = time.monotonic()
         reply = self._reply
@@ -322,20 +357,20 @@ class ChatController(QObject):
             return
         try:
             with self._writing():
-                self._save_so_far(reply)
+                self._save_so_far(reply, reason)
         except (sqlite3.Error, ValueError) as exc:  # the final save tries again
             log.warning("cannot save the reply so far: %s", exc)
 
-    def _save_so_far(self, reply: Reply) -> None:
+    def _save_so_far(self, reply: Reply, reason: FinishReason) -> None:
         """Adds the reply so far, or replaces its text once it was added."""
         if reply.message_id is None:
-            saved = self._add(reply, self._pair, finish_reason="error")
+            saved = self._add(reply, self._pair, finish_reason=reason)
             self._reply = replace(reply, message_id=saved.id)
         else:
             self._store.update_message(
                 reply.message_id,
                 content=reply.text,
-                finish_reason="error",
+                finish_reason=reason,
                 segments=reply.segments,
             )
 

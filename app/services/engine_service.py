@@ -37,8 +37,9 @@ from app.engine.costs import ProfileStore
 from app.engine.generate import (
     PromptTooLongError,
     batch_costs_for,
-    encode_chat,
     new_decoder,
+    prompt_ids,
+    reply_budget,
     stream_reply,
 )
 from app.engine.loader import LoadProgress, ModelPair, free_memory
@@ -137,6 +138,14 @@ class EngineLoad:
     batched: int = 0  # of the active, replies in the shared batch
     max_batch: int = MAX_BATCH
     batch: BatchStats = field(default_factory=BatchStats)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyQueued:
+    """A reply waits for a place: ``running`` replies fill the engine's lanes now."""
+
+    request_id: int
+    running: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,10 +272,14 @@ def reply_kv_bytes(
     target's, padded and :data:`~app.engine.side_by_side.ROOM` columns longer,
     while the reply's own are given back.
     """
+    target = pair.target
+    window = target.context_length
     try:
-        tokens = len(encode_chat(pair.target.tokenizer, messages)) + max_tokens
+        # The reply's own bounded rule: a prompt too long for the window is never tokenized whole.
+        prompt = len(prompt_ids(target.tokenizer, messages, window, target.name))
     except Exception:  # the reply itself says what is wrong with its messages
         return 0
+    tokens = prompt + reply_budget(prompt, max_tokens, window)
     stacked = [(tokens + ROOM, SLACK)] if batched else []
     total = 0
     for model, copies in (
@@ -325,6 +338,7 @@ class EngineWorker(QObject):
     calibration_progressed = Signal(object)  # CalibrationProgress
     calibration_finished = Signal(object)  # CalibrationResult, or None when cancelled
     generation_started = Signal(int)
+    generation_queued = Signal(object)  # ReplyQueued, once per reply that must wait
     prompt_progressed = Signal(object)  # PromptProgress
     tokens_generated = Signal(object)  # TokenBatch
     generation_finished = Signal(object)  # GenerationResult
@@ -346,6 +360,7 @@ class EngineWorker(QObject):
         # Replies come in here from any thread, so a running line-up can take them in.
         self._inbox: queue.SimpleQueue[GenerateRequest] = queue.SimpleQueue()
         self._waiting: deque[GenerateRequest] = deque()
+        self._queued: set[int] = set()  # waiting replies already said to wait
         self._streams: list[ReplyStream] = []
         self._reserved: dict[int, int] = {}  # KV bytes each batched reply may grow to
         self._kv_budget = 0
@@ -502,7 +517,12 @@ class EngineWorker(QObject):
         waiting, self._waiting = self._waiting, deque()
         for request in waiting:
             if not self._start(request):
+                if request.request_id not in self._queued:  # said once, not every round
+                    self._queued.add(request.request_id)
+                    self.generation_queued.emit(ReplyQueued(request.request_id, len(self._streams)))
                 self._waiting.append(request)  # its lane is full: it keeps its place
+            else:
+                self._queued.discard(request.request_id)
 
     def _lane(self, request: GenerateRequest) -> Literal["solo", "batch"] | None:
         """Where a reply runs now, if anywhere.
@@ -708,6 +728,7 @@ class EngineService(QObject):
     calibration_progressed = Signal(object)
     calibration_finished = Signal(object)
     generation_started = Signal(int)
+    generation_queued = Signal(object)
     prompt_progressed = Signal(object)
     tokens_generated = Signal(object)
     generation_finished = Signal(object)
@@ -733,6 +754,7 @@ class EngineService(QObject):
         self._worker.calibration_progressed.connect(self.calibration_progressed)
         self._worker.calibration_finished.connect(self._on_calibration_finished)
         self._worker.generation_started.connect(self.generation_started)
+        self._worker.generation_queued.connect(self.generation_queued)
         self._worker.prompt_progressed.connect(self.prompt_progressed)
         self._worker.tokens_generated.connect(self.tokens_generated)
         self._worker.generation_finished.connect(self._on_generation_finished)
@@ -744,6 +766,11 @@ class EngineService(QObject):
     def busy(self) -> bool:
         """Whether any caller's reply or calibration is queued or running."""
         return bool(self._replies or self._calibrations)
+
+    @property
+    def calibrating(self) -> bool:
+        """Whether a calibration is queued or running (it holds the engine thread)."""
+        return bool(self._calibrations)
 
     def calibrate(
         self, prompts: Sequence[str], ks: Sequence[int | None], max_tokens: int = 64

@@ -9,7 +9,9 @@ size of them in one target forward, and the window's own reply takes part as
 one more. A request beyond the batch size waits its turn; one whose KV caches
 the memory cannot hold beside the running ones gets 429. A client that
 disconnects stops its own reply through that reply's handle; one that gives up
-while it waits leaves without touching the replies that run.
+while it waits leaves without touching the replies that run. A reply cut by the
+server stopping (or the engine shutting down) fails with 503, never passing for a
+whole reply.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.engine.types import GenerationParams, Message
-from app.server.http import BackendUnavailableError, Listener, RequestLog, create_app, listen
+from app.server.http import (
+    BackendUnavailableError,
+    Listener,
+    RequestLog,
+    cannot_listen,
+    create_app,
+    listen,
+)
 from app.server.protocol import (
     Event,
     Metrics,
@@ -47,6 +56,7 @@ from app.services.engine_service import (
 log = logging.getLogger(__name__)
 
 NO_MODEL = "No model is loaded in Tandem; load a pair first."
+SHUTTING_DOWN = "Tandem is shutting down; the reply was cut."
 
 
 def model_id(path: str) -> str:
@@ -85,6 +95,7 @@ class ServerService(QObject):
         self._listener: Listener | None = None
         self._url = ""
         self._api_key: str | None = None
+        self._stopping = False
         self.request_count = 0
         engine.pair_loaded.connect(self._on_pair_loaded)
         engine.tokens_generated.connect(self._on_tokens_generated)
@@ -128,6 +139,8 @@ class ServerService(QObject):
     ) -> AsyncIterator[Event]:
         if self._pair is None:
             raise BackendUnavailableError(NO_MODEL)
+        if self._stopping:
+            raise BackendUnavailableError(SHUTTING_DOWN)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         reply = self._engine.generate(messages, params, shared=True)
         rid = reply.request_id
@@ -158,13 +171,17 @@ class ServerService(QObject):
     def _on_tokens_generated(self, batch: TokenBatch) -> None:
         queue = self._queues.get(batch.request_id)
         if queue is not None:
-            queue.put_nowait(TextDelta(batch.text))
+            queue.put_nowait(TextDelta(batch.text, len(batch.token_ids), batch.prompt_tokens))
 
     @Slot(object)
     def _on_generation_finished(self, result: GenerationResult) -> None:
-        self._end(
-            result.request_id, ReplyFinished(result.finished.finish_reason, result.finished.stats)
-        )
+        finished = result.finished
+        if finished.finish_reason == "cancelled":
+            # Only the server cancels its replies: one that still has a listener was
+            # cut by a stop or by the engine shutting down, not ended by the model.
+            self._end(result.request_id, _cut())
+            return
+        self._end(result.request_id, ReplyFinished(finished.finish_reason, finished.stats))
 
     @Slot(object)
     def _on_failed(self, failure: EngineFailure) -> None:
@@ -198,6 +215,7 @@ class ServerService(QObject):
         """
         check_config(config)
         await self.stop()
+        self._stopping = False
         app = create_app(self, config, defaults=self._defaults, on_request=self._on_request)
         listener = await listen(app, config.host, config.port)
         self._listener = listener
@@ -214,9 +232,11 @@ class ServerService(QObject):
         if self._listener is None:
             return
         listener, self._listener = self._listener, None
-        for reply in list(self._replies.values()):  # the server's own; the window's runs on
+        self._stopping = True  # a request still arriving on an open connection gets 503
+        for rid, reply in list(self._replies.items()):  # the server's own; the window's runs on
             reply.cancel()
-        await listener.close()
+            self._end(rid, _cut())  # running or queued, its client hears it was cut
+        await listener.close()  # after the handlers have answered, within aiohttp's timeout
         self._url = ""
         self._api_key = None
         log.info("server stopped")
@@ -228,6 +248,10 @@ class ServerService(QObject):
         log.info("server: %s", line)
         self.request_logged.emit(entry)
         self.requests_changed.emit(self.request_count)
+
+
+def _cut() -> ReplyFailed:
+    return ReplyFailed(SHUTTING_DOWN, 503, "server_shutting_down")
 
 
 def serve_headless(
@@ -300,7 +324,7 @@ def serve_headless(
         try:
             url = await server.start(config)
         except OSError as exc:
-            print(f"tandem: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+            print(f"tandem: {cannot_listen(config.host, config.port, exc)}", file=sys.stderr)
             return 2
         announce(url)
         await stop.wait()

@@ -222,11 +222,17 @@ def _read_stats(value: Any, where: str) -> Stats | None:
         if f.name not in value:
             continue
         v = value[f.name]
-        # The annotations are strings here, such as "int" or "float | None".
-        ok = (v is None and "None" in str(f.type)) or (
-            not isinstance(v, bool)
-            and isinstance(v, int if str(f.type).startswith("int") else int | float)
-        )
+        # The annotations are strings here, such as "int", "float | None" or "bool".
+        kind = str(f.type)
+        if kind == "bool":
+            ok = isinstance(v, bool)
+        elif kind.startswith("str"):
+            ok = isinstance(v, str) or (v is None and "None" in kind)
+        else:
+            ok = (v is None and "None" in kind) or (
+                not isinstance(v, bool)
+                and isinstance(v, int if kind.startswith("int") else int | float)
+            )
         if not ok:
             raise ValueError(f"{where}: stats {f.name!r} has a wrong type")
         clean[f.name] = v

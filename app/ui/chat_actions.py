@@ -10,7 +10,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QMessageBox, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QInputDialog,
+    QMessageBox,
+    QPlainTextEdit,
+    QWidget,
+)
 
 from app.errors import first_line
 from app.services import ChatController, EngineService
@@ -74,6 +81,7 @@ class ChatActions(QObject):
         self._chats = chats
         self._host = host
         self._dialogs = parent
+        self._prompt_conversation = 0  # the chat whose System Prompt dialog is open
         chats.delete_requested.connect(self._on_delete_conversation_requested)
         transcript.stats_requested.connect(self._on_stats_requested)
         transcript.copy_requested.connect(self._on_copy_requested)
@@ -109,7 +117,7 @@ class ChatActions(QObject):
             self._transcript.show_messages([])
 
     def _conversation_actions_allowed(self) -> bool:
-        if self._chat.busy or self._service.busy:
+        if self._chat.busy or self._service.calibrating:
             self._host.show_status("Wait for the reply to finish, or stop it.", 5_000)
             return False
         return True
@@ -142,14 +150,24 @@ class ChatActions(QObject):
             self._chats.select(cid)
         conversation = self._store.conversation(cid)
         assert conversation is not None
-        text, ok = QInputDialog.getMultiLineText(
-            self._dialogs,
-            "System Prompt",
-            "Instructions the model follows for this whole chat:",
-            conversation.system_prompt or "",
-        )
-        if ok:
-            self._store.set_system_prompt(cid, text.strip() or None)
+        # Not getMultiLineText: its editor never wraps, so long instructions ran off the side.
+        dialog = QInputDialog(self._dialogs)
+        dialog.setWindowTitle("System Prompt")
+        dialog.setLabelText("Instructions the model follows for this whole chat:")
+        dialog.setOption(QInputDialog.InputDialogOption.UsePlainTextEditForTextInput)
+        dialog.setTextValue(conversation.system_prompt or "")
+        editor = dialog.findChild(QPlainTextEdit)
+        assert editor is not None
+        editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self._prompt_conversation = cid
+        dialog.textValueSelected.connect(self._on_text_value_selected)
+        dialog.open()
+
+    @Slot(str)
+    def _on_text_value_selected(self, text: str) -> None:
+        """The System Prompt dialog was accepted."""
+        self._store.set_system_prompt(self._prompt_conversation, text.strip() or None)
 
     @Slot()
     def _on_export_conversation_requested(self) -> None:

@@ -16,11 +16,19 @@ from PySide6.QtCore import QObject, Slot
 
 from app.engine.costs import K_MAX
 from app.engine.types import GenerationParams
-from app.services import Reply, ReplyEnded, ReplyFailure, ReplyGrowth, ReplyReading, ReplySaved
+from app.services import (
+    Reply,
+    ReplyEnded,
+    ReplyFailure,
+    ReplyGrowth,
+    ReplyReading,
+    ReplySaved,
+    ReplyWaiting,
+)
 from app.store import StoreChange
 from app.ui.composer import STOPPING_TEXT
 from app.ui.pair_loading import LOAD_FIRST
-from app.ui.transcript_style import finish_note, reading_note
+from app.ui.transcript_style import finish_note, reading_note, waiting_note
 
 if TYPE_CHECKING:
     from app.engine.live import LiveStats
@@ -84,7 +92,7 @@ class ChatView(QObject):
             store: Where the chats live.
             events: The store's changes, which repaint the chat on show.
             chat: The window's reply: started, stopped and painted here.
-            service: The engine, asked whether it is busy.
+            service: The engine the window's reply shares with the local server.
             tune: The draft-length calibration, which Stop also ends.
             live: The live figures of the reply in flight.
             chats: The chat list: new chat, selection and search hits.
@@ -119,6 +127,7 @@ class ChatView(QObject):
         events.changed.connect(self._on_store_changed)
         chat.started.connect(self._on_reply_started)
         chat.stopping.connect(self._on_reply_stopping)
+        chat.waiting.connect(self._on_reply_waiting)
         chat.reading.connect(self._on_reply_reading)
         chat.grew.connect(self._on_reply_grew)
         chat.saved.connect(self._on_reply_saved)
@@ -164,15 +173,15 @@ class ChatView(QObject):
             self._show_conversation(self._conversation_id)
 
     def use_system_prompt(self, prompt: str | None) -> None:
-        """Gives the chat on show ``prompt`` if it has none, and new chats start with it.
+        """New chats start with ``prompt``; a chat that has messages keeps its own.
+
+        A system prompt put on a chat after its replies would read, in the chat
+        and its export, as if they had followed it (File ▸ System Prompt… sets
+        one on purpose).
 
         Args:
             prompt: A preset's system prompt; empty or ``None`` for none.
         """
-        cid = self._conversation_id
-        conversation = self._store.conversation(cid) if cid is not None else None
-        if conversation is not None and prompt and not conversation.system_prompt:
-            self._store.set_system_prompt(conversation.id, prompt)
         self._pending_system_prompt = prompt or None
 
     @Slot()
@@ -237,6 +246,8 @@ class ChatView(QObject):
             self._transcript.begin_reply()
             if streaming.reading is not None:
                 self._transcript.show_reading(reading_note(streaming.reading))
+            elif streaming.waiting:
+                self._transcript.show_reading(waiting_note(streaming.waiting))
             self._transcript.append_segments(streaming.segments)
 
     def update_context(self) -> None:
@@ -279,7 +290,9 @@ class ChatView(QObject):
 
     @Slot(str)
     def _on_send_requested(self, text: str) -> None:
-        if self._service.busy:
+        # The server's replies do not hold the window's back: it joins their batch,
+        # or waits for a place and says so.
+        if self._chat.busy or self._service.calibrating:
             return
         if self._host.pair() is None:
             self._host.show_error(LOAD_FIRST)
@@ -322,6 +335,11 @@ class ChatView(QObject):
         # The engine stops at its next check; until the end arrives, say Stop was heard.
         self._composer.show_stopping()
         self._status.showMessage(STOPPING_TEXT)
+
+    @Slot(object)
+    def _on_reply_waiting(self, waiting: ReplyWaiting) -> None:
+        if self._conversation_id == waiting.conversation_id:
+            self._transcript.show_reading(waiting_note(waiting.running) if waiting.running else "")
 
     @Slot(object)
     def _on_reply_reading(self, reading: ReplyReading) -> None:

@@ -18,12 +18,15 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.engine.live import LiveSnapshot
+from app.engine.types import Origin, speedup_missing
+from app.ui.transcript_style import ORIGIN_COLORS
 
 # Mid-tone accents, readable on light and dark windows alike.
 RECENT_TICK = QColor("#f59e0b")
 LIFETIME_TICK = QColor("#a855f7")
-DRAFT_SOURCE = QColor("#14b8a6")
-LOOKUP_SOURCE = QColor("#ec4899")
+# The transcript's colours for the same tokens, opaque: a bar is filled, not tinted.
+DRAFT_SOURCE = QColor(ORIGIN_COLORS[Origin.DRAFT].rgb())
+LOOKUP_SOURCE = QColor(ORIGIN_COLORS[Origin.LOOKUP].rgb())
 
 PAD = 10.0
 STROKE = 14.0  # thickness of the arc
@@ -54,10 +57,10 @@ def percent(value: float | None) -> str:
 
 
 def speedup_text(snapshot: LiveSnapshot) -> str:
-    """``"1.42× plain"``; ``"measuring…"`` while the plain speed is unknown."""
+    """``"1.42× plain"``, or why there is none (no plain speed yet, a reply too short)."""
     if snapshot.speedup is not None:
         return f"{snapshot.speedup:.2f}× plain"
-    return "measuring…" if snapshot.baseline_tps is None else "—"
+    return speedup_missing(snapshot.baseline_tps, snapshot.tokens)
 
 
 def k_text(snapshot: LiveSnapshot) -> str:
@@ -92,10 +95,8 @@ def summarize(snapshot: LiveSnapshot | None, empty: str = EMPTY_TEXT) -> str:
     parts = [head]
     if s.tps is not None:
         parts.append(f"{s.tps:.1f} tok/s")
-        if s.speedup is not None:
-            parts.append(speedup_text(s))
-        elif s.baseline_tps is None:
-            parts.append("speedup: measuring…")
+        speedup = speedup_text(s)
+        parts.append(speedup if s.speedup is not None else f"speedup: {speedup}")
     if s.k is not None:
         parts.append(k_text(s))
     if s.lookup_accepted:

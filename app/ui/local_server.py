@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QWidget
 
-from app.engine.types import GenerationParams
 from app.server.api_key import ApiKeyStoreError, get_api_key
 from app.server.security import ServerConfig, ServerConfigError
 from app.services import EngineService
@@ -39,13 +37,13 @@ class LocalServer(QObject):
     def __init__(
         self,
         engine: EngineService,
-        defaults: Callable[[], GenerationParams],
         segment: ServerSegment,
         parent: QWidget,
     ) -> None:
         super().__init__(parent)
-        # It answers with the window's sampling defaults.
-        self.service = ServerService(engine, defaults=defaults, parent=self)
+        # A request is decided by what it asks and the server's own defaults (those
+        # of `tandem serve`), never by the window's sampling, k or Lookup.
+        self.service = ServerService(engine, parent=self)
         self.panel = ServerPanel(parent)
         self._segment = segment
         segment.clicked.connect(self.open_panel)

@@ -43,7 +43,7 @@ from app.ui.model_manager import ModelManagerDialog
 from app.ui.onboarding import LibraryPrompt, OnboardingView
 from app.ui.onboarding_flow import OnboardingFlow
 from app.ui.pair_loading import PairLoading, PairLoadingHost
-from app.ui.presets_menu import PresetsMenu
+from app.ui.presets_menu import PresetsMenu, applied_fields
 from app.ui.server_panel import ServerPanel
 from app.ui.settings_dialog import SettingsDialog
 from app.ui.speculation_panel import SpeculationPanel
@@ -148,7 +148,11 @@ class MainWindow(QMainWindow):
     def _build_features(self, data: Path) -> None:
         """The features the window composes; ``data`` is where their files live."""
         self.presets_menu = PresetsMenu(
-            PresetsFile(data / "presets.json"), self.model_bar, self.panel, self
+            PresetsFile(data / "presets.json"),
+            self.model_bar,
+            self.panel,
+            lambda: self._settings,
+            self,
         )
         self.tune = TuneFlow(self.service, self.store, data / "calibrations.json", self)
         self.chat_view = ChatView(
@@ -176,9 +180,7 @@ class MainWindow(QMainWindow):
         self.onboarding_flow = OnboardingFlow(
             self.pages, lambda: self.hub, self.models_dir, self.service, self
         )
-        self.local_server = LocalServer(
-            self.service, self.chat_view.params, self.status.server, self
-        )
+        self.local_server = LocalServer(self.service, self.status.server, self)
         self.server, self.server_panel = self.local_server.service, self.local_server.panel
         self.chat_actions = ChatActions(
             self.store,
@@ -213,12 +215,12 @@ class MainWindow(QMainWindow):
                 save_settings=self._save_settings,
                 show_error=self.show_error,
                 hide_error=self.hide_error,
-                error_text=self.error_banner.text,
                 stop_own_work=self.chat_view.stop,
                 update_context=self.chat_view.update_context,
             ),
             self,
         )
+        self.model_bar.set_library(lambda: [(m.name, m.path) for m in self.pair_loading.library()])
         self.menus = build_menus(self, self._settings.show_speculation_panel)
         self.chats.add_actions(list(self.menus.chat_actions))  # the list's context menu
 
@@ -305,6 +307,7 @@ class MainWindow(QMainWindow):
         fields = SAMPLING_FIELDS + PAIR_FIELDS + SERVER_FIELDS
         self._save_settings(**{f: getattr(settings, f) for f in fields})
         self.model_bar.set_temperature(settings.temperature)
+        self.presets_menu.follow_settings()
         # Restart on any server change: the API key may have changed too.
         if settings.server_enabled or server_before[0]:
             self.apply_server_settings()
@@ -342,18 +345,22 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_preset_applied(self, preset: Preset) -> None:
+        before = self._settings
+        fields = applied_fields(preset)
         self._save_settings(
-            temperature=preset.temperature,
-            top_p=preset.top_p,
-            top_k=preset.top_k,
-            min_p=preset.min_p,
-            repetition_penalty=preset.repetition_penalty,
-            max_tokens=preset.max_tokens,
-            seed=preset.seed,
-            prompt_lookup=preset.prompt_lookup,
+            **{f: getattr(preset, f) for f in fields}, prompt_lookup=preset.prompt_lookup
         )
         self.chat_view.use_system_prompt(preset.system_prompt)
-        self.status.showMessage(f"Preset “{preset.name}” applied.", 4_000)
+        # Say what changed beyond what the bar shows, so nothing changes unseen.
+        changed = [
+            f"{f.replace('_', ' ')} {getattr(before, f)} → {getattr(preset, f)}"
+            for f in fields
+            if f != "temperature" and getattr(before, f) != getattr(preset, f)
+        ]
+        if preset.system_prompt:
+            changed.append("its system prompt for new chats")
+        detail = f": {', '.join(changed)}" if changed else ""
+        self.status.showMessage(f"Preset “{preset.name}” applied{detail}.", 8_000)
 
     @Slot()
     def _on_save_preset_requested(self) -> None:
@@ -418,6 +425,9 @@ class MainWindow(QMainWindow):
         self.status.showMessage(message, 10_000)
 
     def hide_error(self) -> None:
+        # The status bar's copy of the line goes with it, so a fixed problem is not shown on.
+        if self.status.currentMessage() == self.error_banner.text():
+            self.status.clearMessage()
         self.error_banner.hide()
 
     # Lifetime
@@ -440,7 +450,8 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         QSettings().setValue("window/geometry", self.saveGeometry())
         if self.chat.busy:
-            self.chat.save_partial()  # the reply may not get to end before the app quits
+            # The user stopped it by quitting; it may not get to end before the app quits.
+            self.chat.save_partial("cancelled")
         self.chat_view.stop()
         self.pair_loading.shutdown()
         super().closeEvent(event)

@@ -169,6 +169,10 @@ class BlockSplitter:
     A cut falls after a blank line outside a code fence, or after a closing
     fence. Lists and quotes split there may render a little differently from the
     whole text (numbering is kept), which the final render of the reply repairs.
+
+    Inside a fence not closed yet, every line ends a provisional cut
+    (:attr:`in_fence` is then true): the text so far renders as a code block once
+    :meth:`close_fence` closes it, and renders again from the same place later.
     """
 
     def __init__(self) -> None:
@@ -179,6 +183,14 @@ class BlockSplitter:
     @property
     def in_fence(self) -> bool:
         return self._fence is not None
+
+    def close_fence(self, source: str) -> str:
+        """``source`` with the open fence closed, so that its code shows as code, not as
+        "```python" and plain lines, while the reply streams; ``source`` when none is open."""
+        if self._fence is None:
+            return source
+        sep = "" if source.endswith("\n") else "\n"
+        return f"{source}{sep}{self._fence}\n"
 
     def feed(self, text: str) -> int | None:
         """Takes the next streamed text; returns the offset after the last new cut, if any."""
@@ -195,9 +207,10 @@ class BlockSplitter:
                 char = self._fence[0]
                 if stripped.startswith(self._fence) and stripped == char * len(stripped):
                     self._fence = None
-                    cut = self._offset
+                cut = self._offset
             elif m := _FENCE.match(line):
                 self._fence = m.group(1)
+                cut = self._offset
             elif not stripped:
                 cut = self._offset
         return cut

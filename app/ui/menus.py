@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -162,7 +163,8 @@ def build_menus(w: MainWindow, panel_shown: bool) -> Menus:
 
     window = bar.addMenu("&Window")
     _action(w, window, "&Minimize", w.showMinimized, "Ctrl+M")
-    _action(w, window, "&Zoom", lambda: toggle_zoom(w))
+    if sys.platform == "darwin":  # Zoom is a Mac convention; elsewhere the title bar maximizes
+        _action(w, window, "&Zoom", lambda: toggle_zoom(w))
 
     help_menu = bar.addMenu("&Help")
     _action(w, help_menu, "Tandem &Help", lambda: show_help(w), keys.HelpContents)

@@ -1,6 +1,9 @@
-"""The model bar: choose a target and an optional draft folder, lookup and temperature."""
+"""The model bar: choose a target and an optional draft by name, lookup and temperature."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from PySide6.QtCore import QSize, Signal, Slot
 from PySide6.QtGui import QResizeEvent
@@ -13,7 +16,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLayout,
-    QLineEdit,
+    QMenu,
     QPushButton,
     QToolButton,
     QWidget,
@@ -36,6 +39,8 @@ class ModelBar(QWidget):
 
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        # The library's models as (name, folder), offered by each field's picker.
+        self._library: Callable[[], Sequence[tuple[str, Path]]] = list
         self.target_edit = self._path_edit("Target model folder", settings.target)
         self.draft_edit = self._path_edit("Draft model folder (optional)", settings.draft)
         self.load_button = QPushButton("Load")
@@ -63,14 +68,22 @@ class ModelBar(QWidget):
         self.temp_spin.setToolTip("0 gives the target's exact greedy reply")
 
         pair = QHBoxLayout()
+        pickers: list[QToolButton] = []
         for label, edit in (("Target", self.target_edit), ("Draft", self.draft_edit)):
             pair.addWidget(QLabel(label))
             pair.addWidget(edit, 1)
-            browse = QToolButton()
-            browse.setText("…")
-            browse.setAccessibleName(f"Choose {label.lower()} folder")
-            browse.clicked.connect(lambda _=False, e=edit, t=label: self._browse(e, t))
-            pair.addWidget(browse)
+            pick = QToolButton()
+            pick.setText("▾")
+            pick.setAccessibleName(f"Choose the {label.lower()} model")
+            pick.setToolTip(f"Choose the {label.lower()} model from the library, or a folder")
+            pick.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+            pick.setStyleSheet("QToolButton::menu-indicator { image: none; }")  # "▾" says it
+            menu = QMenu(pick)
+            menu.aboutToShow.connect(lambda m=menu, e=edit, t=label: self._fill_picker(m, e, t))
+            pick.setMenu(menu)
+            pair.addWidget(pick)
+            pickers.append(pick)
+        self.target_picker, self.draft_picker = pickers
         pair.addWidget(self.load_button)
         pair.addWidget(self.models_button)
         options = QHBoxLayout()
@@ -123,10 +136,31 @@ class ModelBar(QWidget):
             self._rows.setDirection(direction)
         super().resizeEvent(event)
 
-    def _browse(self, edit: QLineEdit, title: str) -> None:
+    def set_library(self, library: Callable[[], Sequence[tuple[str, Path]]]) -> None:
+        """Where the pickers find the library's models, as (name, folder), when opened."""
+        self._library = library
+
+    def _fill_picker(self, menu: QMenu, edit: TargetEdit, title: str) -> None:
+        """The library's models by name (the folder in each tooltip), then a folder dialog."""
+        menu.clear()
+        menu.setToolTipsVisible(True)
+        current = edit.target()
+        for name, folder in self._library():
+            action = menu.addAction(name)
+            action.setToolTip(str(folder))
+            action.setCheckable(True)
+            action.setChecked(str(folder) == current)
+            action.triggered.connect(lambda _=False, f=str(folder): edit.set_target(f))
+        if not menu.isEmpty():
+            menu.addSeparator()
+        if title == "Draft":
+            menu.addAction("No Draft", lambda: edit.set_target(""))
+        menu.addAction("Choose Folder…", lambda: self._browse(edit, title))
+
+    def _browse(self, edit: TargetEdit, title: str) -> None:
         folder = QFileDialog.getExistingDirectory(self, f"Choose the {title.lower()} model folder")
         if folder:
-            edit.setText(folder)
+            edit.set_target(folder)
 
     @Slot()
     def _on_load_clicked(self) -> None:
@@ -180,6 +214,10 @@ class ModelBar(QWidget):
 
     def show_preset(self, name: str) -> None:
         self.preset_combo.setCurrentText(name)
+
+    def show_custom(self) -> None:
+        """Shows "Custom": the settings are no preset's."""
+        self.preset_combo.setCurrentIndex(0)
 
     def set_loading(self, loading: bool) -> None:
         self.load_button.setEnabled(not loading)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -67,6 +68,12 @@ class OnboardingView(QWidget):
         self.import_button = QPushButton("Import GGUF…")
         self.import_folder_button = QPushButton("Import MLX Folder…")
         self.models_button = QPushButton("Open Models…")
+        # A pair the Hub does not serve is installed from a terminal: its command to copy.
+        self.command_label = QLabel()
+        self.command_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.command_label.setStyleSheet("font-family: monospace;")
+        self.copy_command_button = QPushButton("Copy Command")
+        self.copy_command_button.setAccessibleName("Copy the command that installs the pair")
 
         mem = human_size(usable_bytes)
         if pair is None:
@@ -83,18 +90,31 @@ class OnboardingView(QWidget):
                 if pair.licenses[0] == pair.licenses[1]
                 else f"{pair.licenses[0]} (target), {pair.licenses[1]} (draft)"
             )
-            self.pair_detail.setText(
+            detail = (
                 f"Target {pair.target}, draft {pair.draft}.\n"
                 f"About {pair.download_gb:g} GB to download; needs about {pair.memory_gb:g} GB "
                 f"of the {mem} models can use here.\n"
                 f"License: {licenses}. {pair.note}"
             )
+            if pair.command:
+                detail += "\nRun this in a terminal in Tandem's folder, then open Models…:"
+                self.command_label.setText(pair.command)
+                self.download_button.hide()
+            self.pair_detail.setText(detail)
 
         card = QFrame()
         card.setFrameShape(QFrame.Shape.StyledPanel)
         card_layout = QVBoxLayout(card)
         card_layout.addWidget(self.pair_title)
         card_layout.addWidget(self.pair_detail)
+        command_row = QHBoxLayout()
+        command_row.addWidget(self.command_label)
+        command_row.addWidget(self.copy_command_button)
+        command_row.addStretch(1)
+        card_layout.addLayout(command_row)
+        if not self.command_label.text():
+            self.command_label.hide()
+            self.copy_command_button.hide()
         progress_row = QHBoxLayout()
         progress_row.addWidget(self.progress, 1)
         progress_row.addWidget(self.cancel_button)
@@ -123,7 +143,12 @@ class OnboardingView(QWidget):
             lambda: self.import_requested.emit("import-folder")
         )
         self.models_button.clicked.connect(self.models_requested)
+        self.copy_command_button.clicked.connect(self._on_copy_command_clicked)
         self.set_running(False)
+
+    @Slot()
+    def _on_copy_command_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self.command_label.text())
 
     @Slot()
     def _on_download_clicked(self) -> None:

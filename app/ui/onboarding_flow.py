@@ -50,7 +50,7 @@ class OnboardingFlow(QObject):
 
     def show(self) -> OnboardingView:
         """Shows the first-run view, with the pair recommended for this machine."""
-        from app.hub.catalog import load_catalog, recommend
+        from app.hub.catalog import load_catalog, mlx_runs_on_gpu, recommend_for_machine
         from app.hub.fit import usable_memory_bytes
 
         try:
@@ -58,10 +58,11 @@ class OnboardingFlow(QObject):
         except OSError:
             usable = 0
         try:
-            pair = recommend(load_catalog(), usable)
+            catalog = load_catalog()
         except ModelError as exc:
             log.warning("no catalog: %s", exc)
-            pair = None
+            catalog = []
+        pair = recommend_for_machine(catalog, usable, mlx_runs_on_gpu())
         view = OnboardingView(pair, usable)
         view.download_requested.connect(self._on_download_requested)
         view.cancel_requested.connect(self._on_cancel_requested)

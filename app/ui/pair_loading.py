@@ -42,7 +42,6 @@ class PairLoadingHost:
         save_settings: Saves these changes to the settings.
         show_error: Shows one line of trouble in the window.
         hide_error: Hides the line of trouble.
-        error_text: The line of trouble on show, or the last one shown.
         stop_own_work: Stops the window's reply in flight, keeping its text so far.
         update_context: Shows how much of the loaded target's window the chat fills.
     """
@@ -51,7 +50,6 @@ class PairLoadingHost:
     save_settings: Callable[..., None]
     show_error: Callable[[str], None]
     hide_error: Callable[[], None]
-    error_text: Callable[[], str]
     stop_own_work: Callable[[], None]
     update_context: Callable[[], None]
 
@@ -234,6 +232,7 @@ class PairLoading(QObject):
     @Slot(object)
     def _on_pair_loaded(self, info: PairInfo) -> None:
         self._pair = info
+        self._model_bar.set_pair(info.target, info.draft or "")  # by name, as loaded
         self._model_bar.set_loading(False)
         self._status.load_progress.finish()
         self._status.pair.show_pair(info)
@@ -241,8 +240,7 @@ class PairLoading(QObject):
         self._tune.set_pair(info)
         self._onboarding_flow.close()
         self._library_prompt.hide()
-        if self._host.error_text() == LOAD_FIRST:  # sent while nothing was loaded
-            self._host.hide_error()
+        self._host.hide_error()  # an earlier refusal, or "load first", is over
         self._live.reset_pair()
         self._live.set_lifetime(*self._store.pair_totals(info.target, info.draft))
         remote = info.target.startswith(("http://", "https://"))
@@ -264,8 +262,13 @@ class PairLoading(QObject):
             self._model_bar.set_loading(False)
             self._status.load_progress.finish()
             self._status.pair.show_pair(self._pair)
-            self._onboarding_flow.show_message(failure.message)
-            self._host.show_error(failure.message)
+            message = failure.message
+            if self._pair is not None:
+                # The fields show what answers, not the refused choice.
+                self._model_bar.set_pair(self._pair.target, self._pair.draft or "")
+                message += f" {self._pair.label} stays loaded."
+            self._onboarding_flow.show_message(message)
+            self._host.show_error(message)
         if failure.unloaded or failure.stage == "load":
             self.update_library_prompt()
         # A reply's failure is the controller's, a calibration's Tune's: each says its own.

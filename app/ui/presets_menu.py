@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.errors import first_line
@@ -14,6 +16,9 @@ from app.ui.speculation_panel import SpeculationPanel
 
 class PresetsMenu(QObject):
     """Keeps the model bar's preset list in step with the presets file.
+
+    The list names a preset only while the settings are that preset's: once
+    one of them differs, it reads "Custom" again.
 
     Signals:
         applied: The :class:`Preset` whose temperature, lookup and draft
@@ -30,25 +35,70 @@ class PresetsMenu(QObject):
         presets_file: PresetsFile,
         model_bar: ModelBar,
         panel: SpeculationPanel,
+        settings: Callable[[], Settings],
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self._file = presets_file
         self._model_bar = model_bar
         self._panel = panel
+        self._settings = settings
+        self._applying = False
         self.presets: list[Preset] = presets_file.load()
         self._fill()
         model_bar.preset_activated.connect(self._on_preset_activated)
+        model_bar.temp_spin.valueChanged.connect(self._on_value_changed)
+        model_bar.lookup_check.toggled.connect(self._on_toggled)
+        panel.draft_length_changed.connect(self._on_draft_length_changed)
 
     def _fill(self) -> None:
         self._model_bar.set_presets([preset.name for preset in self.presets])
 
     def apply(self, preset: Preset) -> None:
         """Shows a preset's temperature, lookup and draft settings, then says so."""
-        self._model_bar.set_temperature(preset.temperature)
-        self._model_bar.set_lookup(preset.prompt_lookup)
-        self._panel.set_draft(preset.num_draft, preset.auto_draft)
-        self.applied.emit(preset)
+        self._applying = True
+        try:
+            self._model_bar.set_temperature(preset.temperature)
+            self._model_bar.set_lookup(preset.prompt_lookup)
+            self._panel.set_draft(preset.num_draft, preset.auto_draft)
+            self.applied.emit(preset)
+        finally:
+            self._applying = False
+
+    def matches(self, preset: Preset) -> bool:
+        """Whether what shows and the settings are ``preset``'s (what applying it sets)."""
+        s = self._settings()
+        shown = (
+            self._model_bar.temperature() == preset.temperature
+            and self._model_bar.uses_lookup() == preset.prompt_lookup
+            and self._panel.auto_draft() == preset.auto_draft
+            and (preset.auto_draft or self._panel.fixed_k() == preset.num_draft)
+        )
+        return shown and all(
+            getattr(s, f) == getattr(preset, f)
+            for f in applied_fields(preset)
+            if f != "temperature"
+        )
+
+    def follow_settings(self) -> None:
+        """Shows "Custom" once the settings left the chosen preset's."""
+        index = self._model_bar.preset_index()
+        if self._applying or not 1 <= index <= len(self.presets):
+            return
+        if not self.matches(self.presets[index - 1]):
+            self._model_bar.show_custom()
+
+    @Slot(float)
+    def _on_value_changed(self, _value: float) -> None:
+        self.follow_settings()
+
+    @Slot(bool)
+    def _on_toggled(self, _on: bool) -> None:
+        self.follow_settings()
+
+    @Slot(object)
+    def _on_draft_length_changed(self, _num_draft: int | None) -> None:
+        self.follow_settings()
 
     def save_current(self, name: str, settings: Settings, system_prompt: str) -> Preset | None:
         """Saves what shows now (temperature, lookup, draft) and ``settings``' sampling."""
@@ -102,3 +152,15 @@ class PresetsMenu(QObject):
     def _on_preset_activated(self, index: int) -> None:
         if 1 <= index <= len(self.presets):
             self.apply(self.presets[index - 1])
+
+
+def applied_fields(preset: Preset) -> tuple[str, ...]:
+    """The sampling fields applying ``preset`` sets.
+
+    A built-in preset is a style (temperature, nucleus, penalty): it leaves the
+    reply length and the seed as the user set them. One the user saved sets
+    everything it saved.
+    """
+    if p.is_builtin(preset.name):
+        return tuple(f for f in p.SAMPLING_FIELDS if f not in ("max_tokens", "seed"))
+    return p.SAMPLING_FIELDS

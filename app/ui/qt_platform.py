@@ -3,7 +3,8 @@
 Qt ends the process (qFatal) when its platform plugin cannot be loaded, with a long
 message that does not say which system package is missing. On Linux the xcb plugin
 needs X11 libraries a minimal system lacks, so Tandem loads the plugin itself first
-and, should a library be missing, says which package to install.
+and, should libraries be missing, says which packages to install: all of them at
+once, from ``ldd``, since the loader names only the first it missed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +22,8 @@ from PySide6.QtCore import QLibraryInfo
 
 # "libxcb-cursor.so.0: cannot open shared object file: No such file or directory"
 _MISSING = re.compile(r"(lib[\w+.-]+?)\.so\.(\d+)")
+# ldd's line for each library it cannot find: "\tlibxcb-cursor.so.0 => not found"
+_NOT_FOUND = re.compile(r"^\s*(\S+) => not found", re.MULTILINE)
 
 
 def _xcb_plugin() -> Path:
@@ -69,9 +74,25 @@ def platform_problem(
     except OSError as exc:
         if (match := _MISSING.search(str(exc))) is None:
             return f"Tandem cannot load Qt's X11 plugin: {exc}"
-        missing = match.group(0)
-        return (
-            f"Tandem needs the X11/xcb libraries: sudo apt install {debian_package(missing)} "
-            f"({missing} is missing)"
-        )
+        missing = list(dict.fromkeys([match.group(0), *missing_libraries(path)]))
+        packages = " ".join(dict.fromkeys(debian_package(m) for m in missing))
+        which = f"{missing[0]} is" if len(missing) == 1 else f"{', '.join(missing)} are"
+        return f"Tandem needs the X11/xcb libraries: sudo apt install {packages} ({which} missing)"
     return None
+
+
+def missing_libraries(path: Path) -> list[str]:
+    """Every library ``path`` needs that the loader cannot find, from ``ldd``, in its order.
+
+    Empty when ``ldd`` is not there or fails: the loader's own error names one.
+    """
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        return []
+    try:
+        result = subprocess.run(
+            [ldd, str(path)], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [m for m in _NOT_FOUND.findall(result.stdout) if _MISSING.search(m)]

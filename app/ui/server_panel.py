@@ -18,7 +18,7 @@ from PySide6.QtCore import (
     Signal,
     Slot,
 )
-from PySide6.QtGui import QCursor, QGuiApplication, QMouseEvent
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -139,21 +139,6 @@ class RequestListModel(QAbstractTableModel):
         return None
 
 
-class ClickableLabel(QLabel):
-    """A status-bar label that opens something when clicked."""
-
-    clicked = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setCursor(QCursor(Qt.CursorShape.PointingHandCursor))
-
-    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
-        if event.button() == Qt.MouseButton.LeftButton:
-            self.clicked.emit()
-        super().mouseReleaseEvent(event)
-
-
 class ServerPanel(QDialog):
     """Modeless: it stays open and its list grows while the server answers.
 
@@ -207,6 +192,7 @@ class ServerPanel(QDialog):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(PATH_COLUMN, QHeaderView.ResizeMode.Stretch)
+        self.model.rowsInserted.connect(self._on_rows_inserted)
 
         layout = QVBoxLayout(self)
         layout.addLayout(form)
@@ -239,6 +225,12 @@ class ServerPanel(QDialog):
         """Says why the server did not start, under its URL."""
         self.problem_label.setText(message)
         self.problem_label.show()
+
+    @Slot()
+    def _on_rows_inserted(self) -> None:
+        # Qt sizes ResizeToContents columns to the rows it had when shown, not to later
+        # ones: without this a time or a duration is cut ("2…7") in a panel left open.
+        self.table.horizontalHeader().resizeSections()
 
     @Slot()
     def _on_switch_clicked(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from PySide6.QtCore import QUrl, Signal, Slot
@@ -99,7 +100,9 @@ class SettingsDialog(QDialog):
 
         self.data_label = QLabel(str(data_dir))
         self.data_label.setTextInteractionFlags(self.data_label.textInteractionFlags())
-        self.reveal_button = QPushButton("Reveal in Finder")
+        # Finder is the Mac's; elsewhere the folder opens in whatever file manager runs.
+        reveal = "Reveal in Finder" if sys.platform == "darwin" else "Open Folder"
+        self.reveal_button = QPushButton(reveal)
         self.clear_button = QPushButton("Clear All Data…")
         data_row = QHBoxLayout()
         data_row.addWidget(self.data_label, 1)

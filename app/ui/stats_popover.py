@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QWidget
 
-from app.engine.types import Stats
+from app.engine.types import Stats, speedup_missing
 
 
 def _name(path: str | None) -> str:
@@ -41,7 +41,8 @@ def stats_rows(stats: Stats, target: str | None, draft: str | None) -> list[tupl
         span = f"{stats.k_min}" if stats.k_min == stats.k_max else f"{stats.k_min}–{stats.k_max}"
         rows.append(("Draft length k", f"auto, {span}" if stats.num_draft is None else span))
     speedup = stats.speedup
-    rows.append(("Speed-up", f"{speedup:.2f}× plain" if speedup is not None else "not measured"))
+    missing = speedup_missing(stats.baseline_tps, stats.tokens)
+    rows.append(("Speed-up", f"{speedup:.2f}× plain" if speedup is not None else missing))
     rows.append(("Time to first token", f"{stats.ttft_seconds:.2f} s"))
     reused = f", {stats.reused_tokens:,} reused" if stats.reused_tokens else ""
     rows.append(("Prompt", f"{stats.prompt_tokens:,} tokens{reused}"))

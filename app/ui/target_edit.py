@@ -1,19 +1,35 @@
-"""A field for a load target: a model folder, or a remote engine shown by its URL."""
+"""A field for a load target: a model shown by its name, or a remote engine by its URL."""
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from PySide6.QtWidgets import QLineEdit, QWidget
 
-from app.remote import target_text, target_tooltip
+from app.remote import is_remote_target, target_text, target_tooltip
 from app.ui.fit import fit_placeholder
+
+
+def model_name(target: str) -> str:
+    """A load target as a user knows it: a Hub cache folder as its repo id
+    (``org/name``), another folder as its name, a remote engine as its URL."""
+    target = target.strip()
+    if not target or is_remote_target(target):
+        return target_text(target)
+    parts = PurePath(target).parts
+    for part in reversed(parts):
+        if part.startswith("models--"):  # .../models--org--name/snapshots/<hash>
+            return part.removeprefix("models--").replace("--", "/")
+    return parts[-1] if parts else target
 
 
 class TargetEdit(QLineEdit):
     """Shows a load target as the user knows it; :meth:`target` gives the target itself.
 
-    A remote engine's target carries its kind and models in an encoding of
-    Tandem's own; the field shows only its URL and keeps the rest behind it
-    for as long as that URL stays as it is.
+    A model folder shows as the model's name, its path in the tooltip; a remote
+    engine's target carries its kind and models in an encoding of Tandem's own,
+    and the field shows only its URL. Either keeps the target behind the text
+    for as long as the text stays as it is; what the user types is the target.
     """
 
     def __init__(self, placeholder: str, parent: QWidget | None = None) -> None:
@@ -27,13 +43,13 @@ class TargetEdit(QLineEdit):
     def set_target(self, target: str | None) -> None:
         """Shows ``target`` (``None`` or ``""``: none) as text the user can read."""
         self._target = (target or "").strip()
-        self.setText(target_text(self._target))
+        self.setText(model_name(self._target))
         self.setToolTip(target_tooltip(self._target))
         self.setCursorPosition(0)  # a long folder shows its start
 
     def target(self) -> str:
         """The target shown: the one set, or what the user typed in its place, trimmed."""
         text = self.text().strip()
-        if self._target and text == target_text(self._target):
+        if self._target and text == model_name(self._target):
             return self._target
         return text

@@ -142,6 +142,12 @@ def reading_note(reading: Reading) -> str:
     return f"{text} · {reading.reused:,} reused" if reading.reused else text
 
 
+def waiting_note(running: int) -> str:
+    """What an empty reply says while it waits for a place beside the local server's replies."""
+    replies = "reply" if running == 1 else "replies"
+    return f"Waiting for a place: the local server is running {running} {replies}…"
+
+
 def branch_arrow_format(base: QTextCharFormat, body_points: float) -> QTextCharFormat:
     """``base`` enlarged and bold for a branch arrow, large enough to hit."""
     arrow = QTextCharFormat(base)

@@ -74,6 +74,7 @@ class StreamedReply:
     tail_src: int = 0  # source offset of the text not yet rendered
     tail: list[Segment] = field(default_factory=list)
     splitter: BlockSplitter = field(default_factory=BlockSplitter)
+    tail_code: int | None = None  # first code block of a provisional render of the tail
     reading: bool = False  # a note of how far the prompt is read stands in for its text
 
 
@@ -129,11 +130,21 @@ class TranscriptWriter:
             self.insert_footer(cursor, footer)
 
     def render_tail(self, reply: StreamedReply, cut: int) -> None:
-        """Renders the reply's source up to ``cut`` in place of its plain text."""
+        """Renders the reply's source up to ``cut`` in place of its plain text.
+
+        Within a code fence not closed yet the render is provisional: the fence is
+        closed virtually, and the next render starts from the same place again.
+        """
         doc = self._view.document()
+        if reply.tail_code is not None:  # the provisional render's code blocks go
+            del self.code_blocks[reply.tail_code :]
+        provisional = reply.splitter.in_fence
+        reply.tail_code = len(self.code_blocks) if provisional else None
         length = cut - reply.tail_src
         chunk, rest = split_segments(reply.tail, length)
         source = "".join(t for _, t in chunk)
+        closed = reply.splitter.close_fence(source)
+        chunk = [*chunk, (None, closed[len(source) :])] if closed != source else chunk
         cursor = QTextCursor(doc)
         cursor.beginEditBlock()
         cursor.setPosition(reply.tail_pos)
@@ -141,7 +152,7 @@ class TranscriptWriter:
         cursor.removeSelectedText()
         cursor.setBlockFormat(QTextBlockFormat())  # the block took the format of the last one
         if source.strip():
-            rendered = render_markdown(source, self.theme(), len(self.code_blocks))
+            rendered = render_markdown(closed, self.theme(), len(self.code_blocks))
             self.code_blocks.extend(rendered.code_blocks)
             start = reply.tail_pos
             plain = self._insert_html(cursor, rendered.html, keep_first_format=True)
@@ -150,14 +161,16 @@ class TranscriptWriter:
                 # A list or table starts after the block it was inserted at: drop that block.
                 QTextCursor(first).deletePreviousChar()
                 first = doc.findBlock(start - 1).next()
-            self._colour(first, cursor.position(), source, chunk, rendered.hidden)
+            self._colour(first, cursor.position(), closed, chunk, rendered.hidden)
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-            reply.tail_pos = cursor.position()
+            # A provisional render is replaced whole by the next one, from its first block.
+            reply.tail_pos = first.position() if provisional else cursor.position()
         for origin, text in rest:
             cursor.insertText(text, origin_format(origin, self.colour))
         cursor.endEditBlock()
-        reply.tail_src = cut
-        reply.tail = rest
+        if not provisional:
+            reply.tail_src = cut
+            reply.tail = rest
 
     def insert_footer(self, cursor: QTextCursor, footer: Footer) -> None:
         """Adds the small line of links under a message."""

@@ -149,6 +149,8 @@ class TuneCharts(QWidget):
         top = tps_max * 1.15 if tps_max > 0 else 10.0
         self.tps_axis.setRange(0, top)
         self.tps_axis.applyNiceNumbers()
+        # A slow pair's few tok/s need a decimal, or the ticks read 0, 1, 1, 2, 2.
+        self.tps_axis.setLabelFormat("%.1f" if self.tps_axis.max() < 10 else "%.0f")
 
     def _set_cost_axes(self, widths: int, steps_max: float) -> None:
         widths = max(widths, 2)

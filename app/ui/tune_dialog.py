@@ -106,6 +106,8 @@ class TuneDialog(QDialog):
         super().__init__(parent)
         self._guess_k = guess_k
         self._plain_tps = plain_tps
+        # Verify costs a sweep measured before, which time the next one's cost measurement.
+        self._verify: tuple[float | None, ...] | None = None
         self.setWindowTitle("Tune Draft Length")
         self.resize(1120, 660)
         self.k_max = max(1, k_max)
@@ -138,7 +140,7 @@ class TuneDialog(QDialog):
         self.run_button.clicked.connect(self._on_run_clicked)
         guess = SweepPlan.quick([""], guess_k).ks[1]
         self.quick_check = QCheckBox(
-            f"Quick: 1 prompt, {QUICK_TOKENS} tokens, k = 0, {guess} and auto"
+            f"Quick: 1 prompt, {QUICK_TOKENS} tokens, k = 0, {guess} and auto up to {guess}"
         )
         self.quick_check.setToolTip("For a slow machine: a rough answer in a fraction of the time")
         self.estimate = QLabel()
@@ -225,14 +227,23 @@ class TuneDialog(QDialog):
 
     def _show_estimate(self) -> None:
         plan = self.plan()
+        costs = f"verifying 1–{plan.widths} tokens ({plan.cost_passes} target passes)"
         runs = f"{plan.runs} runs of up to {plan.max_tokens} tokens"
         seconds = plan.seconds(self._plain_tps)
+        cost_seconds = plan.cost_seconds(self._verify)
         if seconds is None:
-            self.estimate.setText(f"{runs}; the time shows once the first run is measured.")
+            self.estimate.setText(
+                f"Measures {costs}, then {runs}; the time shows once the first run is measured."
+            )
+        elif cost_seconds is None:  # never timed here: say so rather than leave it out
+            self.estimate.setText(
+                f"Measures {costs}, not yet timed on this machine, then {runs}: "
+                f"{duration_text(seconds)} at most at {self._plain_tps:.1f} tok/s plain decoding."
+            )
         else:
             self.estimate.setText(
-                f"{runs}: {duration_text(seconds)} at most, "
-                f"at {self._plain_tps:.0f} tok/s plain decoding."
+                f"Measures {costs}, then {runs}: {duration_text(seconds + cost_seconds)} at "
+                f"most, at {self._plain_tps:.1f} tok/s plain decoding and the last sweep's costs."
             )
 
     @Slot(bool)
@@ -280,6 +291,9 @@ class TuneDialog(QDialog):
     def show_result(self, r: CalibrationResult) -> None:
         """Plots ``r`` and offers its best k."""
         self.calibration = r
+        if r.profile is not None:
+            self._verify = r.profile.verify
+            self._show_estimate()
         plan = r.auto_plan
         self.charts.plot(r, plan)
         self.plan_label.setText(plan_text(plan))
@@ -315,8 +329,12 @@ class TuneDialog(QDialog):
         auto = r.point(None)
         if auto is not None:
             mean = f", mean k {auto.mean_k:.1f}" if auto.mean_k is not None else ""
-            text += f"<br>auto: {auto.tps:.1f} tok/s{mean}"
-        if r.best_k == 0:
+            auto_speedup = r.speedup(auto)
+            times = f", {auto_speedup:.2f}× plain" if auto_speedup is not None else ""
+            text += f"<br>auto: {auto.tps:.1f} tok/s{times}{mean}"
+        if auto is not None and auto.tps > best.tps:
+            text += "<br>Auto is fastest on these prompts: keep Auto on."
+        elif r.best_k == 0:
             text += "<br>Drafting does not pay off on these prompts: plain decoding is fastest."
         return text
 

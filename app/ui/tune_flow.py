@@ -25,7 +25,8 @@ class TuneFlow(QObject):
 
     Signals:
         busy_changed: Whether a sweep runs (the composer waits meanwhile).
-        best_k_found: The best fixed k of a finished sweep, for the loaded pair.
+        best_k_found: The best fixed k the user chose to use (Use Best k), for the
+            loaded pair; a sweep alone changes no setting.
     """
 
     busy_changed = Signal(bool)
@@ -72,6 +73,7 @@ class TuneFlow(QObject):
             plain_tps=plain_tps or (last.baseline_tps if last is not None else None),
         )
         dialog.run_requested.connect(self._on_run_requested)
+        dialog.best_k_chosen.connect(self.best_k_found)
         dialog.cancel_requested.connect(self.cancel)
         if last is not None:
             dialog.show_last_result(last)
@@ -110,7 +112,6 @@ class TuneFlow(QObject):
             else:
                 self.dialog.show_result(result)
         if result is not None and self._pair is not None:
-            self.best_k_found.emit(result.best_k)
             try:  # shown again the next time Tune… opens for this pair
                 self._calibrations.put(self._pair.target, self._pair.draft, result)
             except OSError as exc:

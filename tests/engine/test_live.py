@@ -52,7 +52,7 @@ def test_speed_is_the_messages_own_not_the_last_replys() -> None:
     live.begin_message()
     snap = live.snapshot()
     assert (snap.tps, snap.speedup) == (None, None)  # nothing of this reply is timed yet
-    live.add([RoundStat(tokens=2, k=8, accepted=1, seconds=1.0)])
+    live.add([RoundStat(tokens=2, k=8, accepted=1, seconds=1.0)] * 8)
     snap = live.snapshot()
     assert snap.tps == 2.0 and snap.speedup == 0.5
 
@@ -184,18 +184,26 @@ def test_source_mix() -> None:
 
 def test_speedup_needs_a_baseline() -> None:
     live = LiveStats()
-    live.add([RoundStat(tokens=6, k=5, accepted=5, seconds=2.0)])
+    live.add([RoundStat(tokens=16, k=15, accepted=15, seconds=2.0)])
     snap = live.snapshot()
-    assert snap.tps == 3.0
+    assert snap.tps == 8.0
     assert snap.baseline_tps is None
     assert snap.speedup is None
     live.add([RoundStat(tokens=2, k=5, accepted=1, seconds=0.0)], baseline_tps=2.0)
-    assert live.snapshot().speedup == (8 / 2.0) / 2.0
+    assert live.snapshot().speedup == (18 / 2.0) / 2.0
     # Later rounds without a baseline keep the one measured.
     live.add([RoundStat(tokens=2, k=5, accepted=1, seconds=2.0)])
     snap = live.snapshot()
     assert snap.baseline_tps == 2.0
-    assert snap.speedup == (10 / 4.0) / 2.0
+    assert snap.speedup == (20 / 4.0) / 2.0
+
+
+def test_a_reply_too_short_to_time_shows_no_speedup() -> None:
+    live = LiveStats()
+    live.add([RoundStat(tokens=2, k=5, accepted=1, seconds=1.0)], baseline_tps=4.0)
+    assert live.snapshot().speedup is None  # "OK" read as 0.52x plain before
+    live.add([RoundStat(tokens=14, k=5, accepted=5, seconds=1.0)])
+    assert live.snapshot().speedup == (16 / 2.0) / 4.0
 
 
 def test_k_and_auto_follow_the_last_round() -> None:

@@ -27,7 +27,9 @@ def test_read_config_reads_no_weights(tiny: TinyModels) -> None:
     assert read_config(tiny.target)["model_type"] == "llama"
 
 
-def test_the_pair_check_given_judges_the_pair_after_both_load(tiny: TinyModels) -> None:
+def test_the_pair_check_given_judges_the_pair_before_any_weight_is_read(
+    tiny: TinyModels,
+) -> None:
     seen: list[tuple[Path, Path]] = []
     steps: list[str] = []
 
@@ -38,7 +40,7 @@ def test_the_pair_check_given_judges_the_pair_after_both_load(tiny: TinyModels) 
     with pytest.raises(IncompatiblePairError, match=r"^tiny-foreign cannot draft for tiny-llama"):
         load_pair(tiny.target, tiny.foreign, check=refuse, progress=lambda p: steps.append(p.text))
     assert seen == [(tiny.target, tiny.foreign)]  # the folders as given, for the same names
-    assert steps[-1] == "Checking the pair"
+    assert steps == ["Checking the pair"]  # refused before either model's weights were read
 
 
 def test_without_a_check_any_two_models_pair(tiny: TinyModels) -> None:
@@ -98,7 +100,7 @@ def test_a_model_already_loaded_is_kept_when_only_the_other_changes(
     assert second.target is first.target  # the same arrays: only the new draft was read
     assert second.draft is not first.draft
     assert reads == [tiny.noisy.resolve()]
-    assert steps[0] == "Keeping tiny-llama, loaded already"
+    assert steps[1] == "Keeping tiny-llama, loaded already"  # after the pair check
     # Only the target changes; the draft, named through a link, is the same folder.
     link = tmp_path / "noisy-link"
     link.symlink_to(tiny.noisy, target_is_directory=True)
@@ -132,7 +134,7 @@ def test_loading_reports_the_bytes_of_weights_read_per_model(
     seen: list[loader.LoadProgress] = []
     pair = load_pair(tiny.target, tiny.draft, progress=seen.append)
     assert pair.draft is not None
-    for step, folder in ((0, tiny.target), (1, tiny.draft)):
+    for step, folder in ((1, tiny.target), (2, tiny.draft)):
         reads = [p for p in seen if p.step == step]
         assert reads[0] == loader.LoadProgress(step, 3, f"Loading {folder.name}")
         total = reads[1].total
@@ -145,6 +147,6 @@ def test_loading_reports_the_bytes_of_weights_read_per_model(
         assert all(p.seconds_left is not None and p.seconds_left >= 0 for p in reads[2:-1])
         assert reads[-1].seconds_left is None
     fractions = [p.fraction for p in seen]
-    assert fractions == sorted(fractions) and seen[-1] == loader.LoadProgress(
-        2, 3, "Checking the pair"
+    assert fractions == sorted(fractions) and seen[0] == loader.LoadProgress(
+        0, 3, "Checking the pair"
     )

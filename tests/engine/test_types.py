@@ -90,17 +90,29 @@ def test_text_that_is_not_utf8_is_refused_with_where() -> None:
 def test_speed_is_tokens_over_decoding_time_against_the_plain_rate() -> None:
     # 6 s from start to end, of which the rounds decoded for 2 s (drafting plus verifying).
     stats = Stats(
-        tokens=10,
+        tokens=20,
         generation_seconds=6.0,
         draft_seconds=0.5,
-        verify_seconds=1.5,
+        verify_seconds=3.5,
         baseline_tps=4.0,
     )
-    assert stats.decode_seconds == 2.0
-    assert stats.generation_tps == 5.0 == decode_rate(10, 2.0)
-    assert stats.speedup == 1.25 == speedup_over(5.0, 4.0)
-    assert stats.as_dict()["generation_tps"] == 5.0 and stats.as_dict()["decode_seconds"] == 2.0
+    assert stats.decode_seconds == 4.0
+    assert stats.generation_tps == 5.0 == decode_rate(20, 4.0)
+    assert stats.speedup == 1.25 == speedup_over(5.0, 4.0, 16)
+    assert stats.as_dict()["generation_tps"] == 5.0 and stats.as_dict()["decode_seconds"] == 4.0
     # A remote engine times no rounds: its generation time is all there is.
     assert Stats(tokens=10, generation_seconds=2.0).generation_tps == 5.0
     assert Stats(tokens=0, generation_seconds=1.0, baseline_tps=4.0).speedup is None
-    assert decode_rate(3, 0.0) is None and speedup_over(5.0, None) is None
+    assert decode_rate(3, 0.0) is None and speedup_over(5.0, None, 16) is None
+
+
+def test_a_reply_too_short_to_time_has_no_speedup_and_says_why() -> None:
+    from app.engine.types import MIN_TIMED_TOKENS, speedup_missing
+
+    # "Apple": two tokens, the first steps' overheads, read as 0.35x plain before.
+    short = Stats(tokens=2, draft_seconds=0.1, verify_seconds=1.9, drafted=4, baseline_tps=3.0)
+    assert short.speedup is None
+    assert speedup_missing(short.baseline_tps, short.tokens) == "too short to measure"
+    timed = Stats(tokens=MIN_TIMED_TOKENS, verify_seconds=4.0, drafted=8, baseline_tps=2.0)
+    assert timed.speedup == 2.0
+    assert speedup_missing(None, 100) == "plain speed not measured yet"

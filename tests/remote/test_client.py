@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler
@@ -11,6 +12,7 @@ import pytest
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin
 from app.errors import ModelError
 from app.remote import REMOTE_TOKEN, RemoteEngine, check_remote, stream_remote
+from app.remote.client import sse_lines
 from tests.conftest import TinyModels
 from tests.remote.servers import free_port, reply, stub_server
 
@@ -287,3 +289,24 @@ def test_stop_ends_a_read_from_a_silent_server_at_once() -> None:
         *_, done = events
         assert isinstance(done, Finished) and done.finish_reason == "cancelled"
         assert time.monotonic() - start < 3  # not the 120 s read timeout
+
+
+def test_raw_unicode_line_breaks_inside_an_event_are_text_not_line_ends() -> None:
+    text = "a\u0085b\u2028c\u2029d"
+    delta = {"choices": [{"delta": {"content": text}, "finish_reason": None}]}
+    body = (
+        f"data: {json.dumps(delta, ensure_ascii=False)}\n\n"
+        'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\r\n\r\n'
+        "data: [DONE]\r\r"
+    ).encode()
+    with stub_server(reply(200, "text/event-stream", body)) as url:
+        events = list(
+            stream_remote(RemoteEngine(url), HELLO, GenerationParams(), threading.Event(), key="")
+        )
+    assert "".join(e.text for e in events if isinstance(e, Chunk)) == text
+    assert isinstance(events[-1], Finished) and events[-1].finish_reason == "stop"
+
+
+def test_sse_lines_end_only_at_cr_lf_and_crlf_even_split_between_pieces() -> None:
+    pieces = ["one\u2028x\r", "\ntwo\rthree\n", "\n", "four\r"]
+    assert list(sse_lines(pieces)) == ["one\u2028x", "two", "three", "", "four"]

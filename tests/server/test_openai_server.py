@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import openai
@@ -156,6 +157,30 @@ def test_streaming_without_usage_has_no_usage_chunk(server: Server) -> None:
     )
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     assert all(c.choices for c in chunks)
+
+
+@pytest.mark.parametrize("num_draft", [3, 0])
+def test_a_stop_string_ends_the_reply_before_it_streamed_or_not(
+    server: Server, num_draft: int
+) -> None:
+    greedy = _text(server, 0)
+    # Several tokens' worth from the middle of the greedy reply (with the draft, a round's).
+    stop = greedy[6:14]
+    assert len(stop) == 8, greedy
+    before = greedy[: greedy.index(stop)]
+    asked: dict[str, Any] = {
+        "model": "tiny-llama",
+        "messages": MESSAGES,
+        "max_tokens": 16,
+        "temperature": 0,
+        "stop": [stop, "never in the reply"],
+        "extra_body": {"num_draft_tokens": num_draft},
+    }
+    whole = server.client().chat.completions.create(**asked)
+    assert (whole.choices[0].message.content, whole.choices[0].finish_reason) == (before, "stop")
+    chunks = list(server.client().chat.completions.create(**asked, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert (text, chunks[-1].choices[0].finish_reason) == (before, "stop")
 
 
 def test_raw_stream_ends_with_done(server: Server) -> None:

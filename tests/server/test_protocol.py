@@ -202,6 +202,33 @@ def test_sse_lines() -> None:
     assert json.loads(sse({"a": "é"})[len(b"data: ") :].decode()) == {"a": "é"}
 
 
+def test_sse_escapes_unicode_line_breaks_that_json_leaves_raw() -> None:
+    text = "a\u0085b\u2028c\u2029d\u00e9"
+    line = sse({"content": text})
+    assert line.count(b"\n") == 2 and line.endswith(b"\n\n")
+    assert len(line.decode().rstrip("\n").splitlines()) == 1  # one line even to splitlines
+    assert json.loads(line[len(b"data: ") :].decode()) == {"content": text}
+
+
+def test_stop_is_a_string_or_a_list_of_up_to_four() -> None:
+    assert parse_chat_request({"messages": MESSAGES}, PAIR).stop == ()
+    assert parse_chat_request({"messages": MESSAGES, "stop": "x"}, PAIR).stop == ("x",)
+    four = ["a", "b", "\n\n", "d"]
+    assert parse_chat_request({"messages": MESSAGES, "stop": four}, PAIR).stop == tuple(four)
+
+
+def test_the_requests_model_is_not_what_replies_name() -> None:
+    req = parse_chat_request({"messages": MESSAGES, "model": "m" * 10_000}, PAIR)
+    assert req.model == "target"
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p", "min_p", "repetition_penalty"])
+def test_an_integer_too_big_for_a_float_is_out_of_range(field: str) -> None:
+    with pytest.raises(RequestError) as err:
+        parse_chat_request({"messages": MESSAGES, field: 10**400}, PAIR)
+    assert (err.value.status, err.value.param) == (400, field)
+
+
 def test_error_and_models_bodies() -> None:
     err = error_body(RequestError("bad", param="x", code="c"))
     assert err == {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.server.security import (
+    MIN_REMOTE_KEY,
     ServerConfig,
     ServerConfigError,
     check_config,
@@ -13,6 +14,8 @@ from app.server.security import (
     key_matches,
     origin_allowed,
 )
+
+LONG_KEY = "k" * MIN_REMOTE_KEY
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"])
@@ -28,8 +31,21 @@ def test_other_hosts(host: str) -> None:
 def test_non_loopback_bind_needs_a_key() -> None:
     with pytest.raises(ServerConfigError, match="set an API key"):
         check_config(ServerConfig(host="0.0.0.0"))
-    check_config(ServerConfig(host="0.0.0.0", api_key="k"))
+    check_config(ServerConfig(host="0.0.0.0", api_key=LONG_KEY))
     check_config(ServerConfig())  # loopback without a key is fine
+
+
+@pytest.mark.parametrize("key", ["ab", "x" * (MIN_REMOTE_KEY - 1), f" {'x' * 15}\n"])
+def test_off_loopback_a_short_key_is_refused(key: str) -> None:
+    with pytest.raises(ServerConfigError, match=f"at least {MIN_REMOTE_KEY} characters"):
+        check_config(ServerConfig(host="0.0.0.0", api_key=key))
+    check_config(ServerConfig(api_key=key))  # on loopback any key will do
+
+
+def test_a_key_read_with_its_newline_matches_the_key_sent() -> None:
+    config = ServerConfig(api_key=f"{LONG_KEY}\n")
+    assert key_matches(f"Bearer {LONG_KEY}", config.api_key)
+    assert ServerConfig(api_key=" \n").api_key is None  # only whitespace: no key
 
 
 def test_wildcard_cors_is_refused() -> None:
@@ -53,7 +69,7 @@ def test_host_check_on_loopback() -> None:
     bad: tuple[str | None, ...] = ("evil.example", "evil.example:8080", "192.168.1.2:8080", None)
     for wrong in bad:
         assert not host_allowed(wrong, config), wrong
-    assert host_allowed("192.168.1.2:8080", ServerConfig(host="0.0.0.0", api_key="k"))
+    assert host_allowed("192.168.1.2:8080", ServerConfig(host="0.0.0.0", api_key=LONG_KEY))
 
 
 def test_origins() -> None:

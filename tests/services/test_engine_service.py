@@ -142,9 +142,9 @@ def test_loading_a_real_pair_reports_each_step(
     _loaded(qtbot, service, str(tiny.target), str(tiny.draft))
     assert list(dict.fromkeys(steps)) == [  # a model's step repeats as its bytes are read
         (0, 1, "Checking memory"),
-        (0, 3, "Loading tiny-llama"),
-        (1, 3, "Loading tiny-qwen2"),
-        (2, 3, "Checking the pair"),
+        (0, 3, "Checking the pair"),  # before any weight is read
+        (1, 3, "Loading tiny-llama"),
+        (2, 3, "Loading tiny-qwen2"),
     ]
 
 

@@ -86,3 +86,42 @@ def test_an_unhandled_error_shows_a_dialog_is_logged_and_the_app_goes_on(
     assert "in boom" in logged[:at]
     assert "Tandem quit" in logged[at:]
     assert f"RuntimeError: {marker}" in r.stderr
+
+
+UNUSABLE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from PySide6.QtWidgets import QMessageBox
+    from app.ui.application import run_app
+
+    def shown(box):  # the dialog, as the user would read it, closed at once
+        print("dialog", box.text().replace("\\n", " | "), "|", box.informativeText(), flush=True)
+        return int(QMessageBox.StandardButton.Close)
+
+    QMessageBox.exec = shown
+    sys.exit(run_app([sys.argv[0]], data_dir=Path(sys.argv[1])))
+    """
+)
+
+
+def test_an_unusable_data_folder_is_one_line_and_a_dialog_that_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("chats live elsewhere")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run(
+        [sys.executable, "-c", UNUSABLE, str(a_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"Tandem: unusable data folder: {a_file} is not a folder"
+    assert "Traceback" not in r.stderr
+    dialog = next(line for line in r.stdout.splitlines() if line.startswith("dialog "))
+    assert f"{a_file} is not a folder" in dialog and "--data-dir" in dialog
+    assert a_file.read_text() == "chats live elsewhere"  # nothing was lost

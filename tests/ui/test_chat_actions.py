@@ -96,11 +96,11 @@ def test_the_system_prompt_leads_the_history(
     qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _send(qtbot, chat, "First")
-    monkeypatch.setattr(
-        QInputDialog, "getMultiLineText", lambda *a, **k: ("Answer in French.", True)
-    )
     actions = {a.text(): a for a in chat.menus.chat_actions}  # File menu and list menu
     actions["S&ystem Prompt…"].trigger()
+    dialog = chat.findChild(QInputDialog)
+    dialog.setTextValue("Answer in French.")
+    dialog.accept()
     _send(qtbot, chat, "Second")
     assert chat.sent[-1][0] == ("system", "Answer in French.")
     assert [r for r, _ in chat.sent[-1]] == ["system", "user", "assistant", "user"]
@@ -329,3 +329,26 @@ def test_the_chat_list_follows_the_store_and_keeps_its_selection(qtbot: QtBot, c
     assert "Renamed elsewhere" in titles and chat.chats.current_id() == selected
     chat.store.delete_conversation(other.id)
     assert chat.chats.conversations.rowCount() == rows
+
+
+def test_a_preset_changes_only_what_it_says_and_the_list_follows_the_settings(
+    qtbot: QtBot, chat
+) -> None:
+    chat._save_settings(max_tokens=48)
+    _send(qtbot, chat, "Before the preset")
+    [conversation] = chat.store.conversations()
+    names = [
+        chat.model_bar.preset_combo.itemText(i) for i in range(chat.model_bar.preset_combo.count())
+    ]
+    chat.model_bar.preset_combo.setCurrentIndex(names.index("Code"))
+    chat.model_bar.preset_combo.activated.emit(names.index("Code"))
+    # A built-in preset is a style: the reply length the user chose stays.
+    assert chat.settings.max_tokens == 48
+    assert "its system prompt for new chats" in chat.status.currentMessage()
+    # The finished chat keeps the prompt its replies were made with (none).
+    stored = chat.store.conversation(conversation.id)
+    assert stored is not None and not stored.system_prompt
+    assert chat.chat_view.pending_system_prompt  # new chats start with the preset's
+    assert chat.model_bar.preset_combo.currentText() == "Code"
+    chat.model_bar.set_lookup(False)  # the settings are no longer the preset's
+    assert chat.model_bar.preset_combo.currentText() == "Custom"

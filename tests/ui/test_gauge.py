@@ -21,13 +21,14 @@ from app.ui.gauge import (
 def _scripted(baseline_tps: float | None = 4.0) -> LiveSnapshot:
     """50% rolling and message acceptance, 55% lifetime, 5 tok/s, k 4 chosen adaptively."""
     live = LiveStats()
-    live.set_lifetime(accepted=51, drafted=92)
+    live.set_lifetime(accepted=54, drafted=96)
     live.begin_message()
     live.add(
         [
             RoundStat(tokens=4, k=4, accepted=3, lookup=1, seconds=0.8, auto=True),
             RoundStat(tokens=2, k=4, accepted=1, seconds=0.4, auto=True),
-        ],
+        ]
+        * 3,  # 18 tokens: long enough to time
         baseline_tps=baseline_tps,
     )
     return live.snapshot()
@@ -78,7 +79,8 @@ def test_summary_without_a_baseline_is_still_measuring(qtbot: QtBot) -> None:
     live.add([RoundStat(tokens=3, k=4, accepted=2, seconds=1.0)])
     gauge.set_snapshot(live.snapshot())
     assert gauge.summary() == (
-        "Acceptance 50% this reply (recent 50%, lifetime 50%), 3.0 tok/s, speedup: measuring…, k 4"
+        "Acceptance 50% this reply (recent 50%, lifetime 50%), 3.0 tok/s, "
+        "speedup: plain speed not measured yet, k 4"
     )
 
 

@@ -66,3 +66,26 @@ def test_a_load_under_way_says_so_and_takes_no_second_request(qtbot: QtBot) -> N
     assert not bar.is_loading()
     with qtbot.waitSignal(bar.load_requested):
         bar.request_load()
+
+
+def test_the_fields_show_models_by_name_and_pick_them_from_the_library(
+    qtbot: QtBot, tmp_path
+) -> None:
+    folder = tmp_path / "models" / "Qwen2.5-Coder-1.5B-Instruct"
+    cached = tmp_path / "hub" / "models--mlx-community--Qwen2.5-0.5B-4bit" / "snapshots" / "ab12"
+    bar = ModelBar(Settings(target=str(folder)))
+    qtbot.addWidget(bar)
+    # The name, not a cut-off path; the path is in the tooltip and is what loads.
+    assert bar.target_edit.text() == "Qwen2.5-Coder-1.5B-Instruct"
+    assert bar.target_edit.toolTip() == str(folder) and bar.target() == str(folder)
+    bar.set_library(lambda: [("Qwen2.5-Coder-1.5B-Instruct", folder), ("small", cached)])
+    menu = bar.draft_picker.menu()
+    menu.aboutToShow.emit()
+    names = [a.text() for a in menu.actions() if not a.isSeparator()]
+    assert names == ["Qwen2.5-Coder-1.5B-Instruct", "small", "No Draft", "Choose Folder…"]
+    menu.actions()[1].trigger()
+    assert bar.draft() == str(cached)
+    assert bar.draft_edit.text() == "mlx-community/Qwen2.5-0.5B-4bit"  # a Hub cache's repo id
+    with qtbot.waitSignal(bar.load_requested) as blocker:
+        bar.request_load()
+    assert blocker.args == [str(folder), str(cached)]

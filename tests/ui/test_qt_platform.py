@@ -69,3 +69,28 @@ def test_tandem_prints_the_line_instead_of_starting_qt(
         "Tandem needs the X11/xcb libraries: sudo apt install libxcb-cursor0 "
         "(libxcb-cursor.so.0 is missing)"
     ]
+
+
+def test_every_missing_x11_library_is_named_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ldd = bin_dir / "ldd"  # what ldd says of a plugin with three libraries missing
+    ldd.write_text(
+        "#!/bin/sh\n"
+        "printf '\\tlibQt6XcbQpa.so.6 => /qt/lib/libQt6XcbQpa.so.6 (0x1)\\n'\n"
+        "printf '\\tlibxcb-cursor.so.0 => not found\\n'\n"
+        "printf '\\tlibxkbcommon-x11.so.0 => not found\\n'\n"
+        "printf '\\tlibxcb-icccm.so.4 => not found\\n'\n"
+    )
+    ldd.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert platform_problem(_refuse, lambda: _plugin(tmp_path)) == (
+        "Tandem needs the X11/xcb libraries: sudo apt install libxcb-cursor0 "
+        "libxkbcommon-x11-0 libxcb-icccm4 (libxcb-cursor.so.0, libxkbcommon-x11.so.0, "
+        "libxcb-icccm.so.4 are missing)"
+    )

@@ -72,13 +72,17 @@ def test_server_fields_come_back_and_the_key_goes_to_the_keychain(
     dialog.server_check.setChecked(True)
     dialog.server_host.setText("0.0.0.0")
     dialog.server_port.setValue(9001)
-    dialog.server_key.setText("sekret")
+    dialog.server_key.setText("sekret")  # too short to guard a server beyond this Mac
+    with qtbot.assertNotEmitted(dialog.settings_changed):
+        _click_ok(dialog)
+    assert "16 characters" in dialog.error_label.text()
+    dialog.server_key.setText("sekret-sekret-sekret")
     with qtbot.waitSignal(dialog.settings_changed) as blocker:
         _click_ok(dialog)
     s: Settings = blocker.args[0]
     assert (s.server_enabled, s.server_host, s.server_port) == (True, "0.0.0.0", 9001)
-    assert memory_keyring.items == {("Tandem", "server-api-key"): "sekret"}
-    assert api_key.get_api_key() == "sekret"
+    assert memory_keyring.items == {("Tandem", "server-api-key"): "sekret-sekret-sekret"}
+    assert api_key.get_api_key() == "sekret-sekret-sekret"
 
 
 def test_non_loopback_without_a_key_is_refused(

@@ -271,7 +271,7 @@ def test_the_footer_says_a_sweep_runs_while_it_runs(qtbot: QtBot, dialog: TuneDi
 def test_quick_mode_runs_one_prompt_short_with_three_settings(
     qtbot: QtBot, dialog: TuneDialog
 ) -> None:
-    assert dialog.quick_check.text() == "Quick: 1 prompt, 24 tokens, k = 0, 4 and auto"
+    assert dialog.quick_check.text() == "Quick: 1 prompt, 24 tokens, k = 0, 4 and auto up to 4"
     dialog.quick_check.setChecked(True)
     with qtbot.waitSignal(dialog.run_requested) as blocker:
         qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
@@ -285,15 +285,48 @@ def test_the_estimate_follows_the_plain_speed_and_the_mode(qtbot: QtBot) -> None
     full = SweepPlan.full(d.chosen_prompts())
     # Every run decoded plain, warm-up included: the longest it should take.
     assert full.seconds(10.0) == (full.runs * 64 + len(full.ks) * 8) / 10.0
+    # The cost measurement comes first: never timed here yet, it is said, not left out.
     assert d.estimate.text() == (
-        f"{full.runs} runs of up to 64 tokens: about 5 min at most, at 10 tok/s plain decoding."
+        "Measures verifying 1–17 tokens (51 target passes), not yet timed on this machine, "
+        f"then {full.runs} runs of up to 64 tokens: about 5 min at most at 10.0 tok/s plain "
+        "decoding."
     )
     d.quick_check.setChecked(True)
     assert d.estimate.text() == (
-        "3 runs of up to 24 tokens: under a minute at most, at 10 tok/s plain decoding."
+        "Measures verifying 1–7 tokens (21 target passes), not yet timed on this machine, "
+        "then 3 runs of up to 24 tokens: under a minute at most at 10.0 tok/s plain decoding."
     )
+    # Once a sweep measured the costs, they count: 3 passes of each width at its cost.
+    d.show_result(PROFILED)
+    quick = SweepPlan.quick(d.chosen_prompts(), 6)
+    profile = PROFILED.profile
+    assert profile is not None
+    costs = 3 * sum(v or 0.0 for v in profile.verify[:7])
+    assert quick.cost_seconds(profile.verify) == pytest.approx(costs)
+    assert d.estimate.text().startswith("Measures verifying 1–7 tokens (21 target passes), then")
+    assert d.estimate.text().endswith("at 10.0 tok/s plain decoding and the last sweep's costs.")
     d.set_plain_speed(None)
     assert d.estimate.text().endswith("the time shows once the first run is measured.")
+
+
+def test_the_verdict_names_auto_when_it_beats_every_fixed_k(qtbot: QtBot) -> None:
+    from dataclasses import replace
+
+    d = TuneDialog("pair", RECENT, BUILTIN)
+    qtbot.addWidget(d)
+    # Quick on a slow pair: k = 0 beat k = 4, but Auto beat both (1.2 against 0.9 tok/s).
+    points = (
+        CalibrationPoint(0, 0.9, None, None, 24, 27.0),
+        CalibrationPoint(4, 0.8, 0.6, 4.0, 24, 30.0),
+        CalibrationPoint(None, 1.2, 0.8, 2.0, 24, 20.0),
+    )
+    slow = replace(PROFILED, points=points, best_k=0, baseline_tps=0.9, k_max=4, profile=None)
+    d.show_result(slow)
+    assert "Auto is fastest on these prompts: keep Auto on." in d.summary.text()
+    assert "does not pay off" not in d.summary.text()
+    assert "auto: 1.2 tok/s, 1.33× plain" in d.summary.text()
+    # The tok/s axis of a slow pair reads with a decimal, not 0, 1, 1, 2, 2.
+    assert d.charts.tps_axis.labelFormat() == "%.1f"
 
 
 def test_progress_moves_within_a_run_and_says_the_time_left(dialog: TuneDialog) -> None:

@@ -71,7 +71,7 @@ def test_a_quick_sweep_asks_the_engine_for_its_short_plan_with_the_guessed_k(
     flow = TuneFlow(service, _Store(), tmp_path / "calibrations.json", parent)  # type: ignore[arg-type]
     flow.set_pair(PairInfo("/m/target", "/m/draft", "target + draft"))
     dialog = flow.open(parent, guess_k=5, plain_tps=20.0)
-    assert "at 20 tok/s plain decoding" in dialog.estimate.text()
+    assert "at 20.0 tok/s plain decoding" in dialog.estimate.text()
     dialog.quick_check.setChecked(True)
     qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
     prompt = dialog.chosen_prompts()[0]

@@ -35,10 +35,11 @@ from app.hub.gguf_import.files import (
     _refuse_existing,
     _tree_size,
     _write_error,
+    model_folder,
 )
 from app.hub.library import require_space
 
-__all__ = ["ImportCancelled", "ImportProgress", "import_folder", "import_gguf"]
+__all__ = ["ImportCancelled", "ImportProgress", "import_folder", "import_gguf", "model_folder"]
 
 
 def import_gguf(
@@ -75,6 +76,7 @@ def import_gguf(
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    model_folder(out_dir.parent, out_dir.name)  # a plain name: ".." would write elsewhere
     _refuse_existing(out_dir)
     report = progress or (lambda _p: None)
     with _partial_folder(out_dir) as partial:
@@ -86,25 +88,28 @@ def import_gguf(
     return out_dir
 
 
-def import_folder(src: Path, models_dir: Path, *, link: bool = False) -> Path:
-    """Imports an existing MLX model folder into ``models_dir`` under its own name.
+def import_folder(
+    src: Path, models_dir: Path, *, link: bool = False, name: str | None = None
+) -> Path:
+    """Imports an existing MLX model folder into ``models_dir``, under ``name`` or its own.
 
     Args:
         src: The model folder; validated with :func:`read_config` and
             :func:`check_weights` first.
         models_dir: Tandem's model folder.
         link: Symlink to ``src`` instead of copying it (the folder must then stay put).
+        name: The folder name in ``models_dir``; ``src``'s own when omitted.
 
     Returns:
         The new folder (or link) in ``models_dir``.
 
     Raises:
-        ModelError: ``src`` is not a usable model folder, the name is taken, or
-            the copy failed, with a one-line reason.
+        ModelError: ``src`` is not a usable model folder, the name is no plain
+            folder name or is taken, or the copy failed, with a one-line reason.
     """
     src = Path(os.path.abspath(user_path(src)))
+    target = model_folder(models_dir, name if name is not None else src.name)
     check_weights(src, read_config(src))
-    target = Path(models_dir) / src.name
     _refuse_existing(target)
     if link:
         try:

@@ -13,6 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import ModelError, first_line
+from app.files import is_plain_name
+
+
+def model_folder(models_dir: Path, name: str) -> Path:
+    """The folder a model named ``name`` is imported into: in ``models_dir``, never elsewhere.
+
+    Raises:
+        ModelError: ``name`` is not a plain folder name (it has a separator, is
+            absolute, ``.`` or ``..``) or is hidden (the library skips those).
+    """
+    if not is_plain_name(name) or name.startswith("."):
+        raise ModelError(
+            f"the name must be a plain folder name (no '/', not hidden, not '.' or '..'), "
+            f"not {name!r}"
+        )
+    return Path(models_dir) / name
 
 
 def _refuse_existing(target: Path) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QWidget
 
 from app.engine.live import LiveSnapshot
 from app.engine.types import Stats
+from app.ui.statusbar.elided import ElidedLabel
 
 
 def acceptance_text(share: float | None, accepted: int, drafted: int, k: str) -> str:
@@ -28,7 +29,7 @@ def format_live_acceptance(snapshot: LiveSnapshot) -> str:
     return acceptance_text(s.message_acceptance, s.accepted, s.drafted, k)
 
 
-class AcceptanceSegment(QLabel):
+class AcceptanceSegment(ElidedLabel):
     """The reply's acceptance and draft lengths: live while it streams, final once it ended."""
 
     def __init__(self, parent: QWidget | None = None) -> None:

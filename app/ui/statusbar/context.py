@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QWidget
+
+from app.ui.statusbar.elided import ElidedLabel
 
 CONTEXT_WARNING = 0.85  # share of the window past which the segment warns
 
 
-class ContextSegment(QLabel):
+class ContextSegment(ElidedLabel):
     """ "Context 120 / 1,000", amber past :data:`CONTEXT_WARNING`."""
 
     def __init__(self, parent: QWidget | None = None) -> None:

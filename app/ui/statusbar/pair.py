@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QWidget
 
 from app.services import PairInfo
+from app.ui.statusbar.elided import ElidedLabel
 
 NO_PAIR = "No model loaded"
 
 
-class PairSegment(QLabel):
+class PairSegment(ElidedLabel):
     """The loaded pair's name, "No model loaded", or the loading step."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
