@@ -302,6 +302,7 @@ def stream_reply(
     control: DraftControl | None = None,
     *,
     decoder: Decoder | BatchDecoder | None = None,
+    prompt: Sequence[int] | None = None,
 ) -> Iterator[Reading | Chunk | Finished]:
     """Streams the target's reply to ``messages``.
 
@@ -314,7 +315,9 @@ def stream_reply(
     round on. ``decoder`` (from :func:`new_decoder`) holds both KV caches:
     pass the same one for every turn of a conversation to reuse what they hold.
     A :class:`~app.engine.batch.BatchDecoder` instead runs this reply in its
-    batch, its rounds shared with the other replies pulled in turn.
+    batch, its rounds shared with the other replies pulled in turn. ``prompt``
+    is ``messages`` as :func:`prompt_ids` gave them for this pair, when the
+    caller prepared them on its own thread (the engine thread then does not).
 
     Raises:
         PromptTooLongError: The conversation does not fit the target's window.
@@ -325,9 +328,13 @@ def stream_reply(
     start = time.perf_counter()
     tokenizer = pair.target.tokenizer
     window = pair.target.context_length
-    prompt = prompt_ids(tokenizer, messages, window, pair.target.name)
+    given = (
+        list(prompt)
+        if prompt is not None
+        else prompt_ids(tokenizer, messages, window, pair.target.name)
+    )
     # Prompt and reply share the window: the reply stops where it ends.
-    budget = reply_budget(len(prompt), params.max_tokens, window)
+    budget = reply_budget(len(given), params.max_tokens, window)
     capped = budget < params.max_tokens
     if capped:
         params = replace(params, max_tokens=budget)  # no round drafts past the window
@@ -338,7 +345,7 @@ def stream_reply(
     detok.reset()
     if decoder is None:
         decoder = new_decoder(pair)  # a one-off reply: nothing to reuse
-    rounds = decoder.generate(prompt, params, control, cancel, reading=True)
+    rounds = decoder.generate(given, params, control, cancel, reading=True)
     token_ids: list[int] = []
     origins: list[Origin] = []
     drafted = accepted = lookup_accepted = calls = draft_rounds = 0
@@ -403,7 +410,7 @@ def stream_reply(
                 )
                 text, baseline = "".join(pieces), decoder.baseline_tps
                 yield Chunk(
-                    text, tuple(ids), tuple(orig), tuple(pieces), stat, baseline, len(prompt)
+                    text, tuple(ids), tuple(orig), tuple(pieces), stat, baseline, len(given)
                 )
             if reason == "stop":
                 break
@@ -415,7 +422,7 @@ def stream_reply(
         yield Chunk(tail, (), ())
     end = time.perf_counter()
     stats = Stats(
-        prompt_tokens=len(prompt),
+        prompt_tokens=len(given),
         reused_tokens=reused,
         tokens=len(token_ids),
         drafted=drafted,

@@ -119,6 +119,14 @@ class PairInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Prompt:
+    """A conversation's prompt tokens, and the loaded pair they were made for."""
+
+    pair_id: int
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class GenerateRequest:
     request_id: int
     messages: tuple[Message, ...]
@@ -127,6 +135,9 @@ class GenerateRequest:
     # The draft length from the next round on; the UI may change it mid-reply.
     control: DraftControl = field(default_factory=DraftControl, compare=False)
     shared: bool = False  # a server's request: it runs in the shared batch where it can
+    # The messages as prompt_ids gave them for one pair (its ``id``), prepared off the
+    # engine thread; used only while that pair is loaded.
+    prompt: Prompt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +273,11 @@ class ReplyHandle:
 
 
 def reply_kv_bytes(
-    pair: ModelPair, messages: Sequence[Message], max_tokens: int, batched: bool = False
+    pair: ModelPair,
+    messages: Sequence[Message],
+    max_tokens: int,
+    batched: bool = False,
+    prompt_tokens: int | None = None,
 ) -> int:
     """The KV caches one reply may grow to, in both models (0 where it cannot be told).
 
@@ -270,13 +285,18 @@ def reply_kv_bytes(
     more: a round's stacked draft steps copy the draft's, padded, and the
     side-by-side target caches (:mod:`app.engine.side_by_side`) copy the
     target's, padded and :data:`~app.engine.side_by_side.ROOM` columns longer,
-    while the reply's own are given back.
+    while the reply's own are given back. ``prompt_tokens`` counts the
+    prompt where the caller did already.
     """
     target = pair.target
     window = target.context_length
     try:
         # The reply's own bounded rule: a prompt too long for the window is never tokenized whole.
-        prompt = len(prompt_ids(target.tokenizer, messages, window, target.name))
+        prompt = (
+            prompt_tokens
+            if prompt_tokens is not None
+            else len(prompt_ids(target.tokenizer, messages, window, target.name))
+        )
     except Exception:  # the reply itself says what is wrong with its messages
         return 0
     tokens = prompt + reply_budget(prompt, max_tokens, window)
@@ -589,6 +609,8 @@ class EngineWorker(QObject):
             return self._stream_remote(
                 self._remote, request.messages, request.params, request.cancel
             )
+        prompt = self._prompt_of(request)
+        given = {} if prompt is None else {"prompt": prompt}  # the fakes of tests take none
         return self._stream(
             self._pair,
             request.messages,
@@ -596,12 +618,43 @@ class EngineWorker(QObject):
             request.cancel,
             control=request.control,
             decoder=self._batch if shared else self._decoder,
+            **given,
         )
+
+    def _prompt_of(self, request: GenerateRequest) -> tuple[int, ...] | None:
+        """The request's prepared prompt, while the pair it was made for is loaded."""
+        prompt = request.prompt
+        return prompt.ids if prompt is not None and prompt.pair_id == id(self._pair) else None
+
+    def prepare(self, messages: Sequence[Message]) -> Prompt | None:
+        """The prompt of ``messages`` for the loaded pair, made on the calling thread.
+
+        A server's request is tokenized (its template rendered, its length bounded)
+        on a thread of its own, so no request holds up the engine's rounds for
+        others; ``None`` where there is no local pair to prepare it for.
+
+        Raises:
+            PromptTooLongError: It does not fit the target's window.
+            ModelError: A message is not valid text, or the chat template fails.
+        """
+        pair = self._pair
+        if pair is None or pair.target.tokenizer is None:
+            return None
+        target = pair.target
+        ids = prompt_ids(target.tokenizer, messages, target.context_length, target.name)
+        return Prompt(id(pair), tuple(ids))
 
     def _reserve(self, request: GenerateRequest) -> bool:
         """Whether the batch's memory holds this reply's KV caches too; says why not."""
         assert self._pair is not None
-        need = reply_kv_bytes(self._pair, request.messages, request.params.max_tokens, batched=True)
+        prompt = self._prompt_of(request)
+        need = reply_kv_bytes(
+            self._pair,
+            request.messages,
+            request.params.max_tokens,
+            batched=True,
+            prompt_tokens=len(prompt) if prompt is not None else None,
+        )
         if not any(s.shared for s in self._streams):
             self._reserved.clear()
             self._kv_budget = usable_memory_bytes()
@@ -795,22 +848,33 @@ class EngineService(QObject):
         return self._worker.load()
 
     def generate(
-        self, messages: Sequence[Message], params: GenerationParams, *, shared: bool = False
+        self,
+        messages: Sequence[Message],
+        params: GenerationParams,
+        *,
+        shared: bool = False,
+        prompt: Prompt | None = None,
     ) -> ReplyHandle:
         """Starts a reply, or queues it where its lane is full; returns its handle.
 
         Args:
             shared: A server's request: it runs beside others in the shared
                 batch (their target forwards shared) instead of waiting its turn.
+            prompt: ``messages`` as :meth:`prepare` made them, so the engine
+                thread need not.
         """
         control = DraftControl(params.num_draft)
         request = GenerateRequest(
-            next(self._ids), tuple(messages), params, control=control, shared=shared
+            next(self._ids), tuple(messages), params, control=control, shared=shared, prompt=prompt
         )
         self._replies[request.request_id] = request
         self._worker.submit(request)
         self.generate_requested.emit(request)  # wakes the engine thread if it idles
         return ReplyHandle(request)
+
+    def prepare(self, messages: Sequence[Message]) -> Prompt | None:
+        """:meth:`EngineWorker.prepare`, on the calling thread (never the GUI's for long)."""
+        return self._worker.prepare(messages)
 
     def shutdown(self, timeout_ms: int = 30_000) -> bool:
         """Stops every caller's work, releases the models on their thread and joins it."""

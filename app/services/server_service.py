@@ -23,7 +23,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app.engine.generate import PromptTooLongError
 from app.engine.types import GenerationParams, Message
+from app.errors import ModelError
 from app.server.http import (
     BackendUnavailableError,
     Listener,
@@ -141,8 +143,20 @@ class ServerService(QObject):
             raise BackendUnavailableError(NO_MODEL)
         if self._stopping:
             raise BackendUnavailableError(SHUTTING_DOWN)
+        # Rendered, bounded and tokenized on a thread of its own: a long or hostile
+        # prompt holds up neither the engine's rounds for others nor this loop.
+        try:
+            prompt = await asyncio.to_thread(self._engine.prepare, messages)
+        except PromptTooLongError as exc:  # the caller's doing: 400, as OpenAI answers it
+            yield ReplyStarted()
+            yield ReplyFailed(str(exc), 400, "context_length_exceeded")
+            return
+        except ModelError as exc:
+            yield ReplyStarted()
+            yield ReplyFailed(str(exc))
+            return
         queue: asyncio.Queue[Event] = asyncio.Queue()
-        reply = self._engine.generate(messages, params, shared=True)
+        reply = self._engine.generate(messages, params, shared=True, prompt=prompt)
         rid = reply.request_id
         self._queues[rid] = queue
         self._replies[rid] = reply

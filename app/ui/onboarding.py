@@ -97,7 +97,7 @@ class OnboardingView(QWidget):
                 f"License: {licenses}. {pair.note}"
             )
             if pair.command:
-                detail += "\nRun this in a terminal in Tandem's folder, then open Models…:"
+                detail += "\nRun this in a terminal in Tandem's source folder, then open Models…:"
                 self.command_label.setText(pair.command)
                 self.download_button.hide()
             self.pair_detail.setText(detail)

@@ -67,3 +67,52 @@ def test_a_reply_the_memory_cannot_hold_beside_the_running_one_is_answered_429(
     assert rest.endswith("data: [DONE]") and '"error"' not in rest  # and ends whole
     last = json.loads(rest.split("data: ")[-2])
     assert last["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_a_servers_prompt_is_made_off_the_engine_thread_and_read_once(
+    qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from app.engine.generate import stream_reply
+
+    made_on: list[int] = []  # the threads prompts were made on
+    engine_threads: set[int] = set()
+    original = es.prompt_ids
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        made_on.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    def stream(*args, **kwargs):  # type: ignore[no-untyped-def]
+        engine_threads.add(threading.get_ident())
+        return stream_reply(*args, **kwargs)
+
+    monkeypatch.setattr(es, "prompt_ids", recording)
+    monkeypatch.setattr("app.engine.generate.prompt_ids", recording)
+    engine = make_service(es.EngineWorker(stream=stream))
+    server = ServerService(engine)
+    _loaded(qtbot, engine, str(tiny.target), str(tiny.copy))
+    loop = qasync.QEventLoop(QApplication.instance())
+
+    async def run() -> tuple[dict[str, object], dict[str, object]]:
+        url = await server.start(ServerConfig("127.0.0.1", 0, None, ()))
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+                ok = await client.post("/chat/completions", json=_body(16, False))
+                long = {"messages": [{"role": "user", "content": "word " * 400_000}]}
+                refused = await client.post("/chat/completions", json=long)
+                return ok.json(), {"status": refused.status_code, **refused.json()}
+        finally:
+            await server.stop()
+
+    with loop:
+        ok, refused = loop.run_until_complete(run())
+    # One prompt made per request, neither on the engine thread (where others' rounds
+    # would wait for it) nor on the GUI's.
+    assert len(made_on) == 2 and engine_threads
+    assert not set(made_on) & (engine_threads | {threading.main_thread().ident})
+    assert ok["usage"]["completion_tokens"] == 16  # type: ignore[index]
+    error = refused["error"]
+    assert refused["status"] == 400 and isinstance(error, dict)
+    assert error["code"] == "context_length_exceeded"

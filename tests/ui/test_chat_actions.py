@@ -92,9 +92,7 @@ def test_export_to_an_unwritable_place_says_why(qtbot: QtBot, chat, tmp_path: Pa
     assert chat.error_banner.text().startswith("Could not export to x.md")
 
 
-def test_the_system_prompt_leads_the_history(
-    qtbot: QtBot, chat, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_system_prompt_leads_the_history(qtbot: QtBot, chat) -> None:
     _send(qtbot, chat, "First")
     actions = {a.text(): a for a in chat.menus.chat_actions}  # File menu and list menu
     actions["S&ystem Prompt…"].trigger()

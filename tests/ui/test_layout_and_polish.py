@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QPlainTextEdit
 from pytestqt.qtbot import QtBot
@@ -62,7 +63,16 @@ def test_time_and_duration_columns_fit_rows_added_while_the_panel_is_open(
 def test_the_system_prompt_editor_wraps_long_text(qtbot: QtBot, make_window) -> None:  # type: ignore[no-untyped-def]
     window = make_window()
     actions = {a.text(): a for a in window.menus.chat_actions}
-    actions["S&ystem Prompt…"].trigger()
+    blocking = [True]
+
+    def close_a_blocking_dialog() -> None:  # a dialog run by exec() would hang the test
+        modal = QApplication.activeModalWidget()
+        if blocking[0] and modal is not None:
+            modal.close()
+
+    QTimer.singleShot(0, close_a_blocking_dialog)
+    actions["S&ystem Prompt…"].trigger()  # opens the dialog and returns
+    blocking[0] = False
     dialog = window.findChild(QInputDialog)
     assert dialog is not None and dialog.isVisible()
     prompt = "Answer briefly, " * 40

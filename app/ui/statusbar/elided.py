@@ -6,18 +6,23 @@ from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QHelpEvent, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QLabel, QSizePolicy, QToolTip, QWidget
 
-_MIN_TEXT = "Xx…"  # the narrowest a segment with text gets: a hint of what it says
-
 
 class ElidedLabel(QLabel):
-    """A plain-text label that asks for its whole text but makes do with a few letters.
+    """A plain-text label that asks for its whole text but makes do with its first letters.
 
     ``text()`` stays whole; only the painted text is elided, and the tooltip then
     shows it whole above the label's own tooltip.
+
+    Args:
+        text: The text.
+        parent: The parent widget.
+        keep: Letters shown however narrow the window: a segment that matters more
+            keeps more of its text, the others shrink first.
     """
 
-    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+    def __init__(self, text: str = "", parent: QWidget | None = None, keep: int = 2) -> None:
         super().__init__(text, parent)
+        self._keep = keep
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
@@ -27,7 +32,8 @@ class ElidedLabel(QLabel):
         if not self.text():
             return QSize(0, hint.height())
         margins = hint.width() - self.fontMetrics().horizontalAdvance(self.text())
-        narrow = self.fontMetrics().horizontalAdvance(_MIN_TEXT) + max(margins, 0)
+        shown = self.text()[: self._keep] + "…"
+        narrow = self.fontMetrics().horizontalAdvance(shown) + max(margins, 0)
         return QSize(min(hint.width(), narrow), hint.height())
 
     def is_elided(self) -> bool:

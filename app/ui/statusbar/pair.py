@@ -14,7 +14,7 @@ class PairSegment(ElidedLabel):
     """The loaded pair's name, "No model loaded", or the loading step."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(NO_PAIR, parent)
+        super().__init__(NO_PAIR, parent, keep=24)  # the pair matters most: it shrinks last
 
     def show_pair(self, pair: PairInfo | None) -> None:
         """Names the loaded pair; ``None``: none is loaded."""
