@@ -530,14 +530,11 @@ def _models_command(args: argparse.Namespace) -> int:
     from app.hub import default_models_dir, delete_model, human_count, human_size, scan_library
 
     if args.models_command == "demo":
-        import platformdirs
-
         from app.errors import ModelError
-        from app.hub.demo import install_demo_pair
+        from app.hub.demo import demo_cache_dir, install_demo_pair
 
-        cache = Path(platformdirs.user_cache_dir("Tandem", appauthor=False)) / "demo"
         try:
-            folders = install_demo_pair(default_models_dir(), cache)
+            folders = install_demo_pair(default_models_dir(), demo_cache_dir())
         except ModelError as exc:
             print(f"tandem: {exc}", file=sys.stderr)
             return 1

@@ -36,7 +36,7 @@ class CatalogPair:
         memory_gb: Approximate memory both need at 8,192 tokens of context, in GB.
         licenses: The target's and the draft's license.
         note: A short note for the user.
-        command: The shell command that installs a pair the Hub does not serve
+        command: The shell command that installs, headless, a pair the Hub does not serve
             (:data:`DEMO`); ``""`` for Hub pairs, which the app downloads.
     """
 
@@ -50,7 +50,7 @@ class CatalogPair:
     command: str = ""
 
 
-DEMO_COMMAND = "make demo-models"  # or `tandem models demo`: see app/hub/demo.py
+DEMO_COMMAND = "tandem models demo"  # `make demo-models` in the source folder
 # The float32 demo pair, for MLX on a CPU, where 4-bit and float16 weights are slow
 # (README). Memory: float32 weights of both (the GGUFs' lm_heads are untied, about
 # 9.6 GB) plus float32 KV caches at 8,192 tokens (1.2 GB), plus 10% overhead.

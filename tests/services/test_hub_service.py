@@ -158,3 +158,26 @@ def test_exit_is_clean_after_a_requantizing_import(tiny: TinyModels, tmp_path: P
     assert done.returncode == 0, out
     assert "imported" in out and "joined True" in out
     assert "terminate called" not in out
+
+
+def test_a_demo_model_installs_on_the_hub_thread_and_says_its_steps(
+    qtbot: QtBot, hub: HubService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.hub import demo
+
+    ran_on: list[int] = []
+
+    def install(model, models_dir, cache_dir, log):  # type: ignore[no-untyped-def]
+        ran_on.append(threading.get_ident())
+        log(f"{model.name}: downloading 6 packages from PyPI")  # no network in tests
+        return models_dir / f"{model.name}-f32"
+
+    monkeypatch.setattr(demo, "install_demo_model", install)
+    steps: list[str] = []
+    hub.progressed.connect(lambda p: steps.append(p.text))
+    name = demo.DEMO_PAIR[1].name
+    with qtbot.waitSignal(hub.finished, timeout=10_000) as blocker:
+        hub.start("demo", name, tmp_path / "models")
+    assert Path(blocker.args[0].path) == tmp_path / "models" / f"{name}-f32"
+    assert steps == [f"{name}: downloading 6 packages from PyPI"]
+    assert ran_on and ran_on[0] != threading.main_thread().ident

@@ -91,14 +91,22 @@ def test_mlx_on_a_cpu_is_offered_the_float32_demo_pair_not_a_4bit_one(
 ) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(fit, "usable_memory_bytes", lambda total=None, **_: 32 * GB)
     monkeypatch.setattr(catalog, "mlx_runs_on_gpu", lambda: False)
-    view = make_window().onboarding
+    from tests.ui.conftest import FakeHub
+
+    window = make_window()
+    view = window.onboarding
     assert view is not None and view.pair == catalog.DEMO
     assert "float32" in view.pair_title.text()
     assert "qwen2.5-coder-1.5b-instruct" in view.pair_detail.text()
-    assert view.command_label.isVisible() and view.command_label.text() == "make demo-models"
-    assert not view.download_button.isVisible()
+    assert view.command_label.isVisible() and view.command_label.text() == "tandem models demo"
     view.copy_command_button.click()
-    assert QGuiApplication.clipboard().text() == "make demo-models"
+    assert QGuiApplication.clipboard().text() == "tandem models demo"
+    # One click installs it, as the command does, on the hub's thread.
+    hub = FakeHub()
+    window.pair_loading.set_hub(hub)  # type: ignore[arg-type]
+    assert view.download_button.isVisible() and view.download_button.text() == "Install Both"
+    view.download_button.click()
+    assert hub.started == [("demo", catalog.DEMO.target, None), ("demo", catalog.DEMO.draft, None)]
 
 
 def test_mlx_on_a_gpu_keeps_the_hub_pairs() -> None:
