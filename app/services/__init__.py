@@ -34,6 +34,7 @@ from app.services.hub_service import (
     HubSearchResult,
     HubService,
 )
+from app.services.library_scan import LibraryScan, LibraryScanner
 from app.services.store_events import StoreEvents
 
 __all__ = [
@@ -51,6 +52,8 @@ __all__ = [
     "HubResult",
     "HubSearchResult",
     "HubService",
+    "LibraryScan",
+    "LibraryScanner",
     "LoadProgress",
     "LoadRequest",
     "PairInfo",

@@ -253,6 +253,8 @@ class MainWindow(QMainWindow):
             self.chats.select_row(0)
         if self._settings.server_enabled:
             QTimer.singleShot(0, self.apply_server_settings)  # once the event loop runs
+        # The library is scanned off the GUI thread: until the first scan lands it looks
+        # empty, and a library with models then closes the first-run view again.
         if not self.model_bar.target() and not self.pair_loading.library():
             self.show_onboarding()
         self.pair_loading.update_library_prompt()

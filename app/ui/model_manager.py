@@ -34,13 +34,12 @@ from app.hub import (
     delete_model,
     human_count,
     human_size,
-    inspect_model,
     refusal,
-    scan_library,
 )
 from app.hub.catalog import catalog_drafts, installed, load_catalog, suggest_drafts
-from app.remote import target_name
+from app.remote import is_remote_target, target_name
 from app.services.hub_service import HubService
+from app.services.library_scan import LibraryScan, LibraryScanner
 from app.ui.empty_hint import HintTableView
 from app.ui.hub_downloads import HubPanel
 from app.ui.memory_bar import MemoryBar
@@ -52,6 +51,7 @@ DraftRole = Qt.ItemDataRole.UserRole + 2  # ("local", path) or ("catalog", repo 
 
 NO_MODELS_HINT = "No models yet: search the Hub below and Download, or Import GGUF…"
 NO_HUB_HINT = "No models yet: put MLX model folders in Tandem's models folder"
+SCANNING_HINT = "Scanning…"
 
 
 def quantization_text(m: ModelInfo) -> str:
@@ -138,7 +138,7 @@ class ModelManagerDialog(QDialog):
         self.library = ModelLibraryModel(self)
         self.table = HintTableView()
         self.table.setModel(self.library)
-        self.table.set_empty_hint(NO_MODELS_HINT if hub is not None else NO_HUB_HINT)
+        self._empty_hint = NO_MODELS_HINT if hub is not None else NO_HUB_HINT
         self.table.setAccessibleName("Model library")
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -162,6 +162,10 @@ class ModelManagerDialog(QDialog):
         self.use_draft_button.setEnabled(False)
         self.use_draft_button.clicked.connect(self._on_use_draft_clicked)
         self._library: list[ModelInfo] = []
+        self._others: list[ModelInfo] = []  # a target outside the library, described too
+        # Reading every model's headers can take a while: never on the GUI thread.
+        self._scanner = LibraryScanner(self)
+        self._scanner.scanned.connect(self._on_library_scanned)
         self.target_button = QPushButton("Use as Target")
         self.draft_button = QPushButton("Use as Draft")
         self.no_draft_button = QPushButton("No Draft")
@@ -214,9 +218,31 @@ class ModelManagerDialog(QDialog):
 
     @Slot()
     def refresh(self) -> None:
-        self._library = scan_library(self._models_dir, self._hf_cache_dir)
-        self.library.set_models(self._library)
+        """Rescans the library off the GUI thread; the list says so until the scan lands."""
+        self._library = []
+        self.library.set_models([])
+        self.table.set_empty_hint(SCANNING_HINT)
+        self._on_selection_changed()
+        local = bool(self.target) and not is_remote_target(self.target)
+        self._scanner.scan(
+            self._models_dir, self._hf_cache_dir, (Path(self.target),) if local else ()
+        )
         self._update_drafts()
+
+    @Slot(object)
+    def _on_library_scanned(self, scan: LibraryScan) -> None:
+        self._library = list(scan.models)
+        self._others = list(scan.others)
+        self.library.set_models(self._library)
+        hint = f"Could not read the library: {scan.error}" if scan.error else self._empty_hint
+        self.table.set_empty_hint(hint)
+        self._on_selection_changed()
+        self._update_drafts()
+
+    @property
+    def scanning(self) -> bool:
+        """Whether the list waits for a scan of the library."""
+        return self._scanner.scanning
 
     def selected(self) -> ModelInfo | None:
         rows = self.table.selectionModel().selectedRows()
@@ -240,14 +266,17 @@ class ModelManagerDialog(QDialog):
     def _target_info(self) -> ModelInfo | None:
         if not self.target:
             return None
-        for info in self._library:
+        for info in (*self._library, *self._others):
             if str(info.path) == self.target:
                 return info
-        return inspect_model(Path(self.target))
+        return None  # not scanned yet, or remote: the scan describes local targets
 
     def _update_drafts(self) -> None:
         """Lists the library's compatible drafts, then the catalog's to download."""
         self.draft_list.clear()
+        if self._scanner.scanning:
+            self.drafts_label.setText("Compatible drafts: scanning the library…")
+            return
         target = self._target_info()
         if target is None or not target.usable:
             self.drafts_label.setText("Compatible drafts: choose a target first")

@@ -12,7 +12,14 @@ from PySide6.QtWidgets import QWidget
 
 from app.errors import ModelError
 from app.remote import is_remote_target, target_name
-from app.services import EngineFailure, HubService, LoadProgress, PairInfo
+from app.services import (
+    EngineFailure,
+    HubService,
+    LibraryScan,
+    LibraryScanner,
+    LoadProgress,
+    PairInfo,
+)
 from app.store import pair_key
 from app.ui.model_manager import ModelManagerDialog
 from app.ui.onboarding import OnboardingView
@@ -106,6 +113,10 @@ class PairLoading(QObject):
         self._window = parent
         self._hub: HubService | None = None
         self._pair: PairInfo | None = None
+        # The library is scanned off the GUI thread; library() answers from the last scan.
+        self._scanner = LibraryScanner(self)
+        self._scanner.scanned.connect(self._on_library_scanned)
+        self._first_scan = True
         model_bar.load_requested.connect(self._on_load_requested)
         model_bar.models_requested.connect(self._on_models_requested)
         onboarding_flow.pair_ready.connect(self._on_pair_chosen)
@@ -134,7 +145,8 @@ class PairLoading(QObject):
         self._hub = hub
 
     def shutdown(self) -> None:
-        """Stops the downloads and imports thread, if it was ever started."""
+        """Stops the downloads and imports thread, if it was ever started, and the scans."""
+        self._scanner.stop()
         if self._hub is not None:
             self._hub.shutdown()
 
@@ -145,18 +157,46 @@ class PairLoading(QObject):
         return self._models_dir or default_models_dir()
 
     def library(self) -> list[ModelInfo]:
-        """The library's usable models."""
-        from app.hub import scan_library
+        """The library's usable models as last scanned (none before the first scan ends).
 
-        try:
-            return [m for m in scan_library(self.models_dir()) if m.usable]
-        except OSError:
-            return []
+        Asks for a fresh scan too, which updates the library prompt once it lands.
+        """
+        self._scanner.scan(self.models_dir())
+        return self._scanned_library()
+
+    def _scanned_library(self) -> list[ModelInfo]:
+        scan = self._scanner.latest
+        return list(scan.usable) if scan is not None else []
 
     def update_library_prompt(self) -> None:
-        """Offers the library's pairs while nothing is loaded or loading, else hides them."""
+        """Offers the library's pairs while nothing is loaded or loading, else hides them.
+
+        Rescans the library unless a scan is on its way; the prompt follows it when it lands.
+        """
+        if not self._scanner.scanning:  # at startup library() has just asked for one
+            self._scanner.scan(self.models_dir())
+        self._show_library_prompt()
+
+    @Slot(object)
+    def _on_library_scanned(self, _scan: LibraryScan) -> None:
+        first, self._first_scan = self._first_scan, False
+        view = self._onboarding_flow.view
+        # Before the first scan the library looked empty, so the first-run view may
+        # have opened; a library with models closes it unless it is busy already.
+        if (
+            first
+            and view is not None
+            and view.models_button.isEnabled()
+            and self._scanned_library()
+            and self._pair is None
+            and not self._model_bar.is_loading()
+        ):
+            self._onboarding_flow.close()
+        self._show_library_prompt()
+
+    def _show_library_prompt(self) -> None:
         idle = self._pair is None and not self._model_bar.is_loading()
-        library = self.library() if idle and self._onboarding_flow.view is None else []
+        library = self._scanned_library() if idle and self._onboarding_flow.view is None else []
         if not library:
             self._library_prompt.hide()
             return

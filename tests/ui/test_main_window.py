@@ -97,7 +97,7 @@ def test_ctrl_return_sends(qtbot: QtBot, make_window, tiny: TinyModels) -> None:
 
 def test_sending_without_a_model_explains(qtbot: QtBot, make_window, tiny: TinyModels) -> None:
     window = make_window(library=(tiny.target,))  # models, but none loaded
-    assert window.onboarding is None
+    qtbot.waitUntil(lambda: window.onboarding is None, timeout=10_000)  # once scanned
     window.composer.editor.setPlainText("Hello")
     qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
     assert window.error_banner.isVisible()
@@ -228,6 +228,7 @@ def test_model_manager_loads_the_chosen_pair(
     shutil.copytree(tiny.target, models / "tiny-llama")
     dialog = window.open_model_manager()
     assert dialog.isVisible()
+    qtbot.waitUntil(lambda: not dialog.scanning, timeout=10_000)
     dialog.table.selectRow(0)
     qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
     with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):
@@ -236,6 +237,7 @@ def test_model_manager_loads_the_chosen_pair(
     assert window.status.pair.text() == "tiny-llama"
     # Chosen again, the loaded target is in memory already: its memory bar counts it once.
     again = window.open_model_manager()
+    qtbot.waitUntil(lambda: not again.scanning, timeout=10_000)
     again.table.selectRow(0)
     qtbot.mouseClick(again.target_button, Qt.MouseButton.LeftButton)
     fit = again.memory_bar.fit

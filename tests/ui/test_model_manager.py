@@ -24,11 +24,17 @@ def library(tiny: TinyModels, small_draft: Path, tmp_path: Path) -> Path:
     return models
 
 
+def _scanned(qtbot: QtBot, dialog: ModelManagerDialog) -> ModelManagerDialog:
+    """Waits for the library scan, which runs off the GUI thread, to fill the list."""
+    qtbot.waitUntil(lambda: not dialog.scanning, timeout=10_000)
+    return dialog
+
+
 def _dialog(qtbot: QtBot, models: Path, tmp_path: Path) -> ModelManagerDialog:
     dialog = ModelManagerDialog(models, hf_cache_dir=tmp_path / "hf")
     qtbot.addWidget(dialog)
     dialog.show()
-    return dialog
+    return _scanned(qtbot, dialog)
 
 
 def _info(dialog: ModelManagerDialog, row: int) -> ModelInfo:
@@ -97,7 +103,7 @@ def test_delete_asks_and_says_what_it_frees(
     monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
     qtbot.mouseClick(dialog.delete_button, Qt.MouseButton.LeftButton)
     assert not (library / "tiny-foreign").exists()
-    assert dialog.library.rowCount() == 3
+    assert _scanned(qtbot, dialog).library.rowCount() == 3
 
 
 def test_import_adds_the_model_to_the_list(
@@ -120,6 +126,7 @@ def test_import_adds_the_model_to_the_list(
             )
         assert not dialog.hub_panel.progress.isVisible()
         assert dialog.hub_panel.progress_label.text() == "Added tiny"
+        _scanned(qtbot, dialog)
         names = [_info(dialog, r).name for r in range(dialog.library.rowCount())]
         assert "tiny" in names
     finally:
@@ -244,7 +251,7 @@ def _hub_dialog(qtbot: QtBot, library: Path, tmp_path: Path):  # type: ignore[no
     dialog = ModelManagerDialog(library, hf_cache_dir=tmp_path / "hf", hub=hub)  # type: ignore[arg-type]
     qtbot.addWidget(dialog)
     dialog.show()
-    return dialog, hub
+    return _scanned(qtbot, dialog), hub
 
 
 def test_search_lists_repos_and_downloads_the_chosen_one(
@@ -372,7 +379,7 @@ def test_the_memory_bar_counts_the_loaded_pair_and_a_model_kept_once(
     dialog = ModelManagerDialog(library, hf_cache_dir=tmp_path / "hf", loaded=loaded)
     qtbot.addWidget(dialog)
     dialog.show()
-    _select(dialog, "tiny-llama")
+    _select(_scanned(qtbot, dialog), "tiny-llama")
     qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
     fit = dialog.memory_bar.fit
     assert fit is not None

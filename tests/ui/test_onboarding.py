@@ -159,7 +159,8 @@ def test_a_library_with_models_skips_the_first_run_view(
             store, service, SettingsFile(tmp_path / "s.json"), models_dir=tmp_path / "models"
         )
         qtbot.addWidget(w)
-        assert w.onboarding is None and w.pages.count() == 1
+        # The library is scanned off the GUI thread; once it lands, the view goes.
+        qtbot.waitUntil(lambda: w.onboarding is None and w.pages.count() == 1, timeout=10_000)
     finally:
         assert service.shutdown()
         store.close()
@@ -220,6 +221,7 @@ def test_a_library_with_nothing_loaded_offers_the_last_and_the_recommended_pair(
 ) -> None:
     window = _library_window(make_window, monkeypatch, tmp_path, tiny, (tiny.target, None))
     prompt = window.library_prompt
+    qtbot.waitUntil(prompt.isVisible, timeout=10_000)  # once the library scan lands
     assert window.onboarding is None and prompt.isVisible()
     assert "Your library has 2 models" in prompt.detail.text()
     assert prompt.last_button.text() == "Load Last Pair: tiny-llama"
@@ -238,6 +240,7 @@ def test_the_last_pair_loads_with_one_click_and_is_not_offered_twice(
 ) -> None:
     window = _library_window(make_window, monkeypatch, tmp_path, tiny, (tiny.target, tiny.draft))
     prompt = window.library_prompt
+    qtbot.waitUntil(prompt.isVisible, timeout=10_000)  # once the library scan lands
     assert prompt.last_button.isVisible() and not prompt.recommended_button.isVisible()
     with qtbot.waitSignal(window.service.pair_loaded, timeout=5_000):
         qtbot.mouseClick(prompt.last_button, Qt.MouseButton.LeftButton)

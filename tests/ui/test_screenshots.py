@@ -396,6 +396,7 @@ def test_empty_states_and_server_switch_screenshots(
         models.mkdir(exist_ok=True)
         dialog = ModelManagerDialog(models, hf_cache_dir=tmp_path / "hf", hub=FakeHub())  # type: ignore[arg-type]
         qtbot.addWidget(dialog)
+        qtbot.waitUntil(lambda: not dialog.scanning, timeout=5_000)  # scanned off the GUI thread
         _grab(dialog, f"models-empty-{mode}")
         assert dialog.table.empty_hint().startswith("No models yet")
         panel = ServerPanel()
@@ -447,6 +448,7 @@ def test_library_prompt_screenshots(
         window.resize(1000, 620)
         window.composer.editor.setPlainText("Hello")
         window.show()
+        qtbot.waitUntil(window.library_prompt.isVisible, timeout=5_000)  # once scanned
         window.composer.send_button.click()
         assert window.library_prompt.isVisible() and window.error_banner.isVisible()
         _grab(window, f"library-prompt-{mode}")
@@ -540,3 +542,32 @@ def test_edit_in_place_screenshots(qtbot: QtBot, mode: str) -> None:
         answer = view.cursorRect(view.document().find("A small model drafts")).top()
         assert view.editor.geometry().bottom() < answer  # the reply shows below the editor
         assert _colours(image) > 8
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_waiting_beside_the_server_screenshots(qtbot: QtBot, tmp_path: Path, mode: str) -> None:
+    """The window's message sent while the server's replies fill the batch: it waits, visibly."""
+    from app.engine.types import GenerationParams, Message
+    from tests.fakes import _scripted
+
+    with _palette(mode):
+        store = Store(tmp_path / "chats.sqlite3")
+        worker = EngineWorker(load=_fake_load, stream=_scripted(300, delay=0.01), max_batch=1)
+        service = EngineService(worker)
+        window = MainWindow(store, service, SettingsFile(tmp_path / "s.json"), models_dir=tmp_path)
+        qtbot.addWidget(window)
+        window.resize(1100, 720)
+        window.show()
+        _load(qtbot, window, "/models/Qwen2.5-7B-Instruct-4bit", "/models/Qwen2.5-0.5B-4bit")
+        with qtbot.waitSignal(service.tokens_generated, timeout=5_000):
+            service.generate([Message("user", "Hi")], GenerationParams(), shared=True)
+        window.composer.editor.setPlainText("And a haiku about lighthouses, please.")
+        with qtbot.waitSignal(window.chat.waiting, timeout=5_000):
+            window.composer.send_button.click()
+        _grab(window, f"waiting-for-the-server-{mode}")
+        assert "Waiting for a place" in window.transcript.toPlainText()
+        assert window.width() == 1100
+        window.close()
+        assert service.shutdown()
+        QApplication.sendPostedEvents()  # the stopped replies' ends, saved before closing
+        store.close()
