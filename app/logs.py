@@ -58,9 +58,17 @@ def debug_logging() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip() == "1"
 
 
+# Characters of chat text a debug log record keeps: a client's megabytes never reach the log.
+LOG_TEXT_MAX = 2_000
+
+
 def private(text: str) -> str:
-    """Chat text as a log record may hold it: itself in debug logging, else only its length."""
-    return text if debug_logging() else f"<{len(text)} characters>"
+    """Chat text as a log record may hold it: its start in debug logging, else only its length."""
+    if not debug_logging():
+        return f"<{len(text)} characters>"
+    if len(text) <= LOG_TEXT_MAX:
+        return text
+    return f"{text[:LOG_TEXT_MAX]}… <{len(text)} characters>"
 
 
 def hide_secret(secret: str | None) -> None:

@@ -117,6 +117,16 @@ def test_chat_text_is_logged_only_in_debug_logging(
         logs.stop_logging()
 
 
+def test_a_clients_megabytes_reach_even_a_debug_log_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(logs.DEBUG_ENV, "1")
+    flood = "x" * 4_000_000
+    kept = logs.private(flood)
+    assert kept.startswith("x" * logs.LOG_TEXT_MAX) and kept.endswith("… <4000000 characters>")
+    assert len(kept) < logs.LOG_TEXT_MAX + 40
+
+
 def test_setup_restores_the_root_level_when_stopped(tmp_path: Path) -> None:
     root = logging.getLogger()
     level = root.level

@@ -22,7 +22,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from app.engine.types import GenerationParams, Message
-from app.logs import BurstFilter, debug_logging, hide_secret
+from app.logs import BurstFilter, debug_logging, hide_secret, private
 from app.server.protocol import (
     DONE,
     ChunkStream,
@@ -303,7 +303,7 @@ def create_app(
             req = parse_chat_request(body, models, defaults())
         except RequestError as exc:
             return _error(exc)
-        request[PROMPT_KEY] = req.messages[-1].content if debug_logging() else ""
+        request[PROMPT_KEY] = private(req.messages[-1].content) if debug_logging() else ""
         events = backend.generate(req.messages, req.params)
         # Closing the events, as this block does however it ends (a client gone
         # while waiting or streaming, a failed write), stops this request's
