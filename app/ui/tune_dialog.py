@@ -144,6 +144,7 @@ class TuneDialog(QDialog):
         )
         self.quick_check.setToolTip("For a slow machine: a rough answer in a fraction of the time")
         self.estimate = QLabel()
+        self.estimate.setWordWrap(True)  # a long estimate never widens the dialog
         self.estimate.setAccessibleName("How long the sweep takes")
         self.prompt_combo.currentIndexChanged.connect(self._on_current_index_changed)
         self.quick_check.toggled.connect(self._on_toggled)
