@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, QThreadPool, Signal, Slot
 
 from app.engine.batch import BatchDecoder, BatchStats
 from app.engine.costs import ProfileStore
@@ -626,12 +626,17 @@ class EngineWorker(QObject):
         prompt = request.prompt
         return prompt.ids if prompt is not None and prompt.pair_id == id(self._pair) else None
 
+    def can_prepare(self) -> bool:
+        """Whether a local pair with a tokenizer is loaded, to prepare prompts for."""
+        pair = self._pair
+        return pair is not None and pair.target.tokenizer is not None
+
     def prepare(self, messages: Sequence[Message]) -> Prompt | None:
         """The prompt of ``messages`` for the loaded pair, made on the calling thread.
 
-        A server's request is tokenized (its template rendered, its length bounded)
-        on a thread of its own, so no request holds up the engine's rounds for
-        others; ``None`` where there is no local pair to prepare it for.
+        Every request is tokenized (its template rendered, its length bounded)
+        on a thread other than the engine's, so no request holds up the engine's
+        rounds for others; ``None`` where there is no local pair to prepare it for.
 
         Raises:
             PromptTooLongError: It does not fit the target's window.
@@ -794,6 +799,9 @@ class EngineService(QObject):
         # Requests sent and not yet ended, queued or running, in the order sent.
         self._replies: dict[int, GenerateRequest] = {}
         self._calibrations: dict[int, CalibrateRequest] = {}
+        # Prompts made off the engine thread, one at a time so replies keep their order.
+        self._preparing = QThreadPool(self)
+        self._preparing.setMaxThreadCount(1)
         self._thread = QThread()
         self._thread.setObjectName("tandem-engine")
         self._worker = worker or EngineWorker()
@@ -868,9 +876,27 @@ class EngineService(QObject):
             next(self._ids), tuple(messages), params, control=control, shared=shared, prompt=prompt
         )
         self._replies[request.request_id] = request
+        if prompt is None and self._worker.can_prepare():
+            # The window's prompt is made on a pool thread, as the server's are on theirs.
+            self._preparing.start(lambda: self._submit(self._prepared(request)))
+        else:
+            self._submit(request)
+        return ReplyHandle(request)
+
+    def _prepared(self, request: GenerateRequest) -> GenerateRequest:
+        """``request`` with its prompt made here; as it was where that fails (the
+        engine then says why, as for any reply)."""
+        if request.cancel.is_set():
+            return request
+        try:
+            return replace(request, prompt=self._worker.prepare(request.messages))
+        except Exception:
+            return request
+
+    def _submit(self, request: GenerateRequest) -> None:
+        """Hands ``request`` to the engine, from any thread."""
         self._worker.submit(request)
         self.generate_requested.emit(request)  # wakes the engine thread if it idles
-        return ReplyHandle(request)
 
     def prepare(self, messages: Sequence[Message]) -> Prompt | None:
         """:meth:`EngineWorker.prepare`, on the calling thread (never the GUI's for long)."""
@@ -882,6 +908,7 @@ class EngineService(QObject):
             return True
         for reply in self._replies.values():
             reply.cancel.set()
+        self._preparing.waitForDone(timeout_ms)  # none submits after the engine stops
         for calibration in self._calibrations.values():
             calibration.cancel.set()
         self.shutdown_requested.emit()

@@ -394,9 +394,11 @@ def test_a_loaded_pair_keeps_its_cost_profile_in_the_given_data_folder(
     store.put(str(tiny.target), str(tiny.noisy), stored)
     seen: list[CostProfile] = []
 
-    def stream(pair, messages, params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
+    def stream(pair, messages, params, cancel, control=None, decoder=None, **given):  # type: ignore[no-untyped-def]
         seen.append(decoder.costs.profile())
-        yield from stream_reply(pair, messages, params, cancel, control=control, decoder=decoder)
+        yield from stream_reply(
+            pair, messages, params, cancel, control=control, decoder=decoder, **given
+        )
 
     service = make_service(EngineWorker(stream=stream, profiles=store))
     _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
@@ -608,3 +610,33 @@ def test_reading_the_prompt_is_passed_on_throttled_before_the_tokens(
     assert order[-1] == "tokens" and len(readings) == passed_on
     # The first comes at once: it says how long the prompt is.
     assert readings[0] == PromptProgress(rid, Reading(0, 1_204, 0))
+
+
+def test_the_windows_prompt_is_made_off_the_engine_thread_and_read_once(
+    qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.engine.generate import stream_reply
+    from app.services import engine_service as es
+
+    made_on: list[int] = []
+    engine_threads: set[int] = set()
+    original = es.prompt_ids
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        made_on.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    def stream(*args, **kwargs):  # type: ignore[no-untyped-def]
+        engine_threads.add(threading.get_ident())
+        return stream_reply(*args, **kwargs)
+
+    monkeypatch.setattr(es, "prompt_ids", recording)
+    monkeypatch.setattr("app.engine.generate.prompt_ids", recording)
+    service = make_service(EngineWorker(stream=stream))
+    _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
+    with qtbot.waitSignal(service.generation_finished, timeout=30_000) as blocker:
+        service.generate([Message("user", "Hello there")], GenerationParams(max_tokens=8))
+    assert blocker.args[0].finished.stats.tokens == 8
+    # Made once, on neither the engine's thread (others' rounds would wait) nor the GUI's.
+    assert len(made_on) == 1 and engine_threads
+    assert not set(made_on) & (engine_threads | {threading.main_thread().ident})
