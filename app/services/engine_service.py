@@ -120,10 +120,15 @@ class PairInfo:
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """A conversation's prompt tokens, and the loaded pair they were made for."""
+    """A conversation's prompt tokens, and the loaded pair they were made for.
+
+    ``refused`` says, as a value, why no prompt could be made (too long for the
+    window, a broken template); the engine fails the reply with it, unread again.
+    """
 
     pair_id: int
     ids: tuple[int, ...]
+    refused: ModelError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -609,6 +614,9 @@ class EngineWorker(QObject):
             return self._stream_remote(
                 self._remote, request.messages, request.params, request.cancel
             )
+        made = request.prompt
+        if made is not None and made.refused is not None and made.pair_id == id(self._pair):
+            raise made.refused  # said by _start, as any reply's failure
         prompt = self._prompt_of(request)
         given = {} if prompt is None else {"prompt": prompt}  # the fakes of tests take none
         return self._stream(
@@ -631,7 +639,7 @@ class EngineWorker(QObject):
         pair = self._pair
         return pair is not None and pair.target.tokenizer is not None
 
-    def prepare(self, messages: Sequence[Message]) -> Prompt | None:
+    def prepare(self, messages: Sequence[Message], *, refuse: bool = False) -> Prompt | None:
         """The prompt of ``messages`` for the loaded pair, made on the calling thread.
 
         Every request is tokenized (its template rendered, its length bounded)
@@ -639,14 +647,20 @@ class EngineWorker(QObject):
         rounds for others; ``None`` where there is no local pair to prepare it for.
 
         Raises:
-            PromptTooLongError: It does not fit the target's window.
+            PromptTooLongError: It does not fit the target's window (with ``refuse``,
+                a :class:`Prompt` that says so instead, as every ``ModelError``).
             ModelError: A message is not valid text, or the chat template fails.
         """
         pair = self._pair
         if pair is None or pair.target.tokenizer is None:
             return None
         target = pair.target
-        ids = prompt_ids(target.tokenizer, messages, target.context_length, target.name)
+        try:
+            ids = prompt_ids(target.tokenizer, messages, target.context_length, target.name)
+        except ModelError as exc:
+            if not refuse:
+                raise
+            return Prompt(id(pair), (), refused=exc)  # why, as a value for the engine
         return Prompt(id(pair), tuple(ids))
 
     def _reserve(self, request: GenerateRequest) -> bool:
@@ -884,13 +898,12 @@ class EngineService(QObject):
         return ReplyHandle(request)
 
     def _prepared(self, request: GenerateRequest) -> GenerateRequest:
-        """``request`` with its prompt made here; as it was where that fails (the
-        engine then says why, as for any reply)."""
+        """``request`` with its prompt made here, or why it cannot be made."""
         if request.cancel.is_set():
             return request
         try:
-            return replace(request, prompt=self._worker.prepare(request.messages))
-        except Exception:
+            return replace(request, prompt=self._worker.prepare(request.messages, refuse=True))
+        except Exception:  # unexpected: the engine makes the prompt and reports what fails
             return request
 
     def _submit(self, request: GenerateRequest) -> None:

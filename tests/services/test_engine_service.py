@@ -640,3 +640,8 @@ def test_the_windows_prompt_is_made_off_the_engine_thread_and_read_once(
     # Made once, on neither the engine's thread (others' rounds would wait) nor the GUI's.
     assert len(made_on) == 1 and engine_threads
     assert not set(made_on) & (engine_threads | {threading.main_thread().ident})
+    # One too long is refused as such, from what was found there, not read again.
+    with qtbot.waitSignal(service.failed, timeout=30_000) as failed:
+        service.generate([Message("user", "word " * 100_000)], GenerationParams(max_tokens=8))
+    assert failed.args[0].too_long and "window" in failed.args[0].message
+    assert len(made_on) == 2 and not set(made_on) & engine_threads
