@@ -627,3 +627,43 @@ def served_url(process: subprocess.Popen[str], timeout: float = 60) -> str:
     reader.join(timeout)
     assert lines and "serving on" in lines[0], (lines, process.poll())
     return lines[0].split("serving on", 1)[1].strip()
+
+
+def _collect(service: EngineService) -> tuple[dict[int, str], dict[int, object]]:
+    """Each reply's text and how it ended (its result or failure), by request id, as they come."""
+    texts: dict[int, str] = {}
+    ends: dict[int, object] = {}
+
+    def on_tokens(batch: Any) -> None:
+        texts[batch.request_id] = texts.get(batch.request_id, "") + batch.text
+
+    def on_end(result: Any) -> None:
+        assert result.request_id is not None
+        ends[result.request_id] = result
+
+    service.tokens_generated.connect(on_tokens)
+    service.generation_finished.connect(on_end)
+    service.failed.connect(on_end)
+    return texts, ends
+
+
+def _prompt_threads(monkeypatch: Any) -> tuple[list[int], set[int], Callable[..., Any]]:
+    """Records the threads prompts are made on and the engine's (the stream to give it)."""
+    from app.engine import generate
+    from app.services import engine_service
+
+    made_on: list[int] = []
+    engine_threads: set[int] = set()
+    original = engine_service.prompt_ids
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        made_on.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    def stream(*args: Any, **kwargs: Any) -> Any:
+        engine_threads.add(threading.get_ident())
+        return generate.stream_reply(*args, **kwargs)
+
+    monkeypatch.setattr(engine_service, "prompt_ids", recording)
+    monkeypatch.setattr(generate, "prompt_ids", recording)
+    return made_on, engine_threads, stream

@@ -13,29 +13,12 @@ from app.engine.generate import encode_chat
 from app.engine.side_by_side import ROOM
 from app.engine.stacked import SLACK
 from app.hub.fit import kv_cache_bytes
-from app.services import EngineFailure, EngineService, GenerationResult, TokenBatch
+from app.services import EngineFailure, EngineService, GenerationResult
 from app.services import engine_service as es
 from tests.conftest import TinyModels
-from tests.fakes import _loaded
+from tests.fakes import _collect, _loaded
 
 LONG = GenerationParams(max_tokens=150, num_draft=3, temperature=0)
-
-
-def _collect(service: EngineService) -> tuple[dict[int, str], dict[int, object]]:
-    texts: dict[int, str] = {}
-    ends: dict[int, object] = {}
-
-    def on_tokens(batch: TokenBatch) -> None:
-        texts[batch.request_id] = texts.get(batch.request_id, "") + batch.text
-
-    def on_end(result: GenerationResult | EngineFailure) -> None:
-        assert result.request_id is not None
-        ends[result.request_id] = result
-
-    service.tokens_generated.connect(on_tokens)
-    service.generation_finished.connect(on_end)
-    service.failed.connect(on_end)
-    return texts, ends
 
 
 def _prompt(topic: str) -> list[Message]:

@@ -9,9 +9,9 @@ from pytestqt.qtbot import QtBot
 
 from app.engine import GenerationParams, Message
 from app.engine.generate import COUNT_CHUNK
-from app.services import EngineFailure, EngineService, GenerationResult, TokenBatch
+from app.services import EngineFailure, EngineService, GenerationResult
 from tests.conftest import TinyModels
-from tests.fakes import _loaded
+from tests.fakes import _collect, _loaded
 
 
 def test_a_megabytes_prompt_is_refused_too_long_without_tokenizing_it_whole(
@@ -30,19 +30,7 @@ def test_a_megabytes_prompt_is_refused_too_long_without_tokenizing_it_whole(
     monkeypatch.setattr(TokenizersBackend, "_encode_plus", recording)
     service: EngineService = make_service()
     _loaded(qtbot, service, str(tiny.target))
-    texts: dict[int, str] = {}
-    ends: dict[int, object] = {}
-
-    def on_tokens(batch: TokenBatch) -> None:
-        texts[batch.request_id] = texts.get(batch.request_id, "") + batch.text
-
-    def on_end(result: GenerationResult | EngineFailure) -> None:
-        assert result.request_id is not None
-        ends[result.request_id] = result
-
-    service.tokens_generated.connect(on_tokens)
-    service.generation_finished.connect(on_end)
-    service.failed.connect(on_end)
+    texts, ends = _collect(service)
     streaming = GenerationParams(max_tokens=150, temperature=0)
     first = service.generate([Message("user", "Tell me about cats.")], streaming, shared=True)
     qtbot.waitUntil(lambda: first.request_id in texts, timeout=30_000)

@@ -615,23 +615,9 @@ def test_reading_the_prompt_is_passed_on_throttled_before_the_tokens(
 def test_the_windows_prompt_is_made_off_the_engine_thread_and_read_once(
     qtbot: QtBot, make_service, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.engine.generate import stream_reply
-    from app.services import engine_service as es
+    from tests.fakes import _prompt_threads
 
-    made_on: list[int] = []
-    engine_threads: set[int] = set()
-    original = es.prompt_ids
-
-    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
-        made_on.append(threading.get_ident())
-        return original(*args, **kwargs)
-
-    def stream(*args, **kwargs):  # type: ignore[no-untyped-def]
-        engine_threads.add(threading.get_ident())
-        return stream_reply(*args, **kwargs)
-
-    monkeypatch.setattr(es, "prompt_ids", recording)
-    monkeypatch.setattr("app.engine.generate.prompt_ids", recording)
+    made_on, engine_threads, stream = _prompt_threads(monkeypatch)
     service = make_service(EngineWorker(stream=stream))
     _loaded(qtbot, service, str(tiny.target), str(tiny.copy))
     with qtbot.waitSignal(service.generation_finished, timeout=30_000) as blocker:

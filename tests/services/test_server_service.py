@@ -74,22 +74,9 @@ def test_a_servers_prompt_is_made_off_the_engine_thread_and_read_once(
 ) -> None:
     import threading
 
-    from app.engine.generate import stream_reply
+    from tests.fakes import _prompt_threads
 
-    made_on: list[int] = []  # the threads prompts were made on
-    engine_threads: set[int] = set()
-    original = es.prompt_ids
-
-    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
-        made_on.append(threading.get_ident())
-        return original(*args, **kwargs)
-
-    def stream(*args, **kwargs):  # type: ignore[no-untyped-def]
-        engine_threads.add(threading.get_ident())
-        return stream_reply(*args, **kwargs)
-
-    monkeypatch.setattr(es, "prompt_ids", recording)
-    monkeypatch.setattr("app.engine.generate.prompt_ids", recording)
+    made_on, engine_threads, stream = _prompt_threads(monkeypatch)
     engine = make_service(es.EngineWorker(stream=stream))
     server = ServerService(engine)
     _loaded(qtbot, engine, str(tiny.target), str(tiny.copy))
