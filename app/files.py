@@ -94,8 +94,6 @@ def write_problem(path: Path) -> str | None:
     """
     if path.is_symlink():
         return f"{path} is a symbolic link; give the file itself"
-    if path.is_dir():
-        return f"{path} is a folder, not a file"
-    if path.exists() and not path.is_file():
-        return f"{path} is not a regular file (a device, FIFO or socket)"
+    if (problem := not_regular(path)) is not None:
+        return f"{path} {problem}"
     return folder_problem(path.parent)

@@ -64,29 +64,17 @@ def _tokens_at_least(tokenizer: Any, texts: Sequence[str], limit: int) -> int:
     return total
 
 
-def check_prompt(
-    tokenizer: Any, messages: Sequence[Message], window: int | None, name: str
-) -> None:
-    """Refuses text no tokenizer takes, and a conversation that cannot fit ``window``.
-
-    A conversation with more characters than the window is sized chunk by chunk
-    first, so one too long for the window is refused without tokenizing it all.
+def _check_texts(messages: Sequence[Message]) -> None:
+    """Refuses text no tokenizer takes.
 
     Raises:
         ModelError: A message is not valid UTF-8 text.
-        PromptTooLongError: Even a lower bound of its tokens fills the window.
     """
     for message in messages:
         try:
             check_text(message.content, f"the {message.role} message")
         except InvalidTextError as exc:
             raise ModelError(str(exc)) from None
-    texts = [m.content for m in messages]
-    if window is None or sum(map(len, texts)) <= window:
-        return  # tokenizing it whole is cheap
-    at_least = _tokens_at_least(tokenizer, texts, window)
-    if at_least >= window:
-        raise _too_long(f"at least {at_least:,}", name, window)
 
 
 def _too_long(tokens: str, name: str, window: int) -> PromptTooLongError:
@@ -196,16 +184,16 @@ def prompt_ids(
 ) -> list[int]:
     """The prompt of ``messages``, refused before it is tokenized whole when it cannot fit.
 
-    The one rule for every path: the messages are sized against ``window``
-    (:func:`check_prompt`), then the rendered text, a chunk at a time, so
-    neither a long message nor a template that repeats it costs more than the
-    window's worth of tokenizing before the refusal.
+    The one rule for every path: the rendered text, which holds every message,
+    is sized against ``window`` a chunk at a time when it has more characters
+    than the window, so neither a long message nor a template that repeats it
+    costs more than the window's worth of tokenizing before the refusal.
 
     Raises:
         PromptTooLongError: The conversation does not fit ``window``.
         ModelError: A message is not valid text, or the chat template fails.
     """
-    check_prompt(tokenizer, messages, window, name)
+    _check_texts(messages)
     text = render_chat(tokenizer, messages)
     if window is not None and len(text) > window:
         at_least = _tokens_at_least(tokenizer, [text], window)

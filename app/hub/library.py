@@ -370,7 +370,7 @@ def _delete_cached(info: ModelInfo, hf_cache_dir: Path | None) -> int:
     raise ValueError(f"{info.path} is not a model in the Hugging Face cache {cache.cache_dir}")
 
 
-def _hub_repo_id(path: Path) -> str | None:
+def hub_repo_id(path: Path) -> str | None:
     """The repo id of a Hub cache snapshot folder (``models--org--name/snapshots/<hash>``)."""
     snapshots = path.parent
     repo = snapshots.parent

@@ -22,7 +22,7 @@ from app.engine.loader import (
     user_path,
 )
 from app.errors import IncompatiblePairError, ModelError, first_line
-from app.hub.library import ModelInfo, _hub_repo_id, human_count, inspect_model
+from app.hub.library import ModelInfo, hub_repo_id, human_count, inspect_model
 
 # A draft should be this much smaller than its target for speculation to pay off.
 # Past it the pair only gets a warning: size never makes a pair incompatible, since
@@ -197,7 +197,7 @@ def format_verdict(v: Verdict) -> str:
 
 
 def _side(role: str, path: Path) -> _Side:
-    repo_id = _hub_repo_id(path)
+    repo_id = hub_repo_id(path)
     if repo_id is None:
         info = inspect_model(path)
     else:

@@ -147,13 +147,9 @@ class ServerService(QObject):
         # prompt holds up neither the engine's rounds for others nor this loop.
         try:
             prompt = await asyncio.to_thread(self._engine.prepare, messages)
-        except PromptTooLongError as exc:  # the caller's doing: 400, as OpenAI answers it
-            yield ReplyStarted()
-            yield ReplyFailed(str(exc), 400, "context_length_exceeded")
-            return
         except ModelError as exc:
             yield ReplyStarted()
-            yield ReplyFailed(str(exc))
+            yield _refusal(str(exc), too_long=isinstance(exc, PromptTooLongError))
             return
         queue: asyncio.Queue[Event] = asyncio.Queue()
         reply = self._engine.generate(messages, params, shared=True, prompt=prompt)
@@ -203,13 +199,8 @@ class ServerService(QObject):
             self._pair = None
         if failure.stage != "generate" or failure.request_id is None:
             return
-        if failure.too_long:  # the caller's doing: 400, as OpenAI answers it
-            event = ReplyFailed(failure.message, 400, "context_length_exceeded")
-        elif failure.full:  # the running replies fill the memory: try again later
-            event = ReplyFailed(failure.message, 429, "server_full")
-        else:
-            event = ReplyFailed(failure.message)
-        self._end(failure.request_id, event)
+        message = failure.message
+        self._end(failure.request_id, _refusal(message, failure.too_long, failure.full))
 
     def _end(self, rid: int, event: Event) -> None:
         queue = self._queues.pop(rid, None)
@@ -262,6 +253,15 @@ class ServerService(QObject):
         log.info("server: %s", line)
         self.request_logged.emit(entry)
         self.requests_changed.emit(self.request_count)
+
+
+def _refusal(message: str, too_long: bool = False, full: bool = False) -> ReplyFailed:
+    """A reply the engine cannot give, as the client hears it."""
+    if too_long:  # the caller's doing: 400, as OpenAI answers it
+        return ReplyFailed(message, 400, "context_length_exceeded")
+    if full:  # the running replies fill the memory: try again later
+        return ReplyFailed(message, 429, "server_full")
+    return ReplyFailed(message)
 
 
 def _cut() -> ReplyFailed:

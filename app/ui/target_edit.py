@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import PurePath
+from pathlib import Path
 
 from PySide6.QtWidgets import QLineEdit, QWidget
 
+from app.hub.library import hub_repo_id
 from app.remote import is_remote_target, target_text, target_tooltip
 from app.ui.fit import fit_placeholder
 
@@ -16,11 +17,8 @@ def model_name(target: str) -> str:
     target = target.strip()
     if not target or is_remote_target(target):
         return target_text(target)
-    parts = PurePath(target).parts
-    for part in reversed(parts):
-        if part.startswith("models--"):  # .../models--org--name/snapshots/<hash>
-            return part.removeprefix("models--").replace("--", "/")
-    return parts[-1] if parts else target
+    folder = Path(target)
+    return hub_repo_id(folder) or folder.name or target
 
 
 class TargetEdit(QLineEdit):
