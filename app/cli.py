@@ -50,9 +50,11 @@ def _parser() -> argparse.ArgumentParser:
         "--accept-rule",
         choices=["leviathan", "match"],
         default="leviathan",
-        help="lossless min(1, p/q) rule, or mlx-lm's exact-match rule for comparison",
+        help="unseeded: lossless min(1, p/q) rule, or mlx-lm's exact-match rule to compare",
     )
-    gen.add_argument("--seed", type=int, help="sampling seed, 0 to 2**64 - 1")
+    gen.add_argument(
+        "--seed", type=int, help="sampling seed, 0 to 2**64 - 1: the reply plain decoding gives"
+    )
     gen.add_argument("--max-tokens", type=int, help="longest reply (default 1024)")
     gen.add_argument("--system", help="system prompt")
     gen.add_argument("--json", action="store_true", help="print one JSON object at the end")

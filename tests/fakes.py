@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ import keyring
 import keyring.errors
 import mlx.core as mx
 import numpy as np
+import openai
 from keyring.backend import KeyringBackend
 from PySide6.QtCore import Qt
 
@@ -667,3 +669,27 @@ def _prompt_threads(monkeypatch: Any) -> tuple[list[int], set[int], Callable[...
     monkeypatch.setattr(engine_service, "prompt_ids", recording)
     monkeypatch.setattr(generate, "prompt_ids", recording)
     return made_on, engine_threads, stream
+
+
+KEY = "test-key-123"
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str  # ends in /v1
+    port: int
+    process: subprocess.Popen[str]
+
+    def client(self, key: str = KEY) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=30)
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "TANDEM_DEBUG_LOG": "0"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )

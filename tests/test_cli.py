@@ -120,14 +120,19 @@ def test_generate_with_auto_k_and_sampling_options(tiny: TinyModels) -> None:
 
 def test_match_rule_is_selectable(tiny: TinyModels) -> None:
     common = ("--model", str(tiny.target), "--draft", str(tiny.copy), "--temp", "1.0")
-    # A seed keeps the reply long enough to draft (unseeded, it may end at once).
-    args = ("--accept-rule", "match", "--seed", "0", "--max-tokens", "40", "--json", "Hi")
-    r = _tandem_here("generate", *common, *args)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    assert out["drafted"] > 0
+    # Unseeded: a seeded reply is drafted against its own draws, whatever the rule.
+    args = ("--accept-rule", "match", "--max-tokens", "40", "--json", "Hi")
+    drafted = accepted = 0
+    for _ in range(5):  # an unseeded reply may end at once
+        r = _tandem_here("generate", *common, *args)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        drafted, accepted = drafted + out["drafted"], accepted + out["accepted"]
+        if drafted > 10:
+            break
+    assert drafted > 0
     # Two independent samples of the same distribution rarely agree every time.
-    assert out["acceptance"] < 1.0
+    assert accepted < drafted
 
 
 def test_bad_num_draft_is_refused() -> None:

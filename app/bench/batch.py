@@ -62,16 +62,16 @@ def measure_batch_costs(
     Each shape runs once unmeasured (kernels are built), then ``repeats``
     times; the fastest counts. The caches are trimmed back after every forward.
     """
-    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+    from app.engine.caches import new_cache, rewind
 
     tokens = probe_tokens(vocab_size(target), context + max(rows))
     can_pack = packable(target)
-    singles = [make_prompt_cache(target) for _ in range(max(sequences))]
+    singles = [new_cache(target) for _ in range(max(sequences))]
     for cache in singles:
         prefill(target, cache, tokens[:context])
     out = []
     for b in sequences:
-        batch = make_prompt_cache(target)
+        batch = new_cache(target)
         target(mx.array([tokens[:context]] * b), cache=batch)
         mx.eval([c.state for c in batch])  # the caches only: no logits of the whole context
         for m in rows:
@@ -80,18 +80,18 @@ def measure_batch_costs(
 
             def batched(x: mx.array = x, batch: Any = batch, m: int = m) -> None:
                 mx.eval(target(x, cache=batch))
-                trim_prompt_cache(batch, m)
+                rewind(batch, m)
 
             def packed(new: list[int] = new, b: int = b, m: int = m) -> None:
                 mx.eval(packed_forward(target, [new] * b, singles[:b]))
                 for cache in singles[:b]:
-                    trim_prompt_cache(cache, m)
+                    rewind(cache, m)
 
             def separate(new: list[int] = new, b: int = b, m: int = m) -> None:
                 x = mx.array(new)[None]
                 mx.eval([target(x, cache=cache) for cache in singles[:b]])
                 for cache in singles[:b]:
-                    trim_prompt_cache(cache, m)
+                    rewind(cache, m)
 
             stack = Stack(singles[:b], 1) if m == 1 and stackable(target, singles[:b]) else None
 

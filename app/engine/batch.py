@@ -51,13 +51,15 @@ from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import KVCache
 
 from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
+from app.engine.caches import new_cache, rewind
 from app.engine.costs import K_MAX, CostModel, PlainPace, expected_tokens
 from app.engine.packed import packable, packed_forward
+from app.engine.sampling import Draws
 from app.engine.side_by_side import SideBySide
 from app.engine.speculative import (
     PROBE_EVERY,
@@ -106,9 +108,8 @@ class _Request:
     read: int = 0  # prompt tokens the target holds
     reused: int = 0  # of those, tokens a finished request's caches held already
     announced: bool = False  # its Prefill is out: it takes part in rounds
-    # A seeded sampled request draws from its own key, so that other requests'
-    # draws in the same rounds do not change its reply.
-    key: mx.array | None = None
+    # Its own random draws: no other request's changes its reply.
+    draws: Draws = field(default_factory=lambda: Draws(None))
     prompt: int = 0  # tokens of the prompt
     d_tokens: list[int] = field(default_factory=list)  # what the draft's cache holds
     out: deque[Prefill | Round] = field(default_factory=deque)
@@ -135,13 +136,6 @@ class _Request:
 
     def num_draft(self) -> int | None:
         return self.control.num_draft if self.control is not None else self.params.num_draft
-
-    def next_key(self) -> mx.array | None:
-        """A fresh key for one draw (``None``: MLX's global state)."""
-        if self.key is None:
-            return None
-        self.key, sub = mx.random.split(self.key)
-        return sub
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,11 +323,10 @@ class BatchDecoder:
             params=params,
             control=control,
             cancel=cancel,
-            t_cache=make_prompt_cache(self.target),
-            d_cache=make_prompt_cache(self.draft) if drafts and self.draft is not None else None,
+            t_cache=new_cache(self.target),
+            d_cache=new_cache(self.draft) if drafts and self.draft is not None else None,
         )
-        if params.seed is not None and params.temperature > 0:
-            request.key = mx.random.key(params.seed)
+        request.draws = Draws(params.seed)
         if self._copies is None:
             self._copies = _copyable(request.t_cache, request.d_cache)
         self._reuse(request)
@@ -369,7 +362,7 @@ class BatchDecoder:
             return
         if self._burst is not None and self._burst.request is request:
             # Its queued step fed its newest token: given back, as a round would not feed it.
-            trim_prompt_cache(request.t_cache, 1)
+            rewind(request.t_cache, 1)
             self._burst = None
         if self._side is not None and request in self._side[0]:
             self._unstack()  # its own cache back before it is kept
@@ -404,10 +397,11 @@ class BatchDecoder:
             self._copy_into(request, _front(best.t_cache, n), best.d_cache, n)
             return
         self._kept.remove(best)
-        trim_prompt_cache(best.t_cache, len(best.tokens) - n)
+        if not rewind(best.t_cache, len(best.tokens) - n):
+            return  # a window cannot go back that far: read the prompt anew
         request.t_cache, request.read, request.reused = best.t_cache, n, n
-        if request.d_cache is not None and best.d_cache is not None:
-            trim_prompt_cache(best.d_cache, len(best.d_tokens) - n)
+        d_cache = best.d_cache if request.d_cache is not None else None
+        if d_cache is not None and rewind(d_cache, len(best.d_tokens) - n):
             request.d_cache, request.d_tokens = best.d_cache, goal[:n]
 
     def _length(self, params: GenerationParams, num_draft: int | None) -> DraftLength:
@@ -573,7 +567,7 @@ class BatchDecoder:
         self._forward(model, [mx.array(rows, dtype=mx.int32) for rows, _ in reads], caches)
         for cache, (_, pad) in zip(caches, reads, strict=True):
             if pad:
-                trim_prompt_cache(cache, pad)  # the pad's rows are read for their shape only
+                rewind(cache, pad)  # the pad's rows are read for their shape only
         return [c.state for cache in caches for c in cache]
 
     def _room(self, request: _Request) -> int:
@@ -754,17 +748,16 @@ class BatchDecoder:
         if request.params.repetition_penalty != 1.0:
             size = request.params.repetition_context_size
             history = mx.concatenate([penalty_history(before, request.params), token])[-size:]
-        out = self._pick_plain(request, logits.astype(mx.float32), history)
+        out = self._pick_plain(request, logits.astype(mx.float32), history, len(before) + 1)
         mx.async_eval(out)
         return out
 
     def _pick_plain(
-        self, request: _Request, logits: mx.array, history: mx.array | None
+        self, request: _Request, logits: mx.array, history: mx.array | None, position: int
     ) -> mx.array:
         """The token a round of no draft commits: ``history`` is what the penalty looks at."""
-        token, _ = pick(
-            logits, request.params, [history] if history is not None else [], request.next_key()
-        )
+        contexts = [history] if history is not None else []
+        token, _ = pick(logits, request.params, contexts, request.draws, position)
         return token
 
     def _hand_out(self, burst: _Burst, go_on: bool) -> None:
@@ -972,7 +965,8 @@ class BatchDecoder:
         if request.params.repetition_penalty != 1.0:
             seen = mx.concatenate([penalty_history(request.seq, request.params), *part])
             ctx = [seen[-request.params.repetition_context_size :]]
-        token, probs = pick(last, request.params, ctx, request.next_key())
+        position = len(request.seq) + sum(p.shape[0] for p in part)
+        token, probs = pick(last, request.params, ctx, request.draws, position)
         if probs is not None:
             q_row.append(probs[0])
         cutoff.note(index, token, probs, last)
@@ -988,11 +982,12 @@ class BatchDecoder:
         q_rows: list[mx.array | int],
     ) -> Verdict:
         if k:
-            return judge(logits, request.seq, request.params, proposal, q_rows, request.next_key())
+            return judge(logits, request.seq, request.params, proposal, q_rows, request.draws)
         history = None
         if request.params.repetition_penalty != 1.0:
             history = penalty_history(request.seq, request.params)
-        return Verdict([], 0, cast(int, self._pick_plain(request, logits, history).item()))
+        token = self._pick_plain(request, logits, history, len(request.seq))
+        return Verdict([], 0, cast(int, token.item()))
 
     def _shares(self, requests: list[_Request], ks: list[int]) -> list[float]:
         """The part of this round each drafting request's observation is, of its acceptance's.
@@ -1023,7 +1018,7 @@ class BatchDecoder:
         """
         n = verdict.accepted
         if trim:
-            trim_prompt_cache(request.t_cache, k - n)
+            rewind(request.t_cache, k - n)  # at most a round's rows: within any slack
         if k:
             length = self._length(request.params, request.num_draft())
             if self.stretch:
@@ -1038,8 +1033,11 @@ class BatchDecoder:
             held = request.d_tokens + fed
             drafted = verdict.proposed[: k - 1]
             keep = draft_kept(held, drafted, committed)
-            trim_prompt_cache(request.d_cache, len(held) + len(drafted) - keep)
-            request.d_tokens = (held + drafted)[:keep]
+            if rewind(request.d_cache, len(held) + len(drafted) - keep):
+                request.d_tokens = (held + drafted)[:keep]
+            else:  # past a window's slack: the draft reads the reply again
+                assert self.draft is not None
+                request.d_cache, request.d_tokens = new_cache(self.draft), []
         request.seq[:] = committed
 
 

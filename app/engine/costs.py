@@ -632,8 +632,8 @@ def measure_profile(
         (nothing more once ``cancel`` is set).
     """
     import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+    from app.engine.caches import new_cache, rewind
     from app.engine.speculative import prefill
 
     def cancelled() -> bool:
@@ -641,7 +641,7 @@ def measure_profile(
 
     vocab = min(vocab_size(target), vocab_size(draft) if draft is not None else vocab_size(target))
     tokens = probe_tokens(vocab, context + widths + 1)
-    cache = make_prompt_cache(target)
+    cache = new_cache(target)
     prefill(target, cache, tokens[:context])
     verify: list[float | None] = []
     builds: list[float] = []
@@ -653,7 +653,7 @@ def measure_profile(
 
         def forward(x: mx.array = x, m: int = m) -> None:
             mx.eval(target(x, cache=cache))
-            trim_prompt_cache(cache, m)
+            rewind(cache, m)
 
         times = timed_runs(forward, 1 + repeats)
         best = min(times[1:])
@@ -709,11 +709,11 @@ def _draft_step(draft: Any, context: list[int], steps: int, runs: int = DRAFT_RU
     3.3 ms, and Auto decoded plainly until a try corrected it).
     """
     import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache
 
+    from app.engine.caches import new_cache
     from app.engine.speculative import prefill
 
-    cache = make_prompt_cache(draft)
+    cache = new_cache(draft)
     prefill(draft, cache, context[:-1])
     y = mx.array(context[-1:])
 

@@ -11,8 +11,6 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
-import mlx.core as mx
-
 from app.engine.batch import BatchDecoder
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile, ProfileStore
@@ -326,8 +324,6 @@ def stream_reply(
     capped = budget < params.max_tokens
     if capped:
         params = replace(params, max_tokens=budget)  # no round drafts past the window
-    if params.seed is not None:
-        mx.random.seed(params.seed)
     eos = set(tokenizer.eos_token_ids)
     detok = tokenizer.detokenizer
     detok.reset()

@@ -8,12 +8,46 @@ repetition penalty on logits, filters on log-probabilities, then temperature.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Sequence
+from typing import Literal
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from app.engine.types import GenerationParams
+
+Role = Literal["pick", "verify"]
+
+
+class Draws:
+    """One request's random draws, each keyed by its seed and the position drawn for.
+
+    Nothing is drawn from MLX's global generator, so no request's draws
+    depend on another's or on how the rounds fell. A seeded request samples
+    each position as plain decoding would, by the Gumbel-max trick with that
+    position's noise; its drafts are drawn against the same noise and kept
+    while they equal the target's own draws (coupled). Its reply is then the
+    one plain decoding gives with that seed, whatever was drafted, at any k
+    or on Auto, alone or among others, though it accepts fewer drafts than
+    rejection sampling. An unseeded request gets a seed of its own, never
+    shared, and rejection sampling.
+    """
+
+    def __init__(self, seed: int | None) -> None:
+        self.coupled = seed is not None
+        self.seed = seed if seed is not None else secrets.randbits(63)
+
+    def key(self, position: int, role: Role = "pick") -> mx.array:
+        digest = hashlib.blake2b(f"{self.seed}:{position}:{role}".encode(), digest_size=8)
+        return mx.random.key(int.from_bytes(digest.digest(), "little"))
+
+    def noise(self, position: int, rows: int, vocab: int) -> mx.array:
+        """Gumbel noise of ``rows`` positions from ``position`` on: ``(rows, vocab)``."""
+        return mx.stack(
+            [mx.random.gumbel(shape=(vocab,), key=self.key(position + i)) for i in range(rows)]
+        )
 
 
 def penalize(logits: mx.array, contexts: Sequence[mx.array], penalty: float) -> mx.array:

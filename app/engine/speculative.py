@@ -20,13 +20,13 @@ from typing import Any, Literal, cast
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from app.engine import attention, wide
 from app.engine.adaptive import Acceptance, DraftLength
+from app.engine.caches import can_rewind, new_cache, rewind
 from app.engine.costs import K_MAX, CostModel, PlainPace, Plan, Samples
 from app.engine.lookup import PromptLookup
-from app.engine.sampling import contexts_for, log_probs, penalize
+from app.engine.sampling import Draws, contexts_for, log_probs, penalize
 from app.engine.stretch import FRESH
 from app.engine.types import AcceptRule, GenerationParams, Origin, Reading
 
@@ -162,7 +162,7 @@ def prefill_steps(
         rows, pad = attention.padded(tokens[i : i + step], cache)
         model(mx.array(rows)[None], cache=cache)
         if pad:
-            trim_prompt_cache(cache, pad)  # the pad's rows are read for their shape only
+            rewind(cache, pad)  # the pad's rows are read for their shape only
         mx.eval([c.state for c in cache])
         yield min(i + step, len(tokens))
 
@@ -195,7 +195,7 @@ def prepare(target: nn.Module, draft: nn.Module | None) -> bool:
         if model is not None:
             attention.install(model)
             wide.install(model)
-    return can_trim_prompt_cache(make_prompt_cache(target))
+    return can_rewind(new_cache(target))
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -222,9 +222,8 @@ def _cut_back(
     n = common_prefix(cached, tokens)
     if held == n:
         return cache, cached
-    if not can_trim_prompt_cache(cache):
+    if not rewind(cache, held - n):
         return None, []
-    trim_prompt_cache(cache, held - n)
     return cache, cached[:n]
 
 
@@ -295,18 +294,22 @@ def pick(
     logits: mx.array,
     params: GenerationParams,
     contexts: list[mx.array],
-    key: mx.array | None = None,
+    draws: Draws,
+    position: int,
 ) -> tuple[mx.array, mx.array | None]:
-    """Chosen tokens for rows of logits, plus their probabilities when sampling.
+    """Chosen tokens for rows of logits, plus their probabilities when they are a draw's.
 
     Args:
-        key: A PRNG key of this reply's own; ``None`` draws from MLX's global state.
+        draws: The reply's own random draws.
+        position: Where in the sequence the first row's token goes.
     """
     logits = penalize(logits, contexts, params.repetition_penalty)
     if params.temperature == 0:
         return mx.argmax(logits, axis=-1), None
     lp = log_probs(logits, params)
-    return mx.random.categorical(lp, key=key), mx.exp(lp)
+    if draws.coupled:  # the position's own noise decides: a one-hot proposal
+        return mx.argmax(lp + draws.noise(position, lp.shape[0], lp.shape[-1]), axis=-1), None
+    return mx.random.categorical(lp, key=draws.key(position)), mx.exp(lp)
 
 
 def penalty_history(seq: Sequence[int], params: GenerationParams) -> mx.array:
@@ -321,19 +324,21 @@ def judge(
     params: GenerationParams,
     tokens: mx.array,
     q_rows: Sequence[mx.array | int],
-    key: mx.array | None = None,
+    draws: Draws,
 ) -> Verdict:
     """What the target makes of a proposal: how many survive, and its own next token.
 
     The one acceptance rule of every decoder: greedy keeps the longest prefix
-    the target's argmax agrees with; sampling applies ``params.accept_rule``.
+    the target's argmax agrees with, as does coupled sampling with each
+    position's noise added (:class:`Draws`); other sampling applies
+    ``params.accept_rule``.
 
     Args:
         logits: ``(k + 1, V)`` target logits at the proposal's positions and after.
         seq: The sequence before the proposal (the repetition penalty's history).
         tokens: ``(k,)`` proposed tokens, ``k`` at least 1.
         q_rows: The proposer's distribution per token (an int: a one-hot row).
-        key: A PRNG key of this reply's own; ``None`` draws from MLX's global state.
+        draws: The reply's own random draws.
     """
     k = tokens.shape[0]
     if params.repetition_penalty != 1.0:
@@ -343,7 +348,9 @@ def judge(
             contexts_for(history, tokens, k + 1, params.repetition_context_size),
             params.repetition_penalty,
         )
-    if params.temperature == 0:
+    if params.temperature == 0 or draws.coupled:
+        if params.temperature > 0:
+            logits = log_probs(logits, params) + draws.noise(len(seq), k + 1, logits.shape[-1])
         choice = mx.argmax(logits, axis=-1)
         mx.eval(tokens, choice)
         proposed, chosen = _ints(tokens), _ints(choice)
@@ -359,6 +366,7 @@ def judge(
             for row in q_rows
         ]
     )
+    key = draws.key(len(seq), "verify")
     keep, fallback = verify_sampled(target_probs, draft_probs, tokens, params.accept_rule, key)
     mx.eval(tokens, keep, fallback)
     kept = cast(list[bool], keep.tolist())
@@ -483,6 +491,7 @@ class Decoder:
         self._acceptance: dict[tuple[bool, bool], Acceptance] = {}
         self._lengths: dict[tuple[int, int | None, bool, bool], DraftLength] = {}
         self._cancel: threading.Event | None = None  # the running reply's, while it runs
+        self._draws = Draws(None)  # the running reply's
 
     def _cuts(self, params: GenerationParams, auto: bool) -> bool:
         """Whether a round's draft may end early (:func:`draft_cuts`, by this decoder's setting)."""
@@ -527,7 +536,7 @@ class Decoder:
         """``cache`` cut back to the prefix it shares with ``tokens``; a new one if it cannot be."""
         cache, cached = _cut_back(cache, cached, tokens)
         if cache is None:
-            return make_prompt_cache(model), []
+            return new_cache(model), []
         return cache, cached
 
     def _prepare(
@@ -577,6 +586,7 @@ class Decoder:
         if not self.target_trimmable:
             can_draft = can_lookup = False
         self._cancel = cancel
+        self._draws = Draws(params.seed)
         try:
             yield from self._generate(list(prompt), params, can_draft, can_lookup, control, reading)
         except GeneratorExit:
@@ -770,11 +780,10 @@ class Decoder:
                 lookup.extend(list(rnd.tokens))
             yield rnd
 
-    @staticmethod
     def _pick(
-        logits: mx.array, params: GenerationParams, contexts: list[mx.array]
+        self, logits: mx.array, params: GenerationParams, contexts: list[mx.array], position: int
     ) -> tuple[mx.array, mx.array | None]:
-        return pick(logits, params, contexts)
+        return pick(logits, params, contexts, self._draws, position)
 
     @staticmethod
     def _history(seq: list[int], params: GenerationParams) -> mx.array:
@@ -791,6 +800,7 @@ class Decoder:
             _logits(self.target, mx.array(seq[-1:]), self._t_cache),
             params,
             [ctx[-params.repetition_context_size :]] if penal else [],
+            len(seq),
         )
         t = _ints(y)[0]
         self._t_tokens.append(seq[-1])
@@ -814,11 +824,13 @@ class Decoder:
             _logits(self.target, mx.array(seq[-1:]), self._t_cache),
             params,
             [history] if penal else [],
+            len(seq),
         )
         built = time.perf_counter()
         mx.async_eval(y1)
         ctx = mx.concatenate([history, y1])[-params.repetition_context_size :]
-        y2, _ = self._pick(_logits(self.target, y1, self._t_cache), params, [ctx] if penal else [])
+        logits = _logits(self.target, y1, self._t_cache)
+        y2, _ = self._pick(logits, params, [ctx] if penal else [], len(seq) + 1)
         mx.async_eval(y2)
         t1, t2 = _ints(y1)[0], _ints(y2)[0]
         step = PlainPace(built, steps=1).token(time.perf_counter())  # the second token's average
@@ -845,13 +857,13 @@ class Decoder:
 
         penal = params.repetition_penalty != 1.0
 
-        def step(token: mx.array, history: mx.array) -> mx.array:
+        def step(token: mx.array, history: mx.array, position: int) -> mx.array:
             # history excludes token, the newest token of the sequence
             logits = _logits(self.target, token, cache)
             ctx = mx.concatenate([history, token])[-params.repetition_context_size :]
-            return self._pick(logits, params, [ctx] if penal else [])[0]
+            return self._pick(logits, params, [ctx] if penal else [], position)[0]
 
-        y = step(mx.array(seq[-1:], dtype=mx.int32), self._history(seq[:-1], params))
+        y = step(mx.array(seq[-1:], dtype=mx.int32), self._history(seq[:-1], params), len(seq))
         self._t_tokens.append(seq[-1])
         mx.async_eval(y)
         last = time.perf_counter()
@@ -859,7 +871,7 @@ class Decoder:
         for n in itertools.count(1):
             final = limit is not None and n >= limit
             if not final:
-                next_y = step(y, self._history(seq, params))
+                next_y = step(y, self._history(seq, params), len(seq) + 1)
                 mx.async_eval(next_y)
             t = _ints(y)[0]
             seq.append(t)
@@ -876,7 +888,7 @@ class Decoder:
             yield rnd
             if until is not None and until():
                 # next_y fed t to the cache; give it back, since a round feeds it.
-                trim_prompt_cache(cache, 1)
+                rewind(cache, 1)
                 self._t_tokens.pop()
                 return
             last = time.perf_counter()
@@ -922,7 +934,8 @@ class Decoder:
             ctx = []
             if penal:
                 ctx = [mx.concatenate([history, *parts])[-params.repetition_context_size :]]
-            token, probs = self._pick(logits, params, ctx)
+            position = len(seq) + sum(p.shape[0] for p in parts)
+            token, probs = self._pick(logits, params, ctx, position)
             if probs is not None:
                 q_rows.append(probs[0])
             x = token
@@ -1055,20 +1068,21 @@ class Decoder:
         if width > k + 1:
             rows.append(mx.array([proposal.filler] * (width - k - 1), dtype=mx.int32))
         logits = _logits(self.target, mx.concatenate(rows), self._t_cache)[: k + 1]
-        return judge(logits, seq, params, proposal.tokens, proposal.q_rows)
+        return judge(logits, seq, params, proposal.tokens, proposal.q_rows, self._draws)
 
     def _drop_draft(self, proposal: _Proposal) -> None:
         """Gives back what drafting added to the draft's cache (nothing was verified)."""
         if proposal.drafted:
             assert self._d_cache is not None
             # Its first step fed ``fed``; each later step one drafted token.
-            trim_prompt_cache(self._d_cache, len(proposal.fed) + proposal.drafted - 1)
+            if not rewind(self._d_cache, len(proposal.fed) + proposal.drafted - 1):
+                self._d_cache, self._d_tokens = None, []  # past a window's slack: read again
 
     def _rewind(self, seq: list[int], proposal: _Proposal, verdict: Verdict, width: int) -> None:
         """Gives back the cache rows of rejected and padding tokens, in both models."""
         assert self._t_cache is not None
         n = verdict.accepted
-        trim_prompt_cache(self._t_cache, width - 1 - n)
+        rewind(self._t_cache, width - 1 - n)  # at most a round's rows: within any slack
         self._t_tokens += [seq[-1], *verdict.proposed[:n]]
         if not proposal.drafted:
             return
@@ -1078,5 +1092,7 @@ class Decoder:
         drafted = verdict.proposed[proposal.looked_up : proposal.size - 1]
         committed = [*seq, *verdict.proposed[:n], verdict.next_token]
         keep = draft_kept(held, drafted, committed)
-        trim_prompt_cache(self._d_cache, len(held) + len(drafted) - keep)
-        self._d_tokens = (held + drafted)[:keep]
+        if rewind(self._d_cache, len(held) + len(drafted) - keep):
+            self._d_tokens = (held + drafted)[:keep]
+        else:  # past a window's slack: read again
+            self._d_cache, self._d_tokens = None, []

@@ -62,8 +62,8 @@ class Message:
 
 
 SEED_MAX = 2**64 - 1
-"""The largest seed. MLX's generator takes any unsigned 64-bit seed, so a seed
-from 0 to ``SEED_MAX`` goes to ``mx.random.seed`` as it is, with no reduction."""
+"""The largest seed: any unsigned 64-bit seed keys a request's own draws
+(:class:`app.engine.sampling.Draws`) as it is, with no reduction."""
 MAX_TOKENS_LIMIT = 131_072
 """The longest reply anyone may ask for."""
 DEFAULT_MAX_TOKENS = 1024

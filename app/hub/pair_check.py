@@ -357,12 +357,13 @@ def _check_chat_templates(t: _Side, d: _Side) -> Check:
 
 def _cache_trimmable(config: dict[str, Any]) -> bool:
     """Builds the model object lazily, never evaluating it, to ask for its caches."""
-    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
     from mlx_lm.utils import _get_classes
+
+    from app.engine.caches import can_rewind, new_cache
 
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
-    return bool(can_trim_prompt_cache(make_prompt_cache(model)))
+    return can_rewind(new_cache(model))
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:

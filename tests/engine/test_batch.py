@@ -18,7 +18,7 @@ from app.engine.sampling import log_probs
 from app.engine.speculative import Decoder, DraftControl, Prefill, Round
 from app.engine.types import Reading
 from tests.conftest import TinyModels
-from tests.engine.test_speculative import CUTOFF_CASES
+from tests.engine.cases import CUTOFF_CASES
 
 PROMPTS = [list(range(40, 80)), list(range(100, 112)), list(range(60, 70)) * 3, [7, 8, 9]]
 

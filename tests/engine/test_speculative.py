@@ -20,6 +20,7 @@ from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_s
 from app.engine.types import Reading
 from app.testing import synthetic as syn
 from tests.conftest import TinyModels
+from tests.engine.cases import CUTOFF_CASES
 
 
 def _tokens(decoder: Decoder, prompt: list[int], n: int, **params) -> tuple[list[int], list[Round]]:
@@ -569,16 +570,6 @@ def test_a_draft_cut_short_when_unsure_keeps_greedy_exact(models) -> None:
     got, rounds = _tokens(decoder, PROMPT_IDS, 48, num_draft=8)
     assert got == want
     assert any(0 < r.k < 8 for r in rounds)
-
-
-# (draft_cutoff, temperature, num_draft, whether drafts may end early): the batch's too.
-CUTOFF_CASES = [
-    (None, 0.7, None, True),  # the default: Auto's sampled replies, where it measured faster
-    (None, 0.0, None, False),  # greedy: within noise, so not
-    (None, 0.7, 4, False),  # a fixed k drafts the k it was given
-    (False, 0.7, None, False),
-    (True, 0.0, 4, True),
-]
 
 
 @pytest.mark.parametrize(("setting", "temperature", "num_draft", "cuts"), CUTOFF_CASES)

@@ -59,14 +59,15 @@ def test_every_out_of_range_value_is_refused_naming_the_field(field: str, value:
     assert isinstance(raised.value, ValueError)
 
 
-def test_the_edges_are_taken_and_seeds_go_to_mlx_unchanged() -> None:
-    import mlx.core as mx
+def test_the_edges_are_taken_and_every_seed_keys_its_draws() -> None:
+    from app.engine.sampling import Draws
 
     edges = GenerationParams(
         max_tokens=131_072, temperature=2, top_p=0.0, top_k=0, min_p=1.0, seed=SEED_MAX
     )
     assert edges.seed == 2**64 - 1
-    mx.random.seed(edges.seed)  # MLX takes the whole range: no reduction needed
+    draws = Draws(edges.seed)  # the whole range keys draws of its own
+    assert draws.key(0).tolist() != Draws(0).key(0).tolist()
     GenerationParams(seed=0, num_draft=0, repetition_penalty=2.0, k_max=16)
 
 

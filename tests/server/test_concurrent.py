@@ -18,8 +18,7 @@ from app.engine import GenerationParams, load_pair
 from app.engine.generate import stream_reply
 from app.engine.types import Chunk, Finished, Message
 from tests.conftest import TinyModels
-from tests.fakes import _free_port, _kill, served_url
-from tests.server.test_openai_server import KEY, Server, _start
+from tests.fakes import KEY, Server, _free_port, _kill, _start, served_url
 
 TOKENS = 48
 TOPICS = ("cats", "dogs", "rain", "salt", "maps", "bees", "tea", "ice")

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -16,30 +12,7 @@ import openai
 import pytest
 
 from tests.conftest import TinyModels
-from tests.fakes import MESSAGES, _free_port, _kill, served_url
-
-KEY = "test-key-123"
-
-
-@dataclass(frozen=True)
-class Server:
-    url: str  # ends in /v1
-    port: int
-    process: subprocess.Popen[str]
-
-    def client(self, key: str = KEY) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=30)
-
-
-def _start(args: list[str]) -> subprocess.Popen[str]:
-    env = {**os.environ, "TANDEM_DEBUG_LOG": "0"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+from tests.fakes import KEY, MESSAGES, Server, _free_port, _kill, _start, served_url
 
 
 @pytest.fixture(scope="module")

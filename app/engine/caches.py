@@ -1,0 +1,155 @@
+"""The engine's per-layer caches, made so that every round can go back exactly.
+
+mlx-lm gives a sliding-window layer a ``RotatingKVCache``: a ring of ``window``
+rows whose oldest row is overwritten by each new one. Once a reply passes the
+window, trimming a round's rejected drafts leaves their rows in the ring, and
+the next read takes them for the oldest context, so speculation stopped being
+exact there. :class:`WindowKVCache` keeps the rows in order instead, with
+:data:`SLACK` rows beyond the window, so that going back up to that many rows
+is exact; its buffer slides forward a step at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.base import create_causal_mask
+from mlx_lm.models.cache import RotatingKVCache, _BaseCache, make_prompt_cache
+
+# Rows a window keeps beyond itself: the most a round or a pad gives back
+# (16 drafts verified padded to 32 rows, a prompt chunk's pad under 64).
+SLACK = 128
+
+
+class WindowKVCache(_BaseCache):
+    """A sliding-window layer's keys and values, in order, that go back exactly."""
+
+    step = 256
+
+    def __init__(self, window: int, slack: int = SLACK) -> None:
+        self.window = window
+        self.slack = slack
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.offset = 0  # tokens read, as for mlx-lm's caches
+        self._start = 0  # buffer rows [_start, _end) hold the newest tokens
+        self._end = 0
+
+    def _seen(self) -> int:
+        """Earlier rows a new token attends to (the window less itself)."""
+        return min(self.offset, self.window - 1)
+
+    def _make_room(self, keys: mx.array, values: mx.array) -> None:
+        n = keys.shape[2]
+        if self.keys is not None and self.values is not None:
+            if self._end + n <= self.keys.shape[2]:
+                return
+            keep = min(self._end - self._start, self.window - 1 + self.slack)
+            old_k = self.keys[..., self._end - keep : self._end, :]
+            old_v = self.values[..., self._end - keep : self._end, :]
+        else:
+            keep, old_k, old_v = 0, None, None
+        size = -(-(keep + n + 1) // self.step) * self.step
+        b, h, _, dk = keys.shape
+        self.keys = mx.zeros((b, h, size, dk), keys.dtype)
+        self.values = mx.zeros((b, h, size, values.shape[3]), values.dtype)
+        if old_k is not None and old_v is not None and keep:
+            self.keys[..., :keep, :] = old_k
+            self.values[..., :keep, :] = old_v
+        self._start, self._end = 0, keep
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        n = keys.shape[2]
+        seen = self._seen()
+        self._make_room(keys, values)
+        assert self.keys is not None and self.values is not None
+        self.keys[..., self._end : self._end + n, :] = keys
+        self.values[..., self._end : self._end + n, :] = values
+        self._end += n
+        self.offset += n
+        lo = self._end - seen - n
+        out = self.keys[..., lo : self._end, :], self.values[..., lo : self._end, :]
+        self._start = max(self._start, self._end - (self.window - 1 + self.slack))
+        return out
+
+    def make_mask(self, n: int, window_size: int | None = None, return_array: bool = False) -> Any:
+        seen = self._seen()
+        window = window_size or self.window
+        if n == 1:  # its keys are the window at most
+            return None if seen + 1 <= window else mx.arange(seen + 1) >= seen + 1 - window
+        if seen + n > window or return_array:
+            return create_causal_mask(n, seen, window_size=window)
+        return "causal"
+
+    def can_go_back(self, n: int) -> bool:
+        """Whether :meth:`trim` of ``n`` rows leaves every row a next token attends to."""
+        held = self._end - self._start
+        return n <= self.offset and held - n >= min(self.offset - n, self.window - 1)
+
+    def is_trimmable(self) -> bool:
+        return True
+
+    def trim(self, n: int) -> int:
+        n = min(n, self.offset)
+        if not self.can_go_back(n):
+            raise ValueError(f"a window keeps {self.slack} rows to go back, not {n}")
+        self._end -= n
+        self.offset -= n
+        return n
+
+    def size(self) -> int:
+        return min(self.offset, self.window)
+
+    def empty(self) -> bool:
+        return self.keys is None
+
+    @property
+    def state(self) -> list[mx.array]:
+        if self.keys is None or self.values is None:
+            return []
+        return [self.keys, self.values]
+
+    @state.setter
+    def state(self, v: list[mx.array]) -> None:
+        raise NotImplementedError("a window's cache is not restored from its buffers")
+
+    @property
+    def nbytes(self) -> int:
+        if self.keys is None or self.values is None:
+            return 0
+        return int(self.keys.nbytes + self.values.nbytes)
+
+
+def new_cache(model: nn.Module) -> list[Any]:
+    """``model``'s cache as mlx-lm makes it, with each plain window made exact to rewind."""
+    cache = make_prompt_cache(model)
+    return [
+        WindowKVCache(c.max_size) if type(c) is RotatingKVCache and c.keep == 0 else c
+        for c in cache
+    ]
+
+
+def can_rewind(cache: Sequence[Any]) -> bool:
+    """Whether ``cache`` (fresh from :func:`new_cache`) can give back rejected rows."""
+    return all(type(c) is not RotatingKVCache and c.is_trimmable() for c in cache)
+
+
+def rewind(cache: Sequence[Any], n: int) -> bool:
+    """Gives back the newest ``n`` rows of every layer, or changes nothing.
+
+    Returns:
+        False when some layer cannot go back that far (a window past its
+        slack): the caller reads the tokens again into a fresh cache.
+    """
+    if n <= 0:
+        return True
+    if not all(c.can_go_back(n) for c in cache if isinstance(c, WindowKVCache)):
+        return False
+    if not can_rewind(cache):
+        return False
+    for c in cache:
+        c.trim(n)
+    return True

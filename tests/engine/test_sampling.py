@@ -1,0 +1,78 @@
+"""Each request samples on its own: a seed fixes a reply, and only its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import pytest
+
+from app.engine import GenerationParams, load_pair
+from app.engine.batch import BatchDecoder
+from app.engine.loader import ModelPair
+from app.engine.speculative import Decoder, Round
+from tests.conftest import TinyModels
+
+PROMPT = list(range(40, 70))
+N = 40
+SAMPLED = dict(temperature=0.9, top_p=0.95, repetition_penalty=1.1)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny: TinyModels) -> ModelPair:
+    return load_pair(tiny.target, tiny.noisy)  # a draft that misses now and then
+
+
+def _alone(pair: ModelPair, **params: Any) -> list[int]:
+    draft = pair.draft.model if pair.draft is not None else None
+    gen = Decoder(pair.target.model, draft).generate(PROMPT, GenerationParams(**params))
+    out: list[int] = []
+    for event in gen:
+        if isinstance(event, Round):
+            out += event.tokens
+        if len(out) >= N:
+            break
+    gen.close()
+    return out[:N]
+
+
+def _among(pair: ModelPair, others: list[dict[str, Any]], **params: Any) -> list[int]:
+    """The reply of a request batched with ``others``, who leave (disconnect) early."""
+    assert pair.draft is not None
+    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    gens = [batch.generate(PROMPT, GenerationParams(**params))]
+    gens += [batch.generate(PROMPT[: 10 + i], GenerationParams(**o)) for i, o in enumerate(others)]
+    replies: list[list[int]] = [[] for _ in gens]
+    live = list(range(len(gens)))
+    while 0 in live:
+        for i in list(live):
+            event = next(gens[i])
+            if isinstance(event, Round):
+                replies[i] += event.tokens
+            if len(replies[i]) >= (N if i == 0 else 8 * i):
+                gens[i].close()
+                live.remove(i)
+    for i in live:
+        gens[i].close()
+    return replies[0][:N]
+
+
+def test_a_seeded_reply_is_plain_decodings_at_any_k_alone_or_among_others(pair) -> None:
+    plain = _alone(pair, num_draft=0, seed=7, **SAMPLED)
+    for num_draft in (1, 4, 16, None):
+        assert _alone(pair, num_draft=num_draft, seed=7, **SAMPLED) == plain, num_draft
+    others: list[dict[str, Any]] = [
+        dict(num_draft=2, **SAMPLED),
+        dict(num_draft=None, seed=3, temperature=1.0),
+    ]
+    assert _among(pair, others, num_draft=4, seed=7, **SAMPLED) == plain
+    assert _among(pair, others[:1], num_draft=None, seed=7, **SAMPLED) == plain
+
+
+def test_an_unseeded_reply_never_draws_from_the_global_generator(pair) -> None:
+    mx.random.seed(11)
+    want = mx.random.uniform(shape=(4,)).tolist()
+    mx.random.seed(11)  # as another client's seed once did
+    replies = [_alone(pair, num_draft=3, **SAMPLED) for _ in range(2)]
+    assert mx.random.uniform(shape=(4,)).tolist() == want  # nothing drawn from it
+    assert replies[0] != replies[1]  # and nothing fixed by it

@@ -1,0 +1,127 @@
+"""Sliding-window models: speculation stays exact once a conversation passes the window."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+from app.engine import Finished, GenerationParams, Message, load_pair
+from app.engine.batch import BatchDecoder
+from app.engine.caches import WindowKVCache, new_cache, rewind
+from app.engine.generate import encode_chat, new_decoder, stream_reply
+from app.engine.loader import ModelPair
+from app.testing.tiny import build_model, model_config
+from tests.conftest import TinyModels
+
+WINDOW = 16
+FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss")
+
+
+def _config(family: str) -> dict[str, Any]:
+    config = model_config(family, num_hidden_layers=2 if family == "gpt_oss" else 4)
+    config.update(head_dim=16, sliding_window=WINDOW)
+    if family == "gemma3_text":
+        config.update(sliding_window_pattern=2, query_pre_attn_scalar=16)
+    elif family == "gemma4_text":
+        config.update(
+            sliding_window_pattern=2,
+            global_head_dim=16,
+            num_kv_shared_layers=0,
+            hidden_size_per_layer_input=0,
+            vocab_size_per_layer_input=config["vocab_size"],
+            use_double_wide_mlp=False,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+        )
+    else:
+        config.update(
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            intermediate_size=64,
+            layer_types=["sliding_attention", "full_attention"],
+        )
+    return config
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def pair(request: pytest.FixtureRequest, tiny: TinyModels, tmp_path_factory) -> ModelPair:
+    """A tiny ``family`` target with a byte copy of itself as the draft: every draft is right."""
+    root = tmp_path_factory.mktemp(request.param)
+    target = build_model(root / "target", _config(request.param), tokenizer_from=tiny.target)
+    config = json.loads((target / "config.json").read_text())
+    _silence_the_end(target / "model.safetensors", config["eos_token_id"])
+    copy = build_model(root / "copy", config, tokenizer_from=tiny.target, weights_from=target)
+    return load_pair(target, copy)
+
+
+def _silence_the_end(weights: Path, eos: int) -> None:
+    """Zeroes the end token's output row, so that replies run long enough to pass the window."""
+    params = mx.load(str(weights))
+    assert isinstance(params, dict)
+    for name in ("lm_head.weight", "model.embed_tokens.weight"):
+        if name in params:
+            params[name][eos] = 0.0
+    mx.save_safetensors(str(weights), params, metadata={"format": "mlx"})
+
+
+def _plain(pair: ModelPair, prompt: list[int], n: int) -> list[int]:
+    """mlx-lm's own greedy decoding over its own rotating caches: the reference."""
+    eos = set(pair.target.tokenizer.eos_token_ids)
+    out: list[int] = []
+    for token, _ in generate_step(mx.array(prompt), pair.target.model, max_tokens=n):
+        if int(token) in eos:
+            break
+        out.append(int(token))
+    return out
+
+
+def _reply(pair: ModelPair, messages: list[Message], decoder: Any, **params: Any) -> Finished:
+    *_, last = stream_reply(
+        pair, messages, GenerationParams(temperature=0, max_tokens=48, **params), decoder=decoder
+    )
+    assert isinstance(last, Finished)
+    return last
+
+
+SHORT = [Message("user", "Hi")]
+LONG = [Message("user", "Summarise the following text in one sentence. " * 3)]
+
+
+@pytest.mark.parametrize("num_draft", [1, 4, 16, None])
+@pytest.mark.parametrize("messages", [SHORT, LONG], ids=["short", "long"])
+def test_the_windows_reply_is_plain_greedy_past_the_window(pair, messages, num_draft) -> None:
+    prompt = encode_chat(pair.target.tokenizer, messages)
+    end = _reply(pair, messages, new_decoder(pair), num_draft=num_draft)
+    assert len(prompt) + len(end.token_ids) > 2 * WINDOW  # the reply crosses the window
+    assert list(end.token_ids) == _plain(pair, prompt, 48)
+    assert end.stats.accepted == end.stats.drafted > 0  # a copy's drafts are all right
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_a_follow_up_and_an_edit_reuse_the_caches_and_stay_exact(pair, batch: bool) -> None:
+    draft = pair.draft.model if pair.draft is not None else None
+    decoder = BatchDecoder(pair.target.model, draft) if batch else new_decoder(pair)
+    first = _reply(pair, LONG, decoder, num_draft=4)
+    text = pair.target.tokenizer.decode(list(first.token_ids))
+    follow = [*LONG, Message("assistant", text), Message("user", "And the sea?")]
+    edited = [Message("user", "Write a haiku about the sea. " * 3)]
+    for messages in (follow, edited):
+        end = _reply(pair, messages, decoder, num_draft=None)
+        prompt = encode_chat(pair.target.tokenizer, messages)
+        assert list(end.token_ids) == _plain(pair, prompt, 48)
+
+
+def test_a_window_goes_back_exactly_only_within_its_slack(pair) -> None:
+    cache = new_cache(pair.target.model)
+    windows = [c for c in cache if isinstance(c, WindowKVCache)]
+    assert windows  # the family's sliding layers are made exact to rewind
+    pair.target.model(mx.arange(3 * WINDOW + windows[0].slack)[None], cache=cache)
+    before = [c.offset for c in cache]
+    assert not rewind(cache, windows[0].slack + 1)  # refused whole: nothing changed
+    assert [c.offset for c in cache] == before
+    assert rewind(cache, windows[0].slack)
+    assert [c.offset for c in cache] == [o - windows[0].slack for o in before]
