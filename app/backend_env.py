@@ -4,7 +4,7 @@ MLX's CUDA backend records kernels into CUDA graphs of at most
 ``MLX_MAX_OPS_PER_BUFFER`` nodes (20 unless set), each cached by its topology
 among ``MLX_CUDA_GRAPH_CACHE_SIZE`` graphs (400). A round of a 4-bit 70B is
 thousands of nodes, so it launched hundreds of small graphs. On the H200 (run
-18 in docs/benchmarks.md) graphs of 100 nodes, cached among 4000, took 8
+18 in docs/benchmarks-history.md) graphs of 100 nodes, cached among 4000, took 8
 batched streams' rounds from 0.316 to 0.279 s and one request's speculative
 decoding from 55 to 64 tok/s; a larger cache alone changed nothing. Metal
 reads the same variable with per-chip defaults of its own, unmeasured here,

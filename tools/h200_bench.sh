@@ -1,89 +1,19 @@
 #!/bin/sh
-# The H200 runs behind docs/benchmarks.md (Auto from the verify-cost curve).
-# Usage on the GPU machine, after `source .gpu/setup.sh`:  sh tools/h200_bench.sh PART OUTDIR
-# PART a: 70b:1b at miss 0, 0.1 and 0.28 (one target build); PART b: 32b:0.5b at miss 0
-# and 0.1, 8b:1b at miss 0 and 0.28; PART mlx: mlx-lm's loop at k = 3 beside Auto on
-# 70b:1b at miss 0; PART c: the pairs Auto fell short on in part b, after its costs became
-# medians of recent rounds; PART probe: one draft step timed several ways
-# (tools/draft_step_probe.py); PARTs a1, a2 and b1: part a in two processes and 32b:0.5b at
-# miss 0.1, each within one device call (run 6); PARTs r8a, r8b, r8c, r8d and r8mlx: run 8
-# (timed rounds price no width, blended round costs, plain bursts until a try); PARTs r9a,
-# r9b, r9c, r9d and r9mlx: run 9 (one verification width per tile: a width change must
-# repay a kernel build; Auto stops drafting only when sure); PART r10a: run 10; PART r10b: run 10's
-# streams, 1, 2, 4 and 8 requests on one batch at k = 15 against one alone (70b:1b at miss 0 and
-# 0.1, then 8b:1b at miss 0, all within 540 s); PART batch: the (sequences,
-# rows) cost table, batched and packed; PARTs r11a and r11b: run 11's streams at k = 15 and
-# Auto (70b:1b, then 8b:1b, at miss 0 and 0.1); PART r11c: run 11's miss-0.1 rows of Auto;
-# PART r11d: --batch-profile with the draft's step; PART r11e: 70b:1b at miss 0.1 with the
-# draft's catch-up priced apart; PARTs r12a and r12b: run 12, the draft's steps after a round's
-# first run stacked (the draft's step four ways, then 70b:1b at miss 0.1; then 70b:1b at miss 0
-# and 8b:1b at miss 0 and 0.1; streams 1, 4 and 8, k = 15 and Auto); PART r12c: the first draft
-# step stacked too (tools/first_step_probe.py, then 70b:1b at miss 0 and 0.1); PARTs r13a and
-# r13b: run 13, Auto along stretches (32b:0.5b at miss 0 and 0.1 and 8b:1b at miss 0; then
-# 70b:1b at miss 0, 0.1 and 0.28, one build); PART r13c: Auto with and without stretches
-# side by side, five repeats (32b:0.5b, then 70b:1b, at miss 0.1); PART r14: 70b:1b at miss
-# 0.1 again, Auto free up to k = 15; PARTs r15a and r15b: run 15, issue 13's table once more
-# with the final code (70b:1b at miss 0, 0.1 and 0.28, one build; then 32b:0.5b at miss 0 and
-# 0.1, 8b:1b at miss 0, and mlx-lm's loop at k = 3 beside Auto on 70b:1b at miss 0); PART r15c:
-# 8b:1b at miss 0 and 70b:1b at miss 0.28 again once the profile's draft step is the fastest
-# of three runs; PART r16: issue 17's streams (70b:1b at miss 0 and 0.1; 1, 4 and 8 streams;
-# k = 15 and Auto) with the final code; PART r17: run 16's miss-0.1 streams with every batched
-# round traced (tools/batch_trace.py); PART r18: where a batched verify forward's time goes and
-# whether the draft overlaps it on a second stream (tools/verify_forward_probe.py, after one 70B and
-# one 8B layer's projections by rows, tools/wide_matmul_probe.py); PART r18b: 8b:1b's streams
-# (1, 4 and 8 streams at miss 0 and 0.1, k = 15 and Auto) with the final code; PART r18c: every
-# batched round of 8b:1b's miss-0.1 streams traced, then run 17's 70b:1b streams with Auto first
-# (whether the order of the runs moves their round times); PART r18d: run 17's 8 streams with
-# MLX's CUDA graph settings set by hand (a cache of 4000 graphs of 20 nodes, then of 100;
-# app/backend_env.py now sets the second unless the environment does); PART r19: issue 17's
-# streams again (70b:1b at miss 0 and 0.1, then 8b:1b at miss 0 and 0.1; 1, 4 and 8 streams;
-# k = 15 and Auto) with no graph variable in the environment, so the app's own settings run
-# (each JSON's meta.mlx_env says which); PART r19b: the target's caches kept side by side
-# from round to round against apart (tools/side_by_side_probe.py, 70b:1b, 4 and 8 sequences);
-# PART r19c: 8b:1b at miss 0 with drafts of 0 (batched plain), 2, 4 and 8 tokens at 4 and 8 streams;
-# PART r19d: the same rounds twice (tools/side_by_side_probe.py --replay), and both pairs' streams
-# warmed up on prompts one token longer (--fresh-shapes), so no measured round replays a shape;
-# PART r19e: 70b:1b's fresh-shape streams under MLX's own graph settings and with CUDA graphs off;
-# PART r20: both pairs' streams on fresh cache lengths with the batch's target caches apart, then
-# side by side (tandem bench --side-by-side); PART r20b: every batched round traced on fresh
-# lengths at several fixed k and Auto (8b:1b at 4 and 8 streams, 70b:1b at 4), to fit what a
-# round costs beyond its timed parts.
-# PART r20c: rounds side by side traced at 8 streams; PART r21a, r21b: issue 17's streams
-# (1, 2, 4, 8; miss 0 and 0.1; k = 15 and Auto) with the app's own layout on fresh lengths.
-# PART r22: every event of a lone request, lone decoder against one stream through the batch
-# (tools/solo_trace.py). PARTs r23a and r23b: run 21's streams again, every event traced, once
-# verification no longer meets a key length per request and prompts are read in blocks of 64 rows
-# (tools/prefill_shape_probe.py times such reads). PART r24: batched Auto with the stretch
-# table's long-run rate (batch_costs.along_stretches) against without (auto-pooled), 70b:1b then
-# 8b:1b at miss 0.1, 4 and 8 streams; PART r24b: 8b:1b's pair again in the other order.
-# PARTs r25a and r25b: run 25, prompt reads on weights dequantized from the width measured
-# per model (tools/wide_read_probe.py), then issue 17's streams with them (70b:1b at 4 and 8
-# streams; 8b:1b at 1, 2, 4 and 8 streams, then part r24b); PART r25c: the 70B's reads again
-# once each dequantized projection is evaluated before the next (peak memory); PART r25d: the
-# 70B's reads and streams (4 and 8) with at most 2 GiB of dequantized weights left unevaluated.
-# PART r26a ran at commit df5c62d (the draft's caches kept side by side across rounds, since
-# reverted). PART r26b: part r25d again with one layer's dequantized weights queued; PART r26c:
-# 70b:1b at 1 and 2 streams; PART r26d: a lone request's rounds at miss 0 and 0.1 split into
-# their parts, with CUDA graphs and without (tools/miss_round_probe.py, 8b:1b), then the 1B
-# draft's stacked step by its mask, 4-bit and unquantized (tools/stacked_step_probe.py); PART
-# r26e: 8b:1b's streams (1, 2, 4, 8) once an idle batch reads up to IDLE_READ tokens.
-# PARTs r27a and r27c ran at commit 7d7e734 (the draft's weights kept dequantized where one
-# row's projections timed faster so, since reverted): 8b:1b's streams that way, then 4-bit.
-# PARTs r27d and r27e: issue 17's streams (8b:1b at 1, 2, 4, 8; 70b:1b at 4, 8) once a lone
-# request that drafts nothing decodes a step ahead (and probes that step on Auto), and the
-# single-request reference keeps what it learned in its warm-up. PART r27f: 8b:1b on Auto at 1
-# and 4 streams once a burst's plain step is timed from its first step's queueing.
-# PART r28a: what plain steps are measured at (tools/plain_pace_probe.py, 8B), the checkout
-# at OLD (if set) and this one; PART r28b: one 8b:1b request alone, single decoder and batch.
-# PARTs r28c and r28d: issue 17's streams (70b:1b at 4, 8; 8b:1b at 1, 2, 4, 8) once requests
-# that join together copy the prompt rows they share; r28e and r28f: 70b:1b and 8b:1b at 4
-# and 8 streams with --no-share-prompts, each reading its own.
-# PART r28g: one 8b:1b request on Auto at miss 0.1, lone decoder and batch, every event
-# traced (tools/solo_trace.py), three processes: why Auto alone ran 82.8-149.5 tok/s there.
-# Before run 20 the batch kept its target caches apart by default; parts of earlier runs
-# that ran streams now run them side by side unless given --no-side-by-side.
-# Every configuration is warmed up over a full-length reply first, so
-# the first of the three counted repeats builds no kernels.
+# Runs one part of the H200 benchmarks: sh tools/h200_bench.sh PART OUTDIR
+#
+# Needs a machine where `python3 -m app` runs on MLX's CUDA backend (on the lent GPU machines,
+# `source .gpu/setup.sh` first), started from the repository root (the script puts it on
+# PYTHONPATH). The pairs are synthetic (`--synthetic`), built in memory: nothing is downloaded.
+#
+# PART: a name from the case statement below, most with a comment saying what it measures; the
+#   parts named rN (r15a, r28c, ...) are run N in docs/benchmarks-history.md.
+# OUTDIR: created if missing. Each command writes OUTDIR/NAME.json (`tandem bench --json`) and
+#   OUTDIR/NAME.err (its stderr); some also NAME.txt (what it printed) or NAME.jsonl (a trace).
+#   What the commands print goes to stdout; copy the files the docs cite into docs/bench/.
+# BUDGET: seconds for the parts that read it (a `timeout` on their commands); OLD (part r28a):
+#   another checkout to run the same probe against.
+# Parts built with run() warm each configuration up over a full-length reply, then time three
+# repeats. A part that calls a tools/ probe since removed runs only at a commit that has it.
 set -u
 part=$1
 out=$2

@@ -65,7 +65,7 @@ def align(cache: Any, size: int) -> None:
     between rounds gets buffers of any length, and attending over one
     would give each request a key length of its own. On MLX's CUDA backend
     a lone request's round that grew its caches so took 1.1 s on a 70B,
-    against 0.12 s for the others (run 22 in docs/benchmarks.md).
+    against 0.12 s for the others (run 22 in docs/benchmarks-history.md).
     """
     more = size - cache.keys.shape[2]
     if more > 0:
@@ -92,7 +92,7 @@ def padding(n: int, cache: Sequence[Any]) -> int:
 
     On the H200 a 70B read a prompt of a length never seen before in 300 ms
     against 263 ms at a seen one, its 1B draft in 45 against 9 ms (run 23 in
-    docs/benchmarks.md); padded to a multiple of :data:`ROWS` the reads cost
+    docs/benchmarks-history.md); padded to a multiple of :data:`ROWS` the reads cost
     the same and every later length reuses their kernels. The pad comes after
     the real rows, so causal attention keeps them exact, and the caller cuts
     it off the cache. Only where verification buckets (the mode is not

@@ -15,7 +15,7 @@ rejected rows masked in place, one attention call a layer, shapes that do not
 change from round to round; each request gets its own per-layer KV cache
 (mlx-lm's ``KVCache``) back when the batch's members change. That layout
 measured faster than each request attending over its own cache on CUDA and on
-this CPU (run 20 in docs/benchmarks.md); ``side_by_side=False`` keeps each
+this CPU (run 20 in docs/benchmarks-history.md); ``side_by_side=False`` keeps each
 cache apart, rejected rows trimmed and RoPE at each cache's own offset.
 A request joins between rounds; the
 prompts of joining requests are read :data:`PREFILL_CHUNK` tokens per round

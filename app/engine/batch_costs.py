@@ -622,7 +622,7 @@ def along_stretches(costs: BatchCosts, wants: Sequence[Want], best: BatchPlan) -
     Per-position acceptance learns far positions only from tries of longer
     drafts, and a try starts wherever the last round left off, often in the
     middle of an easy stretch; a longer k's own rounds start past a rejection
-    and run further. On the H200 (run 23 in docs/benchmarks.md) 8 streams'
+    and run further. On the H200 (run 23 in docs/benchmarks-history.md) 8 streams'
     rounds of k = 15 committed 9.1-10.1 tokens a request where the table
     expected 7.9-8.6, so the batch played k = 7, 4-15 % slower. The stretch
     table (:mod:`app.engine.stretch`) learns from every round by distance

@@ -5,7 +5,7 @@ sequence's own cache, trimmed to what it accepted. On MLX's CUDA backend
 that layout costs more when the cache lengths are new: a 70B's round of 2
 sequences of 16 rows took 246 ms on lengths never seen before against 132 ms
 on the same lengths again, where the same rounds side by side took 135 ms
-both times (run 19 in docs/benchmarks.md). :class:`SideBySide` keeps the
+both times (run 19 in docs/benchmarks-history.md). :class:`SideBySide` keeps the
 sequences in one ``(count, heads, columns, dim)`` array per layer: each round's
 new rows take shared columns after the last round's, the rows a sequence
 rejects stay in place masked out instead of being trimmed, and when the columns

@@ -379,7 +379,7 @@ def draft_cuts(params: GenerationParams, auto: bool, setting: bool | None = None
 
     By default only on Auto's sampled replies: on the CPU's real pair at
     T = 0.7 Auto ran 1.16x and 1.19x as fast with it, greedy within noise
-    (docs/benchmarks.md); a fixed k drafts the k it was given.
+    (docs/benchmarks-history.md); a fixed k drafts the k it was given.
 
     Args:
         params: The reply's sampling.

@@ -3,7 +3,7 @@
 MLX's 4-bit matmul kernel on CUDA costs time in proportion to its rows past a
 few dozen (a 70B layer's projections: 1.71 ms at 128 rows, 3.31 ms at 256),
 while dequantizing the weights and running an ordinary matmul costs nearly
-the same at any width (1.99 and 2.17 ms; run 18 in docs/benchmarks.md). So a
+the same at any width (1.99 and 2.17 ms; run 18 in docs/benchmarks-history.md). So a
 forward of many rows, a long prompt's chunk or the batch reading several
 prompts in one, runs faster through weights dequantized one projection at a
 time, never the whole model at once.
@@ -105,7 +105,7 @@ def _bound_queue(y: mx.array, nbytes: int, limit: int) -> None:
     projection it peaked no higher than the 4-bit kernel's read but took
     312 ms, one synchronisation per projection; with up to 2 GiB (a little
     over a layer) queued, 259 ms and 41.5 GiB against the kernel's 578 ms and
-    44.3 GiB (run 25 in docs/benchmarks.md).
+    44.3 GiB (run 25 in docs/benchmarks-history.md).
     """
     _queued[0] += nbytes
     if _queued[0] >= limit:
