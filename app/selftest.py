@@ -118,17 +118,20 @@ def check_metal() -> str:
     """On macOS, the Metal library loads and a GPU op gives numpy's answer."""
     if sys.platform != "darwin":
         raise Skip("not macOS (MLX runs on the CPU here)")
-    import mlx.core as mx
+    # else, not fall-through: mypy then skips the macOS steps elsewhere instead of
+    # calling them unreachable.
+    else:
+        import mlx.core as mx
 
-    if not mx.metal.is_available():
-        raise RuntimeError("MLX sees no Metal device")
-    a, b = _operands()
-    # The first GPU op loads mlx.metallib, which must sit beside libmlx.dylib.
-    got = mx.matmul(mx.array(a), mx.array(b), stream=mx.gpu) + 1.0
-    mx.eval(got)
-    _expect_close(np.array(got), a @ b + 1.0)
-    name = mx.device_info(mx.gpu).get("device_name", "GPU")
-    return f"metallib loaded, matmul on {name} matches numpy"
+        if not mx.metal.is_available():
+            raise RuntimeError("MLX sees no Metal device")
+        a, b = _operands()
+        # The first GPU op loads mlx.metallib, which must sit beside libmlx.dylib.
+        got = mx.matmul(mx.array(a), mx.array(b), stream=mx.gpu) + 1.0
+        mx.eval(got)
+        _expect_close(np.array(got), a @ b + 1.0)
+        name = mx.device_info(mx.gpu).get("device_name", "GPU")
+        return f"metallib loaded, matmul on {name} matches numpy"
 
 
 def check_resources() -> str:
@@ -181,7 +184,8 @@ def check_keyring() -> str:
         return f"{type(backend).__module__}.{type(backend).__name__} is usable"
     if sys.platform == "darwin":
         raise RuntimeError(reason)
-    return f"no keychain (tokens cannot be saved): {reason.removeprefix(_UNAVAILABLE)}"
+    else:  # not fall-through: mypy skips the other platform's branch, not unreachable
+        return f"no keychain (tokens cannot be saved): {reason.removeprefix(_UNAVAILABLE)}"
 
 
 def check_model() -> str:
@@ -265,4 +269,5 @@ def _expect_close(got: np.ndarray, want: np.ndarray) -> None:
 def _system() -> str:
     if sys.platform == "darwin":
         return f"macOS {platform.mac_ver()[0]} {platform.machine()}"
-    return f"{platform.system()} {platform.machine()}"
+    else:  # not fall-through: mypy skips the other platform's branch, not unreachable
+        return f"{platform.system()} {platform.machine()}"

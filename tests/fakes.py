@@ -656,7 +656,7 @@ def _prompt_threads(monkeypatch: Any) -> tuple[list[int], set[int], Callable[...
 
     made_on: list[int] = []
     engine_threads: set[int] = set()
-    original = engine_service.prompt_ids
+    original = generate.prompt_ids  # engine_service imported it from there
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         made_on.append(threading.get_ident())

@@ -155,7 +155,8 @@ def install(model: nn.Module) -> None:
             and 1 < queries.shape[2] <= MAX_QUERIES
         ):
             return bucketed_attention(queries, cache, scale, matmul=now == "matmul")
-        return original(queries, keys, values, cache, scale, mask, sinks=sinks)
+        out: mx.array = original(queries, keys, values, cache, scale, mask, sinks=sinks)
+        return out
 
     attention._tandem = True  # type: ignore[attr-defined]
     setattr(module, "scaled_dot_product_attention", attention)  # noqa: B010

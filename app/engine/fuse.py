@@ -75,7 +75,8 @@ class FusedProjection(nn.Module):
             return y + self["bias"] if "bias" in self else y
         if "bias" in self:
             return mx.addmm(self["bias"], x, self["weight_t"])
-        return x @ self["weight_t"]
+        out: mx.array = x @ self["weight_t"]
+        return out
 
     def part(self, i: int, x: mx.array) -> mx.array:
         memo: _Memo = object.__getattribute__(self, "_memo")

@@ -105,13 +105,15 @@ def _attention(attn: Any, x: mx.array, lengths: Sequence[int], caches: Sequence[
         mask = "causal" if n > 1 else None
         o = sdpa(q, k, v, cache=cache, scale=attn.scale, mask=mask)
         out.append(o.transpose(0, 2, 1, 3).reshape(1, n, -1))
-    return attn.o_proj(mx.concatenate(out, axis=1))
+    y: mx.array = attn.o_proj(mx.concatenate(out, axis=1))
+    return y
 
 
 def head(model: Any, h: mx.array) -> mx.array:
     """The model's output projection: its own head, or the tied embedding."""
     lm_head = getattr(model, "lm_head", None)
-    return lm_head(h) if lm_head is not None else model.model.embed_tokens.as_linear(h)
+    logits: mx.array = lm_head(h) if lm_head is not None else model.model.embed_tokens.as_linear(h)
+    return logits
 
 
 __all__ = ["PACKABLE", "head", "packable", "packed_forward"]

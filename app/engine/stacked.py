@@ -54,7 +54,7 @@ def stackable(model: nn.Module, caches: Sequence[list[Any]] | None = None) -> bo
         type(c) is KVCache and c.offset > 0 for cache in caches for c in cache
     ):
         return False
-    lengths = [cache[0].offset for cache in caches]
+    lengths: list[int] = [cache[0].offset for cache in caches]
     return len(lengths) * max(lengths) <= SLACK * sum(lengths)
 
 
@@ -74,7 +74,7 @@ class Stack:
     """
 
     def __init__(self, caches: Sequence[list[Any]], columns: int) -> None:
-        lengths = [cache[0].offset for cache in caches]
+        lengths: list[int] = [cache[0].offset for cache in caches]
         self.count = len(caches)
         self.base = max(lengths)  # the first column of new rows
         self.size = -(-(self.base + columns) // BUCKET) * BUCKET  # few key lengths, few kernels
@@ -209,7 +209,8 @@ def _attention(
     o = mx.fast.scaled_dot_product_attention(
         q, stack.keys[i], stack.values[i], scale=attn.scale, mask=mask
     )
-    return attn.o_proj(o.transpose(0, 2, 1, 3).reshape(1, d * r, -1))
+    y: mx.array = attn.o_proj(o.transpose(0, 2, 1, 3).reshape(1, d * r, -1))
+    return y
 
 
 __all__ = ["SLACK", "Stack", "stackable", "stacked_step"]

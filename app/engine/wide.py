@@ -180,7 +180,8 @@ def _inputs(proj: Any) -> int:
 
 
 def _dequantized_bytes(proj: Any) -> int:
-    return int(proj["scales"].shape[0]) * _inputs(proj) * proj["scales"].itemsize
+    itemsize: int = proj["scales"].itemsize
+    return int(proj["scales"].shape[0]) * _inputs(proj) * itemsize
 
 
 def install(model: nn.Module) -> int | None:

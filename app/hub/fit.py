@@ -106,9 +106,12 @@ def available_memory_bytes() -> int | None:
         except (OSError, ValueError, IndexError):
             pass
         return None
-    if sys.platform == "darwin":
+    # elif/else, not fall-through: mypy then skips the other platforms' branches
+    # instead of calling them unreachable.
+    elif sys.platform == "darwin":
         return _vm_stat_available()
-    return None
+    else:
+        return None
 
 
 def usable_memory_bytes(total: int | None = None, *, free: int | None = None, held: int = 0) -> int:

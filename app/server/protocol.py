@@ -247,7 +247,8 @@ def _num_draft(value: Any, default: int | None) -> int | None:
             f"'num_draft_tokens' must be 'auto' or a whole number from 0 to {K_MAX}.",
             param="num_draft_tokens",
         )
-    return value
+    k: int = value  # a whole number, as PARAM_RANGES checked
+    return k
 
 
 def _stop(value: Any) -> tuple[str, ...]:

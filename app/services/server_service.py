@@ -347,7 +347,7 @@ def serve_headless(
 
     try:
         with loop:
-            code = loop.run_until_complete(run())
+            code: int = loop.run_until_complete(run())
     finally:
         ticker.stop()
         engine.shutdown()

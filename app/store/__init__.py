@@ -1,5 +1,6 @@
 """Persistence of conversations, free of Qt."""
 
+from app.files import write_atomic
 from app.store.db import (
     Conversation,
     SearchHit,
@@ -16,7 +17,7 @@ from app.store.presets import (
     remove,
     upsert,
 )
-from app.store.settings import Settings, SettingsFile, pair_key, write_atomic
+from app.store.settings import Settings, SettingsFile, pair_key
 
 __all__ = [
     "BUILTIN_PRESETS",

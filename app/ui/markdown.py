@@ -92,7 +92,7 @@ def render_markdown(text: str, theme: Theme | None = None, first_code_index: int
 
 def highlight_code(code: str, language: str, dark: bool) -> str:
     """``code`` as HTML spans with inline colours, to go inside ``<pre>``."""
-    out = highlight(code, _lexer(language), _formatter(dark))
+    out: str = highlight(code, _lexer(language), _formatter(dark))
     return out[:-1] if out.endswith("\n") and not code.endswith("\n") else out
 
 

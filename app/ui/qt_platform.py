@@ -64,21 +64,26 @@ def platform_problem(
     chosen = os.environ.get("QT_QPA_PLATFORM", "").split(":")[0]
     if not sys.platform.startswith("linux") or chosen not in ("", "xcb"):
         return None
-    if not chosen and os.environ.get("WAYLAND_DISPLAY"):
-        return None  # Qt may open the window on Wayland without X11's libraries
-    path = (plugin or _xcb_plugin)()
-    if not path.is_file():
-        return None  # a Qt built without xcb: Qt says what it has
-    try:
-        (load or ctypes.CDLL)(str(path))
-    except OSError as exc:
-        if (match := _MISSING.search(str(exc))) is None:
-            return f"Tandem cannot load Qt's X11 plugin: {exc}"
-        missing = list(dict.fromkeys([match.group(0), *missing_libraries(path)]))
-        packages = " ".join(dict.fromkeys(debian_package(m) for m in missing))
-        which = f"{missing[0]} is" if len(missing) == 1 else f"{', '.join(missing)} are"
-        return f"Tandem needs the X11/xcb libraries: sudo apt install {packages} ({which} missing)"
-    return None
+    # else, not fall-through: mypy then skips the Linux steps elsewhere instead of
+    # calling them unreachable.
+    else:
+        if not chosen and os.environ.get("WAYLAND_DISPLAY"):
+            return None  # Qt may open the window on Wayland without X11's libraries
+        path = (plugin or _xcb_plugin)()
+        if not path.is_file():
+            return None  # a Qt built without xcb: Qt says what it has
+        try:
+            (load or ctypes.CDLL)(str(path))
+        except OSError as exc:
+            if (match := _MISSING.search(str(exc))) is None:
+                return f"Tandem cannot load Qt's X11 plugin: {exc}"
+            missing = list(dict.fromkeys([match.group(0), *missing_libraries(path)]))
+            packages = " ".join(dict.fromkeys(debian_package(m) for m in missing))
+            which = f"{missing[0]} is" if len(missing) == 1 else f"{', '.join(missing)} are"
+            return (
+                f"Tandem needs the X11/xcb libraries: sudo apt install {packages} ({which} missing)"
+            )
+        return None
 
 
 def missing_libraries(path: Path) -> list[str]:

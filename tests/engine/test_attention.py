@@ -9,6 +9,7 @@ import pytest
 from app.engine import attention, load_pair
 from app.engine.attention import BUCKET
 from app.engine.batch import BatchDecoder, take_turns
+from app.engine.packed import packed_forward
 from app.engine.speculative import Decoder, Round
 from app.engine.types import GenerationParams
 from tests.conftest import TinyModels
@@ -174,7 +175,7 @@ def test_the_batch_reads_prompts_in_whole_row_blocks(
     want = [take_turns([Decoder(target).generate(p, plain)], 24).replies[0] for p in prompts]
     attention.set_mode(bucket_mode)
     reads: list[list[int]] = []
-    real = batch_module.packed_forward
+    real = packed_forward  # what batch calls until patched below
 
     def spy(model, tokens, caches):  # type: ignore[no-untyped-def]
         if any(len(t) > attention.MAX_QUERIES for t in tokens):

@@ -15,7 +15,9 @@ from app.engine.batch import IDLE_READ, PREFILL_CHUNK, BatchDecoder, take_turns
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile
 from app.engine.sampling import log_probs
-from app.engine.speculative import Decoder, DraftControl, Prefill, Round
+from app.engine.side_by_side import SideBySide
+from app.engine.speculative import Decoder, DraftControl, DraftCutoff, Prefill, Round
+from app.engine.stacked import stacked_step
 from app.engine.types import Reading
 from tests.conftest import TinyModels
 from tests.engine.cases import CUTOFF_CASES
@@ -73,13 +75,13 @@ def test_by_default_each_greedy_reply_equals_its_solo_reply_side_by_side(
     pair, params, monkeypatch
 ) -> None:
     laid: list[int] = []
-    original = batch_module.SideBySide.__init__
+    original = SideBySide.__init__
 
     def spy(self, caches, *args) -> None:
         laid.append(len(caches))
         original(self, caches, *args)
 
-    monkeypatch.setattr(batch_module.SideBySide, "__init__", spy)
+    monkeypatch.setattr(SideBySide, "__init__", spy)
     batch = BatchDecoder(pair.target.model, pair.draft.model)
     gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
     got, _ = _turns(gens, 40)
@@ -93,13 +95,13 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
     pair, monkeypatch
 ) -> None:
     restored: list[int] = []
-    original = batch_module.SideBySide.restore
+    original = SideBySide.restore
 
     def spy(self, caches) -> None:
         restored.append(len(caches))
         original(self, caches)
 
-    monkeypatch.setattr(batch_module.SideBySide, "restore", spy)
+    monkeypatch.setattr(SideBySide, "restore", spy)
     batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=True)
     params = GenerationParams(num_draft=3)
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 6)
@@ -265,14 +267,14 @@ def test_requests_that_join_together_read_the_start_they_share_once(
 def test_a_request_that_joins_copies_the_start_a_decoding_request_shares(
     pair, running, monkeypatch
 ) -> None:
-    laid: list[batch_module.SideBySide] = []
-    original = batch_module.SideBySide.__init__
+    laid: list[SideBySide] = []
+    original = SideBySide.__init__
 
     def spy(self, caches, *args) -> None:
         laid.append(self)
         original(self, caches, *args)
 
-    monkeypatch.setattr(batch_module.SideBySide, "__init__", spy)
+    monkeypatch.setattr(SideBySide, "__init__", spy)
     batch = BatchDecoder(pair.target.model, pair.draft.model)
     # One request alone decodes plainly (its own cache, a step queued ahead); two
     # draft side by side, long enough that their stack compacts.
@@ -439,7 +441,7 @@ def test_the_batch_measures_its_draft_steps_stacked_and_packed_and_runs_the_chea
 
 def test_a_stacked_draft_starts_with_what_each_request_committed(pair, monkeypatch) -> None:
     widths: list[int] = []
-    real = batch_module.stacked_step
+    real = stacked_step  # what batch calls until patched below
 
     def step(model, tokens, stack):
         if model is pair.draft.model:  # the target's verify runs side by side too
@@ -568,7 +570,7 @@ def test_batched_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_
 ) -> None:
     stops: list[float] = []
 
-    class Spy(batch_module.DraftCutoff):
+    class Spy(DraftCutoff):
         def __post_init__(self) -> None:
             stops.extend(self.stops)
             super().__post_init__()

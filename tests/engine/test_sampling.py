@@ -15,7 +15,7 @@ from tests.conftest import TinyModels
 
 PROMPT = list(range(40, 70))
 N = 40
-SAMPLED = dict(temperature=0.9, top_p=0.95, repetition_penalty=1.1)
+SAMPLED: dict[str, Any] = dict(temperature=0.9, top_p=0.95, repetition_penalty=1.1)
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +23,10 @@ def pair(tiny: TinyModels) -> ModelPair:
     return load_pair(tiny.target, tiny.noisy)  # a draft that misses now and then
 
 
-def _alone(pair: ModelPair, **params: Any) -> list[int]:
+def _alone(pair: ModelPair, decoder: Decoder | None = None, **params: Any) -> list[int]:
     draft = pair.draft.model if pair.draft is not None else None
-    gen = Decoder(pair.target.model, draft).generate(PROMPT, GenerationParams(**params))
+    decoder = decoder or Decoder(pair.target.model, draft)
+    gen = decoder.generate(PROMPT, GenerationParams(**params))
     out: list[int] = []
     for event in gen:
         if isinstance(event, Round):
@@ -61,6 +62,9 @@ def test_a_seeded_reply_is_plain_decodings_at_any_k_alone_or_among_others(pair) 
     plain = _alone(pair, num_draft=0, seed=7, **SAMPLED)
     for num_draft in (1, 4, 16, None):
         assert _alone(pair, num_draft=num_draft, seed=7, **SAMPLED) == plain, num_draft
+    assert pair.draft is not None
+    warm = Decoder(pair.target.model, pair.draft.model)  # caches, baseline and costs known
+    assert [_alone(pair, warm, num_draft=None, seed=7, **SAMPLED) for _ in range(2)] == [plain] * 2
     others: list[dict[str, Any]] = [
         dict(num_draft=2, **SAMPLED),
         dict(num_draft=None, seed=3, temperature=1.0),

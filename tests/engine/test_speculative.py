@@ -13,7 +13,7 @@ import pytest
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
 from app.engine import speculative as spec
-from app.engine.costs import PLAIN_BURST
+from app.engine.costs import PLAIN_BURST, PlainPace
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.sampling import log_probs, penalize
 from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
@@ -407,18 +407,6 @@ def test_draft_control_rejects_a_negative_length() -> None:
         DraftControl().set(-1)
 
 
-def test_a_seeded_reply_starts_with_the_plain_step_that_measures_the_baseline(models) -> None:
-    pair = models["copy"]
-    decoder = Decoder(pair.target.model, pair.draft.model)
-    for _ in range(2):  # the second reply too, though the baseline is known by then
-        _, rounds = _tokens(decoder, PROMPT_IDS, 12, num_draft=3, seed=1)
-        # The first token, at plain latency, then two probes of two plain steps (the
-        # first warms up, the second measures).
-        assert [(r.k, len(r.tokens)) for r in rounds[:3]] == [(0, 1), (0, 2), (0, 2)]
-        assert all(r.k == 3 for r in rounds[3:])
-        assert decoder.baseline_tps is not None
-
-
 def test_plain_steps_are_timed_as_their_average_since_the_first_was_queued(
     models, monkeypatch
 ) -> None:
@@ -522,6 +510,38 @@ def test_auto_decodes_plainly_where_drafting_cannot_pay(models, monkeypatch) -> 
     # Now and then a try of drafting, within the exploration budget.
     assert all(r.auto for r in late) and sum(r.k > 0 for r in late) <= 2
     assert sum(len(r.tokens) for r in late if r.k == 0) >= 0.9 * sum(len(r.tokens) for r in late)
+
+
+def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
+    models, monkeypatch
+) -> None:
+    pair = models["noisy"]
+    _dear_draft(monkeypatch, pair.draft.model)
+    dear = [10.0 * m for m in range(1, 18)]
+    decoder = Decoder(pair.target.model, pair.draft.model, _costs(dear, draft_ms=10.0))
+    decoder.probe_every = 10_000
+    log: list[str] = []
+    target = type(pair.target.model)
+    forward = target.__call__
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        log.append("F")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(target, "__call__", counted)
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=None))
+    produced = 0
+    for event in gen:
+        if isinstance(event, Round):
+            log.append("T" if event.k == 0 else "R")
+            produced += len(event.tokens)
+        if produced >= 700:  # past the ends of several plain bursts
+            break
+    gen.close()
+    trace = "".join(log)
+    assert trace.count("T") > 600
+    # Two plain tokens with no forward between them: a burst ended and the device waited.
+    assert "TT" not in trace[trace.index("T") + 2 :]
 
 
 @pytest.mark.parametrize("stretch", [True, False])
@@ -647,7 +667,7 @@ def test_a_cancel_while_reading_the_prompt_stops_at_the_next_chunk(models, monke
         cancel.set()  # as the first chunk is read
         return real_eval(*args)
 
-    monkeypatch.setattr(spec.mx, "eval", eval_)
+    monkeypatch.setattr(mx, "eval", eval_)  # the module speculative evaluates through
     assert list(decoder.generate(PROMPT_IDS, GenerationParams(), cancel=cancel)) == []
     monkeypatch.undo()
     gen = decoder.generate(PROMPT_IDS, GenerationParams())
@@ -798,7 +818,7 @@ def test_the_baseline_leaves_out_the_cold_first_probe(models, monkeypatch) -> No
     # What the probes time: the first runs cold (weights still paging in), 20x slower.
     timed = iter([10.0] + [0.5] * 20)
 
-    class Paced(spec.PlainPace):
+    class Paced(PlainPace):
         def token(self, now: float) -> float:
             super().token(now)
             return next(timed)

@@ -1024,15 +1024,14 @@ def test_settings_has_a_shortcut_and_help_writes_keys_as_the_platform_does(
 ) -> None:
     from PySide6.QtGui import QAction, QKeySequence
 
-    import app.ui.menus as menus
-
     window = make_window()
     actions = {a.text(): a for a in window.findChildren(QAction)}
     native = QKeySequence(QKeySequence.StandardKey.Preferences)
     expected = native if not native.isEmpty() else QKeySequence("Ctrl+,")
     assert actions["Settings…"].shortcut() == expected and not expected.isEmpty()
     shown: list[str] = []
-    monkeypatch.setattr(menus.QMessageBox, "information", lambda _p, _t, text: shown.append(text))
+    # The class app.ui.menus shows its help through.
+    monkeypatch.setattr(QMessageBox, "information", lambda _p, _t, text: shown.append(text))
     actions["Tandem &Help"].trigger()
     new = QKeySequence(QKeySequence.StandardKey.New).toString(
         QKeySequence.SequenceFormat.NativeText

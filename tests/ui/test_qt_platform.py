@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ def test_tandem_prints_the_line_instead_of_starting_qt(
     monkeypatch.setenv("DISPLAY", ":0")
     monkeypatch.setattr("sys.platform", "linux")
     monkeypatch.setattr(qt_platform, "_xcb_plugin", lambda: _plugin(tmp_path))
-    monkeypatch.setattr(qt_platform.ctypes, "CDLL", _refuse)
+    monkeypatch.setattr(ctypes, "CDLL", _refuse)  # the module qt_platform loads through
     started: list[object] = []
 
     def run_app(*a: object, **_k: object) -> int:

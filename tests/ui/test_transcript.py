@@ -273,7 +273,7 @@ def test_streaming_rerenders_only_the_reply(qtbot: QtBot, monkeypatch: pytest.Mo
         block = block.next()
     before = view.toPlainText()
     rendered: list[str] = []
-    render = transcript_module.render_markdown
+    render = render_markdown  # the function transcript_writer imported
 
     def spy(text: str, *args: object, **kwargs: object) -> object:
         rendered.append(text)
