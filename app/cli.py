@@ -241,6 +241,9 @@ def _parser() -> argparse.ArgumentParser:
         help="keep each layer's projections separate (as mlx-lm loads them)",
     )
     bench.add_argument("--json", help="write the rows as JSON to this file")
+    bench.add_argument(
+        "--trace", help="write every round, prompt chunk and plain burst as a JSON line here"
+    )
     return parser
 
 

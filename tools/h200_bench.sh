@@ -37,9 +37,9 @@ streams() {  # name, pair, seconds: issue 17's streams (1, 4 and 8; miss 0 and 0
   echo "rc=$? in $(( $(date +%s) - start )) s"
 }
 trace() {  # name, pair, streams, ks, seconds[, flags]: streams at miss 0.1, every batched round traced
-  echo "== $1: tools/batch_trace.py --synthetic $2 --bits 4 --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128 ${6:-}"
+  echo "== $1: tandem bench --trace --synthetic $2 --bits 4 --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128 ${6:-}"
   start=$(date +%s)
-  timeout "$5" python3 tools/batch_trace.py "$out/$1.jsonl" --synthetic "$2" --bits 4 \
+  timeout "$5" python3 -m app bench --trace "$out/$1.jsonl" --synthetic "$2" --bits 4 \
     --dtype bfloat16 --concurrent "$3" --miss 0.1 --ks "$4" --temps 0 --max-tokens 128 ${6:-} \
     --json "$out/$1.json" 2> "$out/$1.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -121,7 +121,7 @@ r15c)  # run 15, last: the draft step of a profile is the fastest of three runs
   run 8b-1b-c --synthetic 8b:1b --miss 0 --ks 0,8,15,auto --impls plain,tandem
   run 70b-1b-c --synthetic 70b:1b --miss 0.28 --ks 0,8,auto --impls plain,tandem
   ;;
-r17)  # every batched round of issue 17's miss-0.1 streams, as planned and as run (tools/batch_trace.py)
+r17)  # every batched round of issue 17's miss-0.1 streams, as planned and as run (bench --trace)
   trace trace-70b-1b-miss0.1 70b:1b 1,4,8 15,auto ${BUDGET:-480}
   ;;
 r18)  # run 18: the verify forward's parts, and the draft on a second stream beside it

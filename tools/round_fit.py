@@ -5,7 +5,7 @@ Usage: PYTHONPATH=. python3 tools/round_fit.py TRACE.jsonl BENCH.json
 The batch prices a round as u(d) + K·c(d) + V(b, m) + o(b) (app/engine/batch_costs.py),
 c(d) from rounds timed part by part: those wait for the draft before verifying,
 so Python cannot build ahead. Untimed rounds keep the draft queued ahead of the
-forward. This takes a ``tools/batch_trace.py`` trace and the run's JSON (its
+forward. This takes a ``tandem bench --trace`` trace and the run's JSON (its
 learned costs), subtracts each untimed round's V and u, and fits the rest per
 sequence count as o + K·c by least squares: where the fitted c is below the timed
 one and o above, the timed parts price long drafts too high and Auto plans short.
@@ -42,7 +42,7 @@ def main() -> None:
     rest: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for text in trace.read_text().splitlines():
         r = json.loads(text)
-        if r["b"] < 2 or r["timed"]:
+        if r["event"] != "RoundRun" or len(r["ks"]) < 2 or r["timed"]:
             continue
         b, m, steps, drafting = shape(r["ks"])
         v = costs.verify(b, m)

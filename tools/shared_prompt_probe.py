@@ -27,6 +27,7 @@ import mlx.core as mx
 
 from app.engine.batch import BatchDecoder
 from app.engine.fuse import fuse
+from app.engine.observe import EngineEvent, PrefillChunk
 from app.engine.speculative import Round
 from app.engine.types import GenerationParams
 from app.testing import synthetic as syn
@@ -42,15 +43,12 @@ cycle = syn.prompt(shape)
 system = (cycle * (system_tokens // len(cycle) + 1))[:system_tokens]
 params = GenerationParams(num_draft=0, max_tokens=64)
 rows = [0]
-real_read = BatchDecoder._read_into
 
 
-def counted(self: BatchDecoder, model: Any, chunks: Any, caches: Any) -> list[mx.array]:
-    rows[0] += sum(len(c) for _, c in chunks)
-    return real_read(self, model, chunks, caches)
-
-
-BatchDecoder._read_into = counted  # type: ignore[method-assign]
+def counted(event: EngineEvent) -> None:
+    """Prompt rows the target read, from the batch's observer hook."""
+    if isinstance(event, PrefillChunk):
+        rows[0] += event.rows
 
 
 def question(j: int) -> list[int]:
@@ -70,6 +68,7 @@ def first_tokens(gens: list[Generator[Any, None, None]]) -> list[list[int]]:
 
 def together(share: bool, salt: int) -> str:
     batch = BatchDecoder(target)
+    batch.observer = counted
     batch.share_prompts = share
     rows[0] = 0
     start = time.perf_counter()
@@ -87,6 +86,7 @@ def together(share: bool, salt: int) -> str:
 
 def joining(share: bool, salt: int) -> str:
     batch = BatchDecoder(target)
+    batch.observer = counted
     batch.share_prompts = share
     running = batch.generate([salt, *system, *question(99)], params)
     first_tokens([running])

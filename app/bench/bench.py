@@ -25,6 +25,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from app import backend_env
+from app.bench import trace
 from app.engine.calibrate import default_prompts
 from app.engine.costs import (
     K_MAX,
@@ -205,7 +206,9 @@ def ttft_cold_and_warm(
 
     params = GenerationParams(max_tokens=max_tokens, num_draft=None if pair.draft else 0)
     turn = [Message("user", first)]
-    decoder = new_decoder(pair, store)  # one conversation: its caches carry over between turns
+    decoder = trace.attach(
+        new_decoder(pair, store)
+    )  # one conversation: its caches carry over between turns
     events = list(stream_reply(pair, turn, params, decoder=decoder))
     reply = "".join(e.text for e in events if isinstance(e, Chunk))
     turn2 = [*turn, Message("assistant", reply), Message("user", follow_up)]
@@ -247,7 +250,7 @@ def ttft_by_drafter(
         settings.update({"draft": (False, None), "lookup+draft": (True, None)})
     out: dict[str, float] = {}
     for label, (lookup, k) in settings.items():
-        decoder = Decoder(target, draft if label.endswith("draft") else None)
+        decoder = trace.attach(Decoder(target, draft if label.endswith("draft") else None))
         params = GenerationParams(max_tokens=4, num_draft=k, prompt_lookup=lookup)
         first_token_seconds(decoder, prompt, params)  # builds kernels for this prompt length
         runs = [first_token_seconds(decoder, prompt, params) for _ in range(repeats)]
@@ -364,7 +367,9 @@ def benchmark(
     # One decoder per configuration, kept across prompts as the app keeps it
     # across turns (its draft-length controller and baseline carry over).
     tandem = [c for c in configs if c[0] == "tandem"]
-    decoders = {c: Decoder(target, draft, CostModel(k_max + 1, profile)) for c in tandem}
+    decoders = {
+        c: trace.attach(Decoder(target, draft, CostModel(k_max + 1, profile))) for c in tandem
+    }
     for (_, k, _), decoder in decoders.items():
         decoder.draft_cutoff = _cutoff(k, draft_cutoff)
         decoder.stretch = k != POOLED
@@ -717,13 +722,19 @@ def main(args: Any) -> int:
         except ValueError as exc:
             print(f"tandem: --prompts: {exc}", file=sys.stderr)
             return 2
+    for option, path in (("--json", args.json), ("--trace", getattr(args, "trace", None))):
+        if path and (problem := write_problem(Path(path))) is not None:
+            print(f"tandem: {option}: {problem}", file=sys.stderr)
+            return 1
+    if getattr(args, "trace", None):
+        trace.start(Path(args.trace))
     try:
-        if args.json and (problem := write_problem(Path(args.json))) is not None:
-            raise _RefusedFileError(problem)
         return _main(args)
     except _RefusedFileError as exc:
         print(f"tandem: --json: {exc}", file=sys.stderr)
         return 1
+    finally:
+        trace.stop()
 
 
 def _main(args: Any) -> int:

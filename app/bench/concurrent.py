@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import mlx.nn as nn
 
+from app.bench import trace
 from app.engine.adaptive import Acceptance
 from app.engine.batch import SIDE_BY_SIDE, BatchDecoder, Turns, take_turns
 from app.engine.batch_costs import BatchCosts
@@ -115,6 +116,7 @@ def _batch(
     keeps them per pair; ``cutoff`` is its ``draft_cutoff``.
     """
     batch = BatchDecoder(target, draft, costs(), batch_costs, acceptance, side_by_side)
+    trace.attach(batch)
     batch.draft_cutoff = cutoff
     batch.stretch = stretch
     batch.share_prompts = share_prompts
@@ -244,7 +246,7 @@ def measure_streams(
     spec = None
     if draft is not None:
         # Warmed up and measured on one decoder, as the batch keeps its costs and acceptance.
-        decoder = Decoder(target, draft, costs())
+        decoder = trace.attach(Decoder(target, draft, costs()))
         decoder.draft_cutoff = cutoff
         spec = solo(decoder, params)
     greedy = params.temperature == 0

@@ -58,6 +58,7 @@ from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
 from app.engine.caches import new_cache, rewind
 from app.engine.costs import K_MAX, CostModel, PlainPace, expected_tokens
+from app.engine.observe import Observer, PlainBurst, PrefillChunk, RoundPlanned, RoundRun
 from app.engine.packed import packable, packed_forward
 from app.engine.sampling import Draws
 from app.engine.side_by_side import SideBySide
@@ -245,6 +246,7 @@ class BatchDecoder:
         # End a request's draft early where the draft is unsure: as the single
         # decoder's ``draft_cutoff`` (True always, False never, None by default).
         self.draft_cutoff: bool | None = None
+        self.observer: Observer | None = None  # told what each round planned and cost
         # Joining requests copy the prompt rows other open requests hold of them (:meth:`_share`).
         self.share_prompts = True
         # Whether the pair's caches are plain KV caches, whose rows can be copied; learned
@@ -543,12 +545,16 @@ class BatchDecoder:
 
     def _read_chunks(self, chunks: list[tuple[_Request, list[int]]]) -> None:
         """One forward per model of ``chunks`` into their requests' caches."""
+        start = time.perf_counter()
         states = self._read_into(self.target, chunks, [r.t_cache for r, _ in chunks])
         drafting = [(r, c) for r, c in chunks if r.d_cache is not None]
         if drafting and self.draft is not None:
             caches = [c for r, _ in drafting if (c := r.d_cache) is not None]
             states += self._read_into(self.draft, drafting, caches)
         mx.eval(states)
+        if self.observer is not None:
+            rows = sum(len(c) for _, c in chunks)
+            self.observer(PrefillChunk(rows, len(chunks), time.perf_counter() - start))
         for r, chunk in chunks:
             r.read += len(chunk)
             if r.d_cache is not None:
@@ -610,6 +616,8 @@ class BatchDecoder:
             r.d_cache is not None and r.num_draft() is None for r in requests
         ):
             plan = self._planner.choose([self._want(r) for r in requests])
+            if self.observer is not None:
+                self.observer(RoundPlanned(plan.ks, plan.tokens, plan.seconds, plan.explore))
             return list(plan.ks), plan.timed, 0
         if len(requests) == 1 and self._probes(requests[0]):
             return [0], False, PROBE
@@ -723,6 +731,18 @@ class BatchDecoder:
                     width=k + 1,
                 )
             )
+        if self.observer is not None:
+            priced = self.batch_costs.round_seconds(*round_shape) if len(ks) > 1 else None
+            run = RoundRun(
+                ks=tuple(ks),
+                accepted=tuple(v.accepted for v in verdicts),
+                auto=any(r.num_draft() is None for r in requests),
+                timed=timed,
+                stacked=stacked,
+                priced=priced,
+                seconds=time.perf_counter() - start,  # its commit included
+            )
+            self.observer(run)
 
     def _begin_plain(self, request: _Request, tokens: int) -> None:
         """Plain decoding of the lone ``request`` for up to ``tokens`` tokens, pipelined.
@@ -739,6 +759,8 @@ class BatchDecoder:
         queued = self._plain_next(request, token, request.seq[:-1])
         now = time.perf_counter()
         self._burst = _Burst(request, queued, tokens, request.num_draft(), PlainPace(now), now)
+        if self.observer is not None:
+            self.observer(PlainBurst(tokens))
         self._hand_out(self._burst, go_on=tokens > 1)
 
     def _plain_next(self, request: _Request, token: mx.array, before: Sequence[int]) -> mx.array:

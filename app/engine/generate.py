@@ -414,7 +414,10 @@ def stream_reply(
         lookup_accepted=lookup_accepted,
         target_calls=calls,
         draft_rounds=draft_rounds,
-        num_draft=params.num_draft if (pair.draft is not None or params.prompt_lookup) else 0,
+        # The setting in force at the end: the slider may have moved mid-reply.
+        num_draft=(control.num_draft if control is not None else params.num_draft)
+        if (pair.draft is not None or params.prompt_lookup)
+        else 0,
         k_min=min(ks, default=0),
         k_sum=sum(ks),
         k_max=max(ks, default=0),

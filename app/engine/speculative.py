@@ -26,6 +26,7 @@ from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.caches import can_rewind, new_cache, rewind
 from app.engine.costs import K_MAX, CostModel, PlainPace, Plan, Samples
 from app.engine.lookup import PromptLookup
+from app.engine.observe import Observer, PlainBurst, PrefillChunk, RoundPlanned, RoundRun
 from app.engine.sampling import Draws, contexts_for, log_probs, penalize
 from app.engine.stretch import FRESH, Belief
 from app.engine.types import AcceptRule, GenerationParams, Origin, Reading
@@ -493,6 +494,7 @@ class Decoder:
         self._lengths: dict[tuple[int, int | None, bool, bool], DraftLength] = {}
         self._cancel: threading.Event | None = None  # the running reply's, while it runs
         self._draws = Draws(None)  # the running reply's
+        self.observer: Observer | None = None  # told what each round planned and cost
 
     def _cuts(self, params: GenerationParams, auto: bool) -> bool:
         """Whether a round's draft may end early (:func:`draft_cuts`, by this decoder's setting)."""
@@ -620,7 +622,12 @@ class Decoder:
         chunks = prefill_steps(
             self.target, self._t_cache, goal[reused:], PREFILL_STEP, self._stopped
         )
+        chunk_start = time.perf_counter()
         for fed in chunks:
+            if self.observer is not None:
+                rows = reused + fed - len(self._t_tokens)
+                self.observer(PrefillChunk(rows, 1, time.perf_counter() - chunk_start))
+                chunk_start = time.perf_counter()
             self._t_tokens.extend(goal[len(self._t_tokens) : reused + fed])
             if reading and reused + fed < len(goal):
                 yield Reading(reused + fed, len(seq), reused)
@@ -726,9 +733,13 @@ class Decoder:
             n_round = next(rounds)
             lengths = self.draft_length(params, num_draft)
             plan = after_plain.pop() if after_plain else lengths.choose(belief)
+            if self.observer is not None and num_draft is None:
+                self.observer(RoundPlanned((plan.k,), plan.tokens, plan.seconds, plan.explore))
             if plan.k == 0:
                 # Auto found that drafting does not pay: plain decoding for a while.
                 stay = self._stays_plain(plan, lengths, fresh, wanted, num_draft, after_plain)
+                if self.observer is not None:
+                    self.observer(PlainBurst(max(1, round(plan.tokens))))
                 for rnd in self._plain(seq, params, until=stay):
                     if lookup is not None:
                         lookup.extend(list(rnd.tokens))
@@ -768,6 +779,17 @@ class Decoder:
                 if spoken is None:
                     return  # cancelled before verifying
                 rnd = spoken
+                if self.observer is not None:
+                    run = RoundRun(
+                        ks=(rnd.k,),
+                        accepted=(rnd.accepted,),
+                        auto=num_draft is None,
+                        timed=rnd.timed,
+                        stacked=False,
+                        priced=None,
+                        seconds=rnd.seconds,
+                    )
+                    self.observer(run)
                 belief = lengths.observe(rnd.k, rnd.accepted, belief)
                 if rnd.k and not proposed and not rnd.timed:  # lookup rounds cost no draft steps
                     last = (rnd, started)

@@ -180,7 +180,10 @@ def test_a_control_changes_k_mid_stream(tiny_pair) -> None:
             ks.append(event.round.k)
             if len(ks) == 3:
                 control.set(5)
+        if isinstance(event, Finished):
+            end = event
     assert set(ks[:3]) <= {0, 2} and 5 in ks[3:] and 2 not in ks[4:]
+    assert end.stats.num_draft == 5  # the setting the reply ended on, not the one it began on
 
 
 def test_a_conversation_longer_than_the_window_is_refused_with_numbers(

@@ -834,3 +834,18 @@ def test_the_baseline_leaves_out_the_cold_first_probe(models, monkeypatch) -> No
     _round(gen)  # the probe that counts
     gen.close()
     assert decoder.baseline_tps == pytest.approx(2.0)
+
+
+def test_the_observer_hears_each_prompt_chunk_burst_and_round_as_it_ran(models) -> None:
+    from app.engine.observe import EngineEvent, PlainBurst, PrefillChunk, RoundRun
+
+    pair = models["noisy"]
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    heard: list[EngineEvent] = []
+    decoder.observer = heard.append
+    _, rounds = _tokens(decoder, PROMPT_IDS, 40, num_draft=3)
+    assert sum(e.rows for e in heard if isinstance(e, PrefillChunk)) == len(PROMPT_IDS) - 1
+    runs = [e for e in heard if isinstance(e, RoundRun)]
+    drafted = [r for r in rounds if r.k]
+    assert [(e.ks, e.accepted) for e in runs] == [((r.k,), (r.accepted,)) for r in drafted]
+    assert not any(isinstance(e, PlainBurst) for e in heard)  # a fixed k never bursts

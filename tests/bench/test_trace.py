@@ -1,5 +1,5 @@
-"""``tools/batch_trace.py`` wraps the batch's methods as they are now (the device runs it blind);
-``tools/round_fit.py`` reads what it writes."""
+"""``tandem bench --trace`` writes what the decoders' observer hook says; ``tools/round_fit.py``
+reads it."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def _tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "tools" / name), *args],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
@@ -30,21 +30,25 @@ def _tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_trace_logs_every_batched_round(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     args = "--synthetic tiny:tiny --concurrent 2 --miss 0.1 --ks auto --temps 0 --max-tokens 8"
-    r = _tool("batch_trace.py", str(trace), *args.split())
+    r = _run("-m", "app", "bench", *args.split(), "--trace", str(trace))
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
-    shared = [row for row in rows if row["b"] == 2]
+    runs = [row for row in rows if row["event"] == "RoundRun"]
+    shared = [row for row in runs if len(row["ks"]) == 2]
     assert shared, rows
-    assert all(row["timed"] is not None and row["stacked"] is not None for row in shared)
-    assert all(len(row["ks"]) == len(row["accepted"]) == 2 for row in shared)
+    assert all(len(row["accepted"]) == 2 and row["seconds"] > 0 for row in shared)
+    assert any(row["event"] == "RoundPlanned" for row in rows)  # two on Auto plan together
+    assert any(row["event"] == "PrefillChunk" and row["rows"] > 0 for row in rows)
+    # The lone decoder the bench compares with is traced too, as another decoder.
+    assert len({row["decoder"] for row in rows}) > 1
 
 
 def test_round_fit_fits_each_count_with_untimed_rounds_of_several_drafts(tmp_path: Path) -> None:
     trace, bench = tmp_path / "trace.jsonl", tmp_path / "bench.json"
     args = "--synthetic tiny:tiny --concurrent 2,3 --miss 0.1 --ks 2,6 --temps 0 --max-tokens 40"
-    r = _tool("batch_trace.py", str(trace), *args.split(), "--json", str(bench))
+    r = _run("-m", "app", "bench", *args.split(), "--json", str(bench), "--trace", str(trace))
     assert r.returncode == 0, r.stderr
-    r = _tool("round_fit.py", str(trace), str(bench))
+    r = _run(str(ROOT / "tools" / "round_fit.py"), str(trace), str(bench))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].split()[:2] == ["b", "rounds"]
