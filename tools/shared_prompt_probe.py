@@ -28,6 +28,7 @@ import mlx.core as mx
 from app.engine.batch import BatchDecoder
 from app.engine.fuse import fuse
 from app.engine.observe import EngineEvent, PrefillChunk
+from app.engine.options import EngineOptions
 from app.engine.speculative import Round
 from app.engine.types import GenerationParams
 from app.testing import synthetic as syn
@@ -67,9 +68,8 @@ def first_tokens(gens: list[Generator[Any, None, None]]) -> list[list[int]]:
 
 
 def together(share: bool, salt: int) -> str:
-    batch = BatchDecoder(target)
+    batch = BatchDecoder(target, options=EngineOptions(share_prompts=share))
     batch.observer = counted
-    batch.share_prompts = share
     rows[0] = 0
     start = time.perf_counter()
     gens = [batch.generate([salt, *system, *question(j)], params) for j in range(count)]
@@ -85,9 +85,8 @@ def together(share: bool, salt: int) -> str:
 
 
 def joining(share: bool, salt: int) -> str:
-    batch = BatchDecoder(target)
+    batch = BatchDecoder(target, options=EngineOptions(share_prompts=share))
     batch.observer = counted
-    batch.share_prompts = share
     running = batch.generate([salt, *system, *question(99)], params)
     first_tokens([running])
     rows[0] = 0

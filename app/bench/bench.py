@@ -35,6 +35,7 @@ from app.engine.costs import (
     ProfileStore,
     measure_profile,
 )
+from app.engine.options import DEFAULT_OPTIONS, EngineOptions
 from app.engine.speculative import Decoder, Prefill, Round
 from app.engine.types import GenerationParams
 from app.errors import first_line
@@ -327,6 +328,7 @@ def benchmark(
     profile: CostProfile | None = None,
     k_max: int = K_MAX,
     draft_cutoff: bool = False,
+    options: EngineOptions = DEFAULT_OPTIONS,
     mlx_ks: Sequence[int] | None = None,
     on_repeat: Callable[[list[Row], int], None] | None = None,
     fresh_shapes: bool = False,
@@ -368,11 +370,16 @@ def benchmark(
     # across turns (its draft-length controller and baseline carry over).
     tandem = [c for c in configs if c[0] == "tandem"]
     decoders = {
-        c: trace.attach(Decoder(target, draft, CostModel(k_max + 1, profile))) for c in tandem
+        c: trace.attach(
+            Decoder(
+                target,
+                draft,
+                CostModel(k_max + 1, profile),
+                replace(options, draft_cutoff=_cutoff(c[1], draft_cutoff), stretch=c[1] != POOLED),
+            )
+        )
+        for c in tandem
     }
-    for (_, k, _), decoder in decoders.items():
-        decoder.draft_cutoff = _cutoff(k, draft_cutoff)
-        decoder.stretch = k != POOLED
 
     def once(impl: str, k: int | None, temp: float, prompt: list[int], n: int) -> Run:
         if impl == "plain":
@@ -620,15 +627,13 @@ def _concurrent(
 ) -> int:
     """``--concurrent``: n requests on one batch for each n, per miss rate, k and temperature."""
     from app.bench.concurrent import Replies, measure_streams, streams_table
-    from app.engine.batch import SIDE_BY_SIDE
     from app.engine.batch_costs import BatchCosts
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     replies: Replies = {}  # the target's greedy replies, the same whatever drafts
-    side_by_side = SIDE_BY_SIDE if args.side_by_side is None else args.side_by_side
-    share = args.share_prompts is not False
+    options: EngineOptions = args.engine_options
     for miss, make_draft in drafts:
         draft_model = _next_draft(miss, make_draft, len(drafts), meta)
         if draft_model is False:
@@ -657,12 +662,11 @@ def _concurrent(
                     profile=profile,
                     replies=replies,
                     batch_costs=batch_costs,
-                    cutoff=_cutoff(k, args.draft_cutoff),
                     label=_label(k),
                     fresh=args.fresh_shapes,
-                    side_by_side=side_by_side,
-                    stretch=k != POOLED,
-                    share_prompts=share,
+                    options=replace(
+                        options, draft_cutoff=_cutoff(k, args.draft_cutoff), stretch=k != POOLED
+                    ),
                     log=log,
                 )
         print(streams_table(rows), flush=True)
@@ -676,8 +680,8 @@ def _concurrent(
                 concurrent=list(counts),
                 prompt_tokens=len(prompt),
                 fresh_shapes=args.fresh_shapes,
-                side_by_side=side_by_side,
-                share_prompts=share,
+                side_by_side=options.side_by_side,
+                share_prompts=options.share_prompts,
             )
             _write_json(json_path, meta, [asdict(r) for r in rows])
         del draft_model
@@ -761,12 +765,17 @@ def _main(args: Any) -> int:
             return 2
     from app.engine import attention, wide
 
-    attention.set_mode(args.attention)
     try:
-        wide.set_mode(wide.parse_mode(args.wide))
+        args.engine_options = EngineOptions(
+            attention=args.attention,
+            wide=wide.parse_mode(args.wide),
+            side_by_side=args.side_by_side is not False,
+            share_prompts=args.share_prompts is not False,
+        )
     except ValueError as exc:
         log(f"tandem: {exc}")
         return 2
+    args.engine_options.apply()  # mlx-lm's loop, compared, runs the same paths
     k_max = min(args.k_max or max([k for k in ks if k and k > 0] or [K_MAX]), K_MAX)
     meta: dict[str, Any] = {
         "device": str(mx.default_device()),
@@ -884,6 +893,7 @@ def _main(args: Any) -> int:
             profile=profile,
             k_max=k_max,
             draft_cutoff=args.draft_cutoff,
+            options=args.engine_options,
             mlx_ks=[int(k) for k in args.mlx_ks.split(",")] if args.mlx_ks else None,
             on_repeat=save,
             fresh_shapes=args.fresh_shapes,

@@ -19,9 +19,10 @@ import mlx.nn as nn
 
 from app.bench import trace
 from app.engine.adaptive import Acceptance
-from app.engine.batch import SIDE_BY_SIDE, BatchDecoder, Turns, take_turns
+from app.engine.batch import BatchDecoder, Turns, take_turns
 from app.engine.batch_costs import BatchCosts
 from app.engine.costs import CostModel, CostProfile
+from app.engine.options import DEFAULT_OPTIONS, EngineOptions
 from app.engine.speculative import Decoder
 from app.engine.types import GenerationParams
 
@@ -104,22 +105,15 @@ def _batch(
     batch_costs: BatchCosts,
     acceptance: Callable[[bool], Acceptance],
     params: GenerationParams,
-    cutoff: bool | None,
-    side_by_side: bool,
-    stretch: bool,
-    share_prompts: bool,
+    options: EngineOptions,
     prompts: list[list[int]],
 ) -> Turns:
     """``prompts`` opened at once on one fresh batch (no cache to reuse) and pulled to the end.
 
     The batch's costs and acceptance carry over from run to run, as the app
-    keeps them per pair; ``cutoff`` is its ``draft_cutoff``.
+    keeps them per pair.
     """
-    batch = BatchDecoder(target, draft, costs(), batch_costs, acceptance, side_by_side)
-    trace.attach(batch)
-    batch.draft_cutoff = cutoff
-    batch.stretch = stretch
-    batch.share_prompts = share_prompts
+    batch = trace.attach(BatchDecoder(target, draft, costs(), batch_costs, acceptance, options))
     return take_turns([batch.generate(p, params) for p in prompts], params.max_tokens)
 
 
@@ -166,12 +160,9 @@ def measure_streams(
     profile: CostProfile | None = None,
     replies: Replies | None = None,
     batch_costs: BatchCosts | None = None,
-    cutoff: bool | None = None,
     label: str | None = None,
     fresh: bool = False,
-    side_by_side: bool = SIDE_BY_SIDE,
-    stretch: bool = True,
-    share_prompts: bool = True,
+    options: EngineOptions = DEFAULT_OPTIONS,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
     """One row per stream count: its requests decoded together, against one alone.
@@ -199,18 +190,14 @@ def measure_streams(
         batch_costs: The batch's costs, which its rounds measure and Auto
             plans with; they carry over from run to run (by default from this
             call's first run on).
-        cutoff: The draft cutoff of every decoder (``draft_cutoff``; None: the app's rule).
         label: The rows' k (by default ``auto`` or the fixed k).
         fresh: Warm up on prompts one token longer, so that the measured runs
             meet no cache length seen before (MLX's CUDA backend caches its
             graphs by shape, so replayed lengths run faster than new ones).
-        side_by_side: The batch keeps its target caches side by side
-            (:mod:`app.engine.side_by_side`, the app's layout) rather than each apart.
-        stretch: Auto plans along stretches (``BatchDecoder.stretch``; the
-            single-request references plan as the app's decoder does).
-        share_prompts: Requests that join together copy the prompt rows they
-            share (``BatchDecoder.share_prompts``, the app's way); the streams'
-            prompts differ in their last token only.
+        options: How the batch runs (its draft cutoff, stretches, layout and
+            prompt sharing); the single-request reference plans along
+            stretches, as the app's decoder does. The streams' prompts differ
+            in their last token only.
         log: Where progress lines go.
 
     Raises:
@@ -246,8 +233,7 @@ def measure_streams(
     spec = None
     if draft is not None:
         # Warmed up and measured on one decoder, as the batch keeps its costs and acceptance.
-        decoder = trace.attach(Decoder(target, draft, costs()))
-        decoder.draft_cutoff = cutoff
+        decoder = trace.attach(Decoder(target, draft, costs(), replace(options, stretch=True)))
         spec = solo(decoder, params)
     greedy = params.temperature == 0
     known: Replies = replies if replies is not None else {}
@@ -269,10 +255,7 @@ def measure_streams(
                 shared,
                 acceptance,
                 params,
-                cutoff,
-                side_by_side,
-                stretch,
-                share_prompts,
+                options,
             ),
             prompts[:n],
             warmup,

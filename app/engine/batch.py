@@ -15,7 +15,7 @@ rejected rows masked in place, one attention call a layer, shapes that do not
 change from round to round; each request gets its own per-layer KV cache
 (mlx-lm's ``KVCache``) back when the batch's members change. That layout
 measured faster than each request attending over its own cache on CUDA and on
-this CPU (run 20 in docs/benchmarks-history.md); ``side_by_side=False`` keeps each
+this CPU (run 20 in docs/benchmarks-history.md); ``EngineOptions.side_by_side`` off keeps each
 cache apart, rejected rows trimmed and RoPE at each cache's own offset.
 A request joins between rounds; the
 prompts of joining requests are read :data:`PREFILL_CHUNK` tokens per round
@@ -59,17 +59,17 @@ from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
 from app.engine.caches import new_cache, rewind
 from app.engine.costs import K_MAX, CostModel, PlainPace, expected_tokens
 from app.engine.observe import Observer, PlainBurst, PrefillChunk, RoundPlanned, RoundRun
+from app.engine.options import DEFAULT_OPTIONS, EngineOptions
 from app.engine.packed import packable, packed_forward
 from app.engine.sampling import Draws
 from app.engine.side_by_side import SideBySide
 from app.engine.speculative import (
-    PROBE_EVERY,
-    CacheError,
     DraftControl,
     DraftCutoff,
     Prefill,
     Round,
     Verdict,
+    check_drafting,
     common_prefix,
     draft_cuts,
     draft_kept,
@@ -84,7 +84,6 @@ from app.engine.stacked import Stack, stackable, stacked_step
 from app.engine.stretch import FRESH, Belief
 from app.engine.types import GenerationParams, Origin, Reading
 
-SIDE_BY_SIDE = True  # verify over target caches kept side by side (faster in run 20)
 PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in all
 IDLE_READ = 4 * PREFILL_CHUNK  # the same while no request decodes (a chunk of each prompt at most)
 STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
@@ -206,9 +205,7 @@ class BatchDecoder:
         batch_costs: The pair's batched-round costs; by default learned afresh.
         acceptance: The pair's running acceptance by sampling (``True``: T > 0),
             shared with its single-request decoder; by default the batch's own.
-        side_by_side: Verify several requests over their target caches kept
-            side by side from round to round (the default), rather than each
-            over its own.
+        options: How it runs (:class:`~app.engine.options.EngineOptions`).
     """
 
     def __init__(
@@ -218,16 +215,17 @@ class BatchDecoder:
         costs: CostModel | None = None,
         batch_costs: BatchCosts | None = None,
         acceptance: Callable[[bool], Acceptance] | None = None,
-        side_by_side: bool = SIDE_BY_SIDE,
+        options: EngineOptions = DEFAULT_OPTIONS,
     ) -> None:
         self.target = target
-        self.side_by_side = side_by_side
+        self.options = options
         # The target's caches of the requests last verified together, side by side.
         self._side: tuple[list[_Request], SideBySide] | None = None
         self.draft = draft
         self.costs = costs if costs is not None else CostModel()
         self.batch_costs = batch_costs if batch_costs is not None else BatchCosts(self.costs)
         self._planner = BatchLength(self.batch_costs)
+        self._planner.stretch = options.stretch
         self.batch_costs.can_stack = draft is not None and stackable(draft)
         # The last round's shape and start, to time it to the next round's start.
         self._last: tuple[tuple[int, int, int, int], float] | None = None
@@ -243,28 +241,10 @@ class BatchDecoder:
         self._shared = 0
         # Learned on the first request, so that making a batch costs nothing until it decodes.
         self._trimmable: bool | None = None
-        # End a request's draft early where the draft is unsure: as the single
-        # decoder's ``draft_cutoff`` (True always, False never, None by default).
-        self.draft_cutoff: bool | None = None
         self.observer: Observer | None = None  # told what each round planned and cost
-        # Joining requests copy the prompt rows other open requests hold of them (:meth:`_share`).
-        self.share_prompts = True
         # Whether the pair's caches are plain KV caches, whose rows can be copied; learned
         # on the first request, as every request's caches are made alike.
         self._copies: bool | None = None
-
-    @property
-    def stretch(self) -> bool:
-        """Auto plans along stretches (:mod:`app.engine.stretch`), alone and together.
-
-        As the single decoder's ``stretch``: off, a lone request plans every
-        round alike and a round of several keeps its per-position plan.
-        """
-        return self._planner.stretch
-
-    @stretch.setter
-    def stretch(self, on: bool) -> None:
-        self._planner.stretch = on
 
     @property
     def active(self) -> int:
@@ -310,14 +290,11 @@ class BatchDecoder:
         """
         if len(prompt) < 1:
             raise ValueError("a prompt needs at least one token")
+        self.options.apply()  # this batch's paths from this request on
         if self._trimmable is None:
-            self._trimmable = prepare(self.target, self.draft)
+            self._trimmable = prepare(self.target, self.draft, self.options)
         wanted = control.num_draft if control is not None else params.num_draft
-        if self.draft is not None and wanted != 0 and not self._trimmable:
-            raise CacheError(
-                "the target's cache cannot be rewound (hybrid or recurrent layers), "
-                "so it cannot verify drafts; turn drafting off"
-            )
+        check_drafting(self._trimmable, self.draft is not None, wanted)
         drafts = self.draft is not None and self._trimmable
         request = _Request(
             seq=list(prompt),
@@ -490,7 +467,7 @@ class BatchDecoder:
             held: The rows ``source`` will hold once read (by default those it
                 holds now): a joining request's read rows, a decoding one's prompt.
         """
-        if not self.share_prompts or source is request or not self._copies:
+        if not self.options.share_prompts or source is request or not self._copies:
             return 0
         goal = request.seq[: request.prompt - 1]
         if held is None:
@@ -592,7 +569,9 @@ class BatchDecoder:
         left = request.left
         if request.d_cache is None or wanted == 0:
             return 0, left
-        plan = self._length(request.params, wanted).choose(request.belief if self.stretch else None)
+        plan = self._length(request.params, wanted).choose(
+            request.belief if self.options.stretch else None
+        )
         k = min(plan.k, self._room(request))
         return k, 0 if k else min(max(1, round(plan.tokens)), left)
 
@@ -631,7 +610,7 @@ class BatchDecoder:
         """Whether a lone Auto request's round is :data:`PROBE` plain tokens instead.
 
         They time a pipelined plain step, which Auto prices plain decoding at,
-        on its first round and every :data:`PROBE_EVERY` after, as the single
+        on its first round and every ``options.probe_every`` after, as the single
         decoder probes. Without them a batch whose pair decodes plainly nowhere
         else prices it at a lone forward, and Auto keeps drafting where plain
         decoding is faster. Only once every width's cost is known: the batch
@@ -641,7 +620,8 @@ class BatchDecoder:
         if request.num_draft() is not None or request.d_cache is None or not self.costs.complete:
             return False
         self._lone += 1
-        return self._lone % PROBE_EVERY == 1 and request.left >= PROBE
+        every = self.options.probe_every
+        return every > 0 and self._lone % every == 1 % every and request.left >= PROBE
 
     def _stops(self, requests: list[_Request], ks: list[int]) -> list[float]:
         """Per request, the chance of its draft so far below which its draft ends (0: never).
@@ -651,7 +631,7 @@ class BatchDecoder:
         of a step is the step over the requests it drafts for.
         """
         cuts = [
-            k > 0 and draft_cuts(r.params, r.num_draft() is None, self.draft_cutoff)
+            k > 0 and draft_cuts(r.params, r.num_draft() is None, self.options.draft_cutoff)
             for r, k in zip(requests, ks, strict=True)
         ]
         b, m, steps, d = shape(ks)
@@ -822,7 +802,7 @@ class BatchDecoder:
         Side by side only where asked, for several requests whose caches
         stack; the same requests as last round keep the same stack.
         """
-        side = self._stacked(requests) if self.side_by_side and len(requests) > 1 else None
+        side = self._stacked(requests) if self.options.side_by_side and len(requests) > 1 else None
         if side is None:
             self._unstack()
             return self._forward(self.target, rows, [r.t_cache for r in requests]), None
@@ -1043,7 +1023,7 @@ class BatchDecoder:
             rewind(request.t_cache, k - n)  # at most a round's rows: within any slack
         if k:
             length = self._length(request.params, request.num_draft())
-            if self.stretch:
+            if self.options.stretch:
                 request.belief = length.observe(k, n, request.belief, share)
             else:
                 length.observe(k, n, share=share)
@@ -1172,7 +1152,6 @@ def _last_origin(k: int, accepted: int) -> Origin:
 __all__ = [
     "IDLE_READ",
     "PREFILL_CHUNK",
-    "SIDE_BY_SIDE",
     "BatchDecoder",
     "BatchStats",
     "Turns",

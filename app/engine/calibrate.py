@@ -32,7 +32,7 @@ from app.engine.speculative import Decoder
 from app.engine.types import Chunk, Finished, GenerationParams, Message, Stats
 from app.files import write_atomic
 
-DEFAULT_K_MAX = 16
+DEFAULT_K_MAX = K_MAX
 WARMUP_TOKENS = 8
 # The full sweep's draft lengths, then auto: every short k, then every second one up
 # to the longest, so a slow Mac finishes in minutes.

@@ -27,6 +27,7 @@ from app.engine.caches import can_rewind, new_cache, rewind
 from app.engine.costs import K_MAX, CostModel, PlainPace, Plan, Samples
 from app.engine.lookup import PromptLookup
 from app.engine.observe import Observer, PlainBurst, PrefillChunk, RoundPlanned, RoundRun
+from app.engine.options import DEFAULT_OPTIONS, EngineOptions
 from app.engine.sampling import Draws, contexts_for, log_probs, penalize
 from app.engine.stretch import FRESH, Belief
 from app.engine.types import AcceptRule, GenerationParams, Origin, Reading
@@ -34,7 +35,6 @@ from app.engine.types import AcceptRule, GenerationParams, Origin, Reading
 PREFILL_STEP = 512
 CATCH_UP_STEP = 128  # draft prompt tokens fed between two of the first plain steps
 ROUND_LAG = 2 * K_MAX + 2  # tokens a round feeds the draft with its first step
-PROBE_EVERY = 64  # a plain target step this often keeps the baseline current
 TIME_DRAFT_EVERY = 8  # sync after drafting this often to split draft and verify time
 
 Source = Literal["none", "draft", "lookup", "lookup+draft"]
@@ -186,17 +186,32 @@ def prefill(
     return max(prefill_steps(model, cache, tokens, step, stop), default=0)  # counts only grow
 
 
-def prepare(target: nn.Module, draft: nn.Module | None) -> bool:
-    """Puts the engine's attention and wide paths into both models (idempotent).
+def prepare(target: nn.Module, draft: nn.Module | None, options: EngineOptions) -> bool:
+    """Puts the engine's attention and wide paths, as ``options`` say, into both models.
 
     Returns:
         Whether the target's cache can be rewound, as verifying drafts needs.
     """
+    options.apply()
     for model in (target, draft):
         if model is not None:
             attention.install(model)
             wide.install(model)
     return can_rewind(new_cache(target))
+
+
+def check_drafting(rewinds: bool, proposes: bool, wanted: int | None) -> None:
+    """Refuses drafting where the target's cache cannot give back rejected rows.
+
+    Raises:
+        CacheError: Drafts are asked for (``wanted`` is not 0 and something
+            ``proposes``) but the target's cache does not rewind.
+    """
+    if proposes and wanted != 0 and not rewinds:
+        raise CacheError(
+            "the target's cache cannot be rewound (hybrid or recurrent layers), "
+            "so it cannot verify drafts; turn drafting off"
+        )
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -466,7 +481,11 @@ class Decoder:
     """
 
     def __init__(
-        self, target: nn.Module, draft: nn.Module | None = None, costs: CostModel | None = None
+        self,
+        target: nn.Module,
+        draft: nn.Module | None = None,
+        costs: CostModel | None = None,
+        options: EngineOptions = DEFAULT_OPTIONS,
     ) -> None:
         self.target = target
         self.draft = draft
@@ -478,12 +497,7 @@ class Decoder:
         self._t_tokens: list[int] = []
         self._d_cache: list[Any] | None = None
         self._d_tokens: list[int] = []
-        self.probe_every = PROBE_EVERY  # 0: never a plain step between drafting rounds
-        # End a draft early when its own confidence says the rest will be rejected:
-        # True always, False never, None where it measured faster (see _cuts).
-        self.draft_cutoff: bool | None = None
-        # Auto plans each round from where it starts along a stretch (off: every round alike).
-        self.stretch = True
+        self.options = options
         # Seconds of one plain target step: a median that a cold first step (weights
         # still paging in) cannot drag along, the baseline of every speedup shown.
         self._step = Samples()
@@ -498,7 +512,7 @@ class Decoder:
 
     def _cuts(self, params: GenerationParams, auto: bool) -> bool:
         """Whether a round's draft may end early (:func:`draft_cuts`, by this decoder's setting)."""
-        return draft_cuts(params, auto, self.draft_cutoff)
+        return draft_cuts(params, auto, self.options.draft_cutoff)
 
     def _stopped(self) -> bool:
         """Whether the running reply was cancelled (asked between draft steps too)."""
@@ -576,16 +590,13 @@ class Decoder:
         With ``reading``, a :class:`Reading` comes before each chunk of the
         prompt the target reads (none when its cache holds all of it already).
         """
+        self.options.apply()  # this decoder's paths for this reply, whatever ran before
         if self.target_trimmable is None:
-            self.target_trimmable = prepare(self.target, self.draft)
+            self.target_trimmable = prepare(self.target, self.draft, self.options)
         can_draft = self.draft is not None
         can_lookup = params.prompt_lookup
         wanted = control.num_draft if control is not None else params.num_draft
-        if (can_draft or can_lookup) and wanted != 0 and not self.target_trimmable:
-            raise CacheError(
-                "the target's cache cannot be rewound (hybrid or recurrent layers), "
-                "so it cannot verify drafts; turn drafting off"
-            )
+        check_drafting(self.target_trimmable, can_draft or can_lookup, wanted)
         if not self.target_trimmable:
             can_draft = can_lookup = False
         self._cancel = cancel
@@ -642,7 +653,8 @@ class Decoder:
         yield Prefill(len(seq), reused, time.perf_counter() - start)
 
         rounds = itertools.count()  # drafting rounds over the whole reply
-        probe_first = self.probe_every > 0 and self._step.value is None
+        every = self.options.probe_every
+        probe_first = every > 0 and self._step.value is None
         if wanted() != 0 and (probe_first or (can_draft and not self._draft_ready(seq))):
             # The first token comes at plain latency, before a probe's second
             # step or the draft's prefill.
@@ -721,7 +733,7 @@ class Decoder:
             lookup.reset(seq)
         last: tuple[Round, float] | None = None  # the previous drafting round and its start
         # Where the next round starts along a stretch of accepted drafts, if kept.
-        fresh = FRESH if self.stretch else None
+        fresh = FRESH if self.options.stretch else None
         belief = fresh
         after_plain: list[Plan] = []  # the plan that ended a plain stretch, not yet run
         while (num_draft := wanted()) != 0 and not self._stopped():
@@ -758,9 +770,8 @@ class Decoder:
             # Measure plain decoding (a warm-up probe, then one that counts), then
             # refresh it now and then.
             first = self._step.value is None
-            probe = self.probe_every > 0 and (
-                first or n_round % self.probe_every == self.probe_every - 1
-            )
+            every = self.options.probe_every
+            probe = every > 0 and (first or n_round % every == every - 1)
             if probe or (not proposed and not can_draft):
                 new = tuple(self._plain_steps(seq, params))
                 step = self._step.value or 0.0

@@ -42,10 +42,15 @@ def _valid(mode: object) -> bool:
     return mode in ("auto", "off") or (isinstance(mode, int) and mode > 0)
 
 
-def set_mode(mode: Mode) -> None:
-    """``auto`` measures each model, ``off`` never dequantizes, a number fixes the width."""
+def check_mode(mode: object) -> None:
+    """Raises ValueError unless ``mode`` is ``auto``, ``off`` or a positive row count."""
     if not _valid(mode):
         raise ValueError(f"wide mode must be auto, off or a positive row count, not {mode!r}")
+
+
+def set_mode(mode: Mode) -> None:
+    """``auto`` measures each model, ``off`` never dequantizes, a number fixes the width."""
+    check_mode(mode)
     _state["mode"] = mode
 
 

@@ -10,6 +10,7 @@ import pytest
 from app.bench.concurrent import measure_streams, streams_table, variants
 from app.engine import GenerationParams, load_pair
 from app.engine.batch import BatchDecoder
+from app.engine.options import EngineOptions
 from app.engine.speculative import Decoder
 from tests.conftest import TinyModels
 from tests.fakes import _tandem_here
@@ -69,7 +70,7 @@ def test_streams_copy_the_prompt_rows_they_share_unless_told(
     monkeypatch.setattr(BatchDecoder, "_read_into", spy)
     rows = measure_streams(
         pair.target.model, pair.draft.model, list(range(40, 88)), GenerationParams(num_draft=3),
-        streams=(3,), max_tokens=12, warmup=False, share_prompts=share,
+        streams=(3,), max_tokens=12, warmup=False, options=EngineOptions(share_prompts=share),
     )  # fmt: skip
     assert sum(rows_read) == read  # the 48-token prompts differ in their last token only
     assert rows[0].exact is True

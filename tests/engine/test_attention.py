@@ -9,16 +9,19 @@ import pytest
 from app.engine import attention, load_pair
 from app.engine.attention import BUCKET
 from app.engine.batch import BatchDecoder, take_turns
+from app.engine.options import EngineOptions
 from app.engine.packed import packed_forward
 from app.engine.speculative import Decoder, Round
 from app.engine.types import GenerationParams
 from tests.conftest import TinyModels
 
+SDPA = EngineOptions(attention="sdpa")
+
 
 @pytest.fixture(params=["bucketed", "matmul"])
-def bucket_mode(request) -> Iterator[str]:
-    attention.set_mode(request.param)
-    yield request.param
+def bucketed(request) -> Iterator[EngineOptions]:
+    """Options that verify over bucketed key lengths, one way or the other."""
+    yield EngineOptions(attention=request.param)
     attention.set_mode("auto")
 
 
@@ -42,7 +45,7 @@ def test_matmul_attention_matches_the_fused_kernel(mask_kind) -> None:
 
 
 def test_greedy_stays_exact_with_bucketed_verification(
-    bucket_mode, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+    bucketed, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = []
     real = attention.bucketed_attention
@@ -65,15 +68,15 @@ def test_greedy_stays_exact_with_bucketed_verification(
             out += rnd.tokens
         return out[:60]
 
-    want = run(Decoder(pair.target.model), num_draft=0)
+    want = run(Decoder(pair.target.model, options=bucketed), num_draft=0)
     assert calls == []  # single-token steps keep the fused kernel
     assert pair.draft is not None
-    assert run(Decoder(pair.target.model, pair.draft.model), num_draft=5) == want
+    assert run(Decoder(pair.target.model, pair.draft.model, options=bucketed), num_draft=5) == want
     assert 6 in calls
 
 
 def test_verification_attends_over_whole_buckets_after_the_cache_grows(
-    bucket_mode, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+    bucketed, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lengths: list[int] = []
     real = attention.bucketed_attention
@@ -89,8 +92,10 @@ def test_verification_attends_over_whole_buckets_after_the_cache_grows(
     # Rounds cross column 256 at an offset mlx-lm's growth leaves unaligned.
     prompt = list(range(30, 230)) + list(range(30, 67))
     params = GenerationParams(num_draft=5, max_tokens=48)
-    want = take_turns([Decoder(pair.target.model).generate(prompt, params)], 48).replies
-    got = take_turns([Decoder(pair.target.model, pair.draft.model).generate(prompt, params)], 48)
+    plain = Decoder(pair.target.model, options=bucketed)
+    want = take_turns([plain.generate(prompt, params)], 48).replies
+    spec = Decoder(pair.target.model, pair.draft.model, options=bucketed)
+    got = take_turns([spec.generate(prompt, params)], 48)
     assert got.replies == want
     assert max(lengths) > BUCKET and all(n % BUCKET == 0 for n in lengths)
 
@@ -146,34 +151,33 @@ def _rows_seen(model) -> list[int]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("prompt_len", [70, 600])
 def test_the_lone_decoder_reads_prompts_in_whole_row_blocks(
-    bucket_mode, tiny: TinyModels, prompt_len: int
+    bucketed, tiny: TinyModels, prompt_len: int
 ) -> None:
     prompt = [30 + i % 200 for i in range(prompt_len)]
     params = GenerationParams(num_draft=3, max_tokens=24)
-    attention.set_mode("sdpa")
-    want = take_turns([Decoder(load_pair(tiny.target).target.model).generate(prompt, params)], 24)
-    attention.set_mode(bucket_mode)
+    plain = Decoder(load_pair(tiny.target).target.model, options=SDPA)
+    want = take_turns([plain.generate(prompt, params)], 24)
     pair = load_pair(tiny.target, tiny.noisy)
     assert pair.draft is not None
     rows = _rows_seen(pair.target.model)
-    got = take_turns([Decoder(pair.target.model, pair.draft.model).generate(prompt, params)], 24)
+    spec = Decoder(pair.target.model, pair.draft.model, options=bucketed)
+    got = take_turns([spec.generate(prompt, params)], 24)
     assert got.replies == want.replies  # the pads were cut off again
     reads = [n for n in rows if n > attention.MAX_QUERIES]
     assert reads and all(n % attention.ROWS == 0 for n in reads)
 
 
 def test_the_batch_reads_prompts_in_whole_row_blocks(
-    bucket_mode, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+    bucketed, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from app.engine import batch as batch_module
 
     prompts = [[30 + i % 150 for i in range(n)] for n in (70, 91, 300)]
     params = GenerationParams(num_draft=3, max_tokens=24)
-    attention.set_mode("sdpa")
     plain = replace(params, num_draft=0)
     target = load_pair(tiny.target).target.model
-    want = [take_turns([Decoder(target).generate(p, plain)], 24).replies[0] for p in prompts]
-    attention.set_mode(bucket_mode)
+    solo = Decoder(target, options=SDPA)
+    want = [take_turns([solo.generate(p, plain)], 24).replies[0] for p in prompts]
     reads: list[list[int]] = []
     real = packed_forward  # what batch calls until patched below
 
@@ -185,7 +189,7 @@ def test_the_batch_reads_prompts_in_whole_row_blocks(
     monkeypatch.setattr(batch_module, "packed_forward", spy)
     pair = load_pair(tiny.target, tiny.noisy)
     assert pair.draft is not None
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = BatchDecoder(pair.target.model, pair.draft.model, options=bucketed)
     got = take_turns([batch.generate(p, params) for p in prompts], 24)
     assert got.replies == want
     assert reads and all(n % attention.ROWS == 0 for rows in reads for n in rows)

@@ -14,6 +14,7 @@ from app.engine import batch as batch_module
 from app.engine.batch import IDLE_READ, PREFILL_CHUNK, BatchDecoder, take_turns
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile
+from app.engine.options import EngineOptions
 from app.engine.sampling import log_probs
 from app.engine.side_by_side import SideBySide
 from app.engine.speculative import Decoder, DraftControl, DraftCutoff, Prefill, Round
@@ -58,7 +59,9 @@ def _turns(
     ],
 )
 def test_each_greedy_reply_equals_its_solo_reply_with_caches_apart(pair, params) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=False)
+    batch = BatchDecoder(
+        pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=False)
+    )
     gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
     got, rounds = _turns(gens, 40)
     rep = {k: v for k, v in params.items() if k.startswith("repetition")}
@@ -102,7 +105,9 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
         original(self, caches)
 
     monkeypatch.setattr(SideBySide, "restore", spy)
-    batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=True)
+    batch = BatchDecoder(
+        pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=True)
+    )
     params = GenerationParams(num_draft=3)
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 6)
     assert restored == [2]  # the first to finish gave both their caches back
@@ -122,7 +127,9 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
 
 
 def test_side_by_side_requests_join_leave_and_follow_up_exactly(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=True)
+    batch = BatchDecoder(
+        pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=True)
+    )
     params = GenerationParams(num_draft=4)
     cancel = threading.Event()
     first = batch.generate(PROMPTS[0], params)
@@ -351,7 +358,8 @@ def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair, side_b
     alone, _ = _turns(
         [BatchDecoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], seeded)], 40
     )
-    batch = BatchDecoder(pair.target.model, pair.draft.model, side_by_side=side_by_side)
+    options = EngineOptions(side_by_side=side_by_side)
+    batch = BatchDecoder(pair.target.model, pair.draft.model, options=options)
     others = GenerationParams(num_draft=2, temperature=1.0)  # unseeded: the global state
     gens = [
         batch.generate(PROMPTS[1], others),
@@ -536,8 +544,12 @@ def test_a_lone_auto_request_plans_along_stretches_and_stays_exact(stretch: bool
     target, draft = syn.build("tiny"), syn.build("tiny", miss=0.1, seed=1)
     prompt = syn.prompt("tiny")
     tables: dict[bool, Acceptance] = {}
-    batch = BatchDecoder(target, draft, acceptance=lambda s: tables.setdefault(s, Acceptance()))
-    batch.stretch = stretch
+    batch = BatchDecoder(
+        target,
+        draft,
+        acceptance=lambda s: tables.setdefault(s, Acceptance()),
+        options=EngineOptions(stretch=stretch),
+    )
     gen = batch.generate(prompt, GenerationParams(num_draft=None, k_max=12))
     (got,), (rounds,) = _turns([gen], 120)
     assert got == [syn.CYCLE_START + i % 64 for i in range(len(prompt), len(prompt) + 120)]
@@ -551,8 +563,13 @@ def _cutting(pair, setting: bool | None) -> BatchDecoder:
     """A batch whose draft step costs half a forward: unsure drafts are worth ending."""
     single = CostModel(7, profile=CostProfile(verify=(1.0,) * 7, draft_step=0.5))
     flat = BatchProfile(verify=((2, (1.0,) * 17),), draft=((2, 0.5),))
-    batch = BatchDecoder(pair.target.model, pair.draft.model, single, BatchCosts(single, flat))
-    batch.draft_cutoff = setting
+    batch = BatchDecoder(
+        pair.target.model,
+        pair.draft.model,
+        single,
+        BatchCosts(single, flat),
+        options=EngineOptions(draft_cutoff=setting),
+    )
     return batch
 
 

@@ -15,6 +15,7 @@ from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_
 from app.engine import speculative as spec
 from app.engine.costs import PLAIN_BURST, PlainPace
 from app.engine.generate import encode_chat, new_decoder, stream_reply
+from app.engine.options import EngineOptions
 from app.engine.sampling import log_probs, penalize
 from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
 from app.engine.types import Reading
@@ -173,8 +174,9 @@ def test_sampled_first_token_has_the_target_distribution(models, params) -> None
     pair = models["noisy"]
     gp = GenerationParams(num_draft=3, **params)
     prompt = PROMPT_IDS[:20]
-    decoder = Decoder(pair.target.model, pair.draft.model)
-    decoder.probe_every = 0  # every round speculates
+    decoder = Decoder(
+        pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0)
+    )  # every round speculates
     mx.random.seed(3)
     n = 2000
     counts = np.zeros(pair.target.config["vocab_size"])
@@ -355,8 +357,7 @@ def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: b
     pair = models["noisy"]
     want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, num_draft=0)
     control = DraftControl(3)
-    decoder = Decoder(pair.target.model, pair.draft.model)
-    decoder.probe_every = 0
+    decoder = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0))
     gen = decoder.generate(PROMPT_IDS, GenerationParams(prompt_lookup=lookup), control)
     assert isinstance(next(gen), Prefill)
     # Each phase runs a few rounds: drafting at 3, off, adaptive, off again, 5.
@@ -500,10 +501,10 @@ def test_auto_decodes_plainly_where_drafting_cannot_pay(models, monkeypatch) -> 
     # Each verified token costs a full step and a draft step costs another.
     dear = [10.0 * m for m in range(1, 18)]
     want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, num_draft=0)
-    decoder = Decoder(pair.target.model, pair.draft.model, _costs(dear, draft_ms=10.0))
     # One probe measures the real plain step: rounds are weighed by what they
     # really take, so plain decoding must be too.
-    decoder.probe_every = 10_000
+    options = EngineOptions(probe_every=10_000)
+    decoder = Decoder(pair.target.model, pair.draft.model, _costs(dear, draft_ms=10.0), options)
     got, rounds = _tokens(decoder, PROMPT_IDS, 80, num_draft=None)
     assert got == want
     late = rounds[len(rounds) // 2 :]
@@ -518,8 +519,12 @@ def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
     pair = models["noisy"]
     _dear_draft(monkeypatch, pair.draft.model)
     dear = [10.0 * m for m in range(1, 18)]
-    decoder = Decoder(pair.target.model, pair.draft.model, _costs(dear, draft_ms=10.0))
-    decoder.probe_every = 10_000
+    decoder = Decoder(
+        pair.target.model,
+        pair.draft.model,
+        _costs(dear, draft_ms=10.0),
+        options=EngineOptions(probe_every=10_000),
+    )
     log: list[str] = []
     target = type(pair.target.model)
     forward = target.__call__
@@ -549,8 +554,7 @@ def test_a_reply_teaches_acceptance_along_stretches_and_stays_exact(stretch: boo
     target, draft = syn.build("tiny"), syn.build("tiny", miss=0.1, seed=1)
     prompt = syn.prompt("tiny")
     want, _ = _tokens(Decoder(target), prompt, 120, num_draft=0)
-    decoder = Decoder(target, draft)
-    decoder.stretch = stretch
+    decoder = Decoder(target, draft, options=EngineOptions(stretch=stretch))
     got, rounds = _tokens(decoder, prompt, 120, num_draft=None, k_max=12)
     assert got == want
     assert any(r.k for r in rounds)
@@ -585,8 +589,12 @@ def test_auto_measures_unknown_widths_and_stores_the_profile(tiny, tmp_path) -> 
 def test_a_draft_cut_short_when_unsure_keeps_greedy_exact(models) -> None:
     pair = models["draft"]  # independent weights: often unsure
     want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 48, num_draft=0)
-    decoder = Decoder(pair.target.model, pair.draft.model, _costs(TILED, draft_ms=8.0))
-    decoder.draft_cutoff = True
+    decoder = Decoder(
+        pair.target.model,
+        pair.draft.model,
+        _costs(TILED, draft_ms=8.0),
+        options=EngineOptions(draft_cutoff=True),
+    )
     got, rounds = _tokens(decoder, PROMPT_IDS, 48, num_draft=8)
     assert got == want
     assert any(0 < r.k < 8 for r in rounds)
@@ -597,8 +605,12 @@ def test_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_pay(
     models, monkeypatch, setting, temperature, num_draft, cuts
 ) -> None:
     pair = models["draft"]
-    decoder = Decoder(pair.target.model, pair.draft.model, _costs(TILED, draft_ms=8.0))
-    decoder.draft_cutoff = setting
+    decoder = Decoder(
+        pair.target.model,
+        pair.draft.model,
+        _costs(TILED, draft_ms=8.0),
+        options=EngineOptions(draft_cutoff=setting),
+    )
     thresholds: list[float] = []
     real = Decoder._draft_tokens
 
@@ -615,8 +627,12 @@ def test_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_pay(
 def test_rounds_teach_the_pair_what_a_round_costs_beyond_its_forwards(models) -> None:
     pair = models["draft"]
     # A profile that explains almost none of a round: the rest is its fixed cost.
-    decoder = Decoder(pair.target.model, pair.draft.model, _costs([0.001] * 17, draft_ms=0.001))
-    decoder.probe_every = 0
+    decoder = Decoder(
+        pair.target.model,
+        pair.draft.model,
+        _costs([0.001] * 17, draft_ms=0.001),
+        options=EngineOptions(probe_every=0),
+    )
     assert decoder.costs.profile().overhead == 0
     _, rounds = _tokens(decoder, PROMPT_IDS, 60, num_draft=4)
     assert sum(1 for r in rounds if r.k) >= 3
@@ -754,9 +770,11 @@ def test_plain_bursts_leave_the_draft_behind_until_a_round_drafts(models, monkey
     want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 300, num_draft=0)
     # Drafting does not pay: Auto decodes in plain bursts, with a try now and then.
     decoder = Decoder(
-        pair.target.model, pair.draft.model, _costs([10.0 * m for m in range(1, 18)], 10.0)
+        pair.target.model,
+        pair.draft.model,
+        _costs([10.0 * m for m in range(1, 18)], 10.0),
+        options=EngineOptions(probe_every=10_000),
     )
-    decoder.probe_every = 10_000
     _dear_draft(monkeypatch, pair.draft.model, 0.004)  # dear, yet tried now and then
     log: list[int | str] = []  # "feed", or a round's k
     real = spec.prefill

@@ -14,6 +14,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from app.engine import fuse, wide
 from app.engine.batch import BatchDecoder, take_turns
+from app.engine.options import EngineOptions
 from app.engine.speculative import Decoder
 from app.engine.types import GenerationParams
 from app.testing import synthetic as syn
@@ -183,22 +184,23 @@ def test_decoders_read_wide_prompts_dequantized_with_the_same_replies(
     prompts = [syn.prompt("tiny", repeats=r) for r in (9, 12)]
     assert min(len(p) for p in prompts) > 64
     params = GenerationParams(num_draft=4, max_tokens=24)
-    wide.set_mode("off")
+    off, at_64 = EngineOptions(wide="off"), EngineOptions(wide=64)
     target = _model()
+    plain = replace(params, num_draft=0)
     want = [
-        take_turns([Decoder(target).generate(p, replace(params, num_draft=0))], 24).replies[0]
+        take_turns([Decoder(target, options=off).generate(p, plain)], 24).replies[0]
         for p in prompts
     ]
 
-    wide.set_mode(64)
     seen = _dequantizes(monkeypatch)
     target, draft = _model(), _model(miss=0.2, seed=1)
     if batched:
-        batch = BatchDecoder(target, draft)
+        batch = BatchDecoder(target, draft, options=at_64)
         got = take_turns([batch.generate(p, params) for p in prompts], 24).replies
     else:
         got = [
-            take_turns([Decoder(target, draft).generate(p, params)], 24).replies[0] for p in prompts
+            take_turns([Decoder(target, draft, options=at_64).generate(p, params)], 24).replies[0]
+            for p in prompts
         ]
     assert got == want
     assert seen  # the prompts' reads ran on dequantized weights
