@@ -54,6 +54,11 @@ def set_mode(mode: Mode) -> None:
     _state["mode"] = mode
 
 
+def mode() -> Mode:
+    """The mode set last (``auto`` until one is)."""
+    return _state["mode"]
+
+
 def parse_mode(text: str) -> Mode:
     """``--wide``'s value: ``auto``, ``off`` or a row count.
 

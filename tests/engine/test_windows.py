@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -15,57 +13,15 @@ from app.engine.batch import BatchDecoder
 from app.engine.caches import WindowKVCache, new_cache, rewind
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair
-from app.testing.tiny import build_model, model_config
 from tests.conftest import TinyModels
-
-WINDOW = 16
-FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss")
-
-
-def _config(family: str) -> dict[str, Any]:
-    config = model_config(family, num_hidden_layers=2 if family == "gpt_oss" else 4)
-    config.update(head_dim=16, sliding_window=WINDOW)
-    if family == "gemma3_text":
-        config.update(sliding_window_pattern=2, query_pre_attn_scalar=16)
-    elif family == "gemma4_text":
-        config.update(
-            sliding_window_pattern=2,
-            global_head_dim=16,
-            num_kv_shared_layers=0,
-            hidden_size_per_layer_input=0,
-            vocab_size_per_layer_input=config["vocab_size"],
-            use_double_wide_mlp=False,
-            layer_types=["sliding_attention", "full_attention"] * 2,
-        )
-    else:
-        config.update(
-            num_local_experts=4,
-            num_experts_per_tok=2,
-            intermediate_size=64,
-            layer_types=["sliding_attention", "full_attention"],
-        )
-    return config
+from tests.engine.families import FAMILIES, WINDOW, window_pair
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def pair(request: pytest.FixtureRequest, tiny: TinyModels, tmp_path_factory) -> ModelPair:
     """A tiny ``family`` target with a byte copy of itself as the draft: every draft is right."""
     root = tmp_path_factory.mktemp(request.param)
-    target = build_model(root / "target", _config(request.param), tokenizer_from=tiny.target)
-    config = json.loads((target / "config.json").read_text())
-    _silence_the_end(target / "model.safetensors", config["eos_token_id"])
-    copy = build_model(root / "copy", config, tokenizer_from=tiny.target, weights_from=target)
-    return load_pair(target, copy)
-
-
-def _silence_the_end(weights: Path, eos: int) -> None:
-    """Zeroes the end token's output row, so that replies run long enough to pass the window."""
-    params = mx.load(str(weights))
-    assert isinstance(params, dict)
-    for name in ("lm_head.weight", "model.embed_tokens.weight"):
-        if name in params:
-            params[name][eos] = 0.0
-    mx.save_safetensors(str(weights), params, metadata={"format": "mlx"})
+    return load_pair(*window_pair(root, request.param, tiny.target))
 
 
 def _plain(pair: ModelPair, prompt: list[int], n: int) -> list[int]:

@@ -631,3 +631,35 @@ def test_the_windows_prompt_is_made_off_the_engine_thread_and_read_once(
         service.generate([Message("user", "word " * 100_000)], GenerationParams(max_tokens=8))
     assert failed.args[0].too_long and "window" in failed.args[0].message
     assert len(made_on) == 2 and not set(made_on) & engine_threads
+
+
+def test_the_windows_reply_on_a_sliding_window_model_is_plain_greedy_past_the_window(
+    qtbot: QtBot, make_service, tiny: TinyModels, tmp_path
+) -> None:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    from app.engine import load_pair
+    from app.engine.generate import encode_chat
+    from tests.engine.families import WINDOW, window_pair
+
+    target, copy = window_pair(tmp_path, "gemma3_text", tiny.target)
+    service = make_service()
+    _loaded(qtbot, service, str(target), str(copy))
+    long = [Message("user", "Summarise the following text in one sentence. " * 3)]
+    replies = []
+    for messages in (long, [*long, Message("assistant", "Yes."), Message("user", "Why?")]):
+        with qtbot.waitSignal(service.generation_finished, timeout=60_000) as blocker:
+            service.generate(messages, GenerationParams(temperature=0, max_tokens=48))
+        replies.append((messages, blocker.args[0].finished))
+    # The reference: mlx-lm's own greedy decoding, on this thread's own load of the target.
+    reference = load_pair(target)
+    for messages, finished in replies:
+        prompt = encode_chat(reference.target.tokenizer, messages)
+        want = [
+            int(t)
+            for t, _ in generate_step(mx.array(prompt), reference.target.model, max_tokens=48)
+        ]
+        assert len(prompt) + len(finished.token_ids) > 2 * WINDOW
+        assert list(finished.token_ids) == want[: len(finished.token_ids)]
+        assert finished.stats.drafted > 0 and finished.stats.accepted == finished.stats.drafted

@@ -1,0 +1,37 @@
+"""Engine options: one frozen value per decoder, checked once, applied as each reply begins."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from app.engine import GenerationParams, attention, load_pair, wide
+from app.engine.batch import take_turns
+from app.engine.options import EngineOptions
+from app.engine.speculative import Decoder
+from tests.conftest import TinyModels
+
+
+@pytest.fixture(autouse=True)
+def _defaults_after() -> Iterator[None]:
+    yield
+    EngineOptions().apply()
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(attention="fast"), dict(wide=0), dict(wide="wide"), dict(probe_every=-1)]
+)
+def test_a_bad_option_is_refused_where_the_options_are_made(bad) -> None:
+    with pytest.raises(ValueError):
+        EngineOptions(**bad)
+
+
+def test_each_decoder_runs_its_replies_on_its_own_paths(tiny: TinyModels) -> None:
+    target = load_pair(tiny.target).target.model
+    matmul = Decoder(target, options=EngineOptions(attention="matmul", wide="off"))
+    sdpa = Decoder(target, options=EngineOptions(attention="sdpa", wide=64))
+    params = GenerationParams(num_draft=0, max_tokens=4)
+    for decoder, paths in ((matmul, ("matmul", "off")), (sdpa, ("sdpa", 64)), (matmul, None)):
+        take_turns([decoder.generate([30, 31, 32], params)], 4)
+        assert (attention.mode(), wide.mode()) == (paths or ("matmul", "off"))
