@@ -292,7 +292,7 @@ class BatchDecoder:
             raise ValueError("a prompt needs at least one token")
         self.options.apply()  # this batch's paths from this request on
         if self._trimmable is None:
-            self._trimmable = prepare(self.target, self.draft, self.options)
+            self._trimmable = prepare(self.target, self.draft)
         wanted = control.num_draft if control is not None else params.num_draft
         check_drafting(self._trimmable, self.draft is not None, wanted)
         drafts = self.draft is not None and self._trimmable
@@ -621,7 +621,7 @@ class BatchDecoder:
             return False
         self._lone += 1
         every = self.options.probe_every
-        return every > 0 and self._lone % every == 1 % every and request.left >= PROBE
+        return every > 0 and (self._lone - 1) % every == 0 and request.left >= PROBE
 
     def _stops(self, requests: list[_Request], ks: list[int]) -> list[float]:
         """Per request, the chance of its draft so far below which its draft ends (0: never).

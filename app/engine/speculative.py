@@ -186,13 +186,12 @@ def prefill(
     return max(prefill_steps(model, cache, tokens, step, stop), default=0)  # counts only grow
 
 
-def prepare(target: nn.Module, draft: nn.Module | None, options: EngineOptions) -> bool:
-    """Puts the engine's attention and wide paths, as ``options`` say, into both models.
+def prepare(target: nn.Module, draft: nn.Module | None) -> bool:
+    """Puts the engine's attention and wide paths, as the options applied say, into both models.
 
     Returns:
         Whether the target's cache can be rewound, as verifying drafts needs.
     """
-    options.apply()
     for model in (target, draft):
         if model is not None:
             attention.install(model)
@@ -592,7 +591,7 @@ class Decoder:
         """
         self.options.apply()  # this decoder's paths for this reply, whatever ran before
         if self.target_trimmable is None:
-            self.target_trimmable = prepare(self.target, self.draft, self.options)
+            self.target_trimmable = prepare(self.target, self.draft)
         can_draft = self.draft is not None
         can_lookup = params.prompt_lookup
         wanted = control.num_draft if control is not None else params.num_draft
@@ -744,14 +743,13 @@ class Decoder:
                 last = None
             n_round = next(rounds)
             lengths = self.draft_length(params, num_draft)
-            plan = after_plain.pop() if after_plain else lengths.choose(belief)
-            if self.observer is not None and num_draft is None:
-                self.observer(RoundPlanned((plan.k,), plan.tokens, plan.seconds, plan.explore))
+            if after_plain:
+                plan = after_plain.pop()  # told already, when the plain stretch chose it
+            else:
+                plan = self._planned(lengths.choose(belief), auto=num_draft is None)
             if plan.k == 0:
                 # Auto found that drafting does not pay: plain decoding for a while.
                 stay = self._stays_plain(plan, lengths, fresh, wanted, num_draft, after_plain)
-                if self.observer is not None:
-                    self.observer(PlainBurst(max(1, round(plan.tokens))))
                 for rnd in self._plain(seq, params, until=stay):
                     if lookup is not None:
                         lookup.extend(list(rnd.tokens))
@@ -836,7 +834,7 @@ class Decoder:
                 return True
             if left[0] > 0:
                 return False
-            nxt = lengths.choose(fresh)
+            nxt = self._planned(lengths.choose(fresh), auto=num_draft is None)
             if nxt.k == 0:
                 left[0] = max(1, round(nxt.tokens))
                 return False
@@ -844,6 +842,15 @@ class Decoder:
             return True
 
         return done
+
+    def _planned(self, plan: Plan, auto: bool) -> Plan:
+        """``plan``, told the observer: planned by Auto, and a plain burst where it drafts none."""
+        if self.observer is not None:
+            if auto:
+                self.observer(RoundPlanned((plan.k,), plan.tokens, plan.seconds, plan.explore))
+            if plan.k == 0:
+                self.observer(PlainBurst(max(1, round(plan.tokens))))
+        return plan
 
     def _pick(
         self, logits: mx.array, params: GenerationParams, contexts: list[mx.array], position: int

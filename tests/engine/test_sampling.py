@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 
 from app.engine import GenerationParams, load_pair
-from app.engine.batch import BatchDecoder
+from app.engine.batch import BatchDecoder, take_turns
 from app.engine.loader import ModelPair
 from app.engine.speculative import Decoder, Round
 from tests.conftest import TinyModels
@@ -26,15 +26,7 @@ def pair(tiny: TinyModels) -> ModelPair:
 def _alone(pair: ModelPair, decoder: Decoder | None = None, **params: Any) -> list[int]:
     draft = pair.draft.model if pair.draft is not None else None
     decoder = decoder or Decoder(pair.target.model, draft)
-    gen = decoder.generate(PROMPT, GenerationParams(**params))
-    out: list[int] = []
-    for event in gen:
-        if isinstance(event, Round):
-            out += event.tokens
-        if len(out) >= N:
-            break
-    gen.close()
-    return out[:N]
+    return take_turns([decoder.generate(PROMPT, GenerationParams(**params))], N).replies[0]
 
 
 def _among(pair: ModelPair, others: list[dict[str, Any]], **params: Any) -> list[int]:

@@ -15,6 +15,7 @@ from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_
 from app.engine import speculative as spec
 from app.engine.costs import PLAIN_BURST, PlainPace
 from app.engine.generate import encode_chat, new_decoder, stream_reply
+from app.engine.observe import PlainBurst
 from app.engine.options import EngineOptions
 from app.engine.sampling import log_probs, penalize
 from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
@@ -525,6 +526,8 @@ def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
         _costs(dear, draft_ms=10.0),
         options=EngineOptions(probe_every=10_000),
     )
+    bursts: list[PlainBurst] = []
+    decoder.observer = lambda e: bursts.append(e) if isinstance(e, PlainBurst) else None
     log: list[str] = []
     target = type(pair.target.model)
     forward = target.__call__
@@ -547,6 +550,7 @@ def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
     assert trace.count("T") > 600
     # Two plain tokens with no forward between them: a burst ended and the device waited.
     assert "TT" not in trace[trace.index("T") + 2 :]
+    assert len(bursts) > 1  # each burst is told, those that follow one another too
 
 
 @pytest.mark.parametrize("stretch", [True, False])
