@@ -222,28 +222,6 @@ r21a|r21b)  # run 21: issue 17's streams as the app runs them, on lengths never 
     2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
-r22)  # run 22: every event of a lone request, through the lone decoder and through the batch
-  for spec in "70b:1b 230" "8b:1b 80"; do
-    set -- $spec
-    name=solo-trace-${1%%:*}
-    echo "== $name: tools/solo_trace.py --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1 --miss 0 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes"
-    start=$(date +%s)
-    timeout $2 python3 tools/solo_trace.py "$out/$name.jsonl" --synthetic $1 --bits 4 \
-      --dtype bfloat16 --concurrent 1 --miss 0 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes \
-      --json "$out/$name.json" 2> "$out/$name.err"
-    echo "rc=$? in $(( $(date +%s) - start )) s"
-  done
-  ;;
-r23a|r23b)  # run 23: run 21's streams, every event traced, whole buckets and padded prompt reads
-  [ $part = r23a ] && set -- 70b:1b 570 || set -- 8b:1b 200
-  name=streams-${1%%:*}-run23
-  echo "== $name: tools/solo_trace.py TRACE --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
-  start=$(date +%s)
-  timeout $2 python3 tools/solo_trace.py "$out/$name.jsonl" --synthetic $1 --bits 4 \
-    --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
-    --fresh-shapes --json "$out/$name.json" 2> "$out/$name.err"
-  echo "rc=$? in $(( $(date +%s) - start )) s"
-  ;;
 r24)  # run 24: batched Auto along stretches against per position, at miss 0.1
   for spec in "70b:1b 280" "8b:1b 110"; do
     set -- $spec
@@ -351,18 +329,6 @@ r28b)  # run 28: one 8b:1b request alone (single decoder and batch), plain steps
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
   cat "$out/$name.txt"
-  ;;
-r28g)  # run 28: one 8b:1b request on Auto at miss 0.1, every event traced, three processes
-  for n in 1 2 3; do
-    name=solo-trace-r28g-$n
-    echo "== $name: tools/solo_trace.py --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1 --miss 0.1 --ks auto --temps 0 --max-tokens 128 --fresh-shapes"
-    start=$(date +%s)
-    timeout ${BUDGET:-90} python3 tools/solo_trace.py "$out/$name.jsonl" --synthetic 8b:1b --bits 4 \
-      --dtype bfloat16 --concurrent 1 --miss 0.1 --ks auto --temps 0 --max-tokens 128 \
-      --fresh-shapes > "$out/$name.txt" 2> "$out/$name.err"
-    echo "rc=$? in $(( $(date +%s) - start )) s"
-    grep -A3 "one request alone" "$out/$name.txt"
-  done
   ;;
 r28c|r28d|r28e|r28f)  # run 28: requests that join together copy the prompt rows they share
   share=--share-prompts

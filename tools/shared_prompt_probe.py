@@ -25,11 +25,11 @@ from typing import Any
 
 import mlx.core as mx
 
-from app.engine.batch import BatchDecoder
+from app.engine.decoder import Decoder
 from app.engine.fuse import fuse
 from app.engine.observe import EngineEvent, PrefillChunk
 from app.engine.options import EngineOptions
-from app.engine.speculative import Round
+from app.engine.rounds import Round
 from app.engine.types import GenerationParams
 from app.testing import synthetic as syn
 
@@ -68,7 +68,7 @@ def first_tokens(gens: list[Generator[Any, None, None]]) -> list[list[int]]:
 
 
 def together(share: bool, salt: int) -> str:
-    batch = BatchDecoder(target, options=EngineOptions(share_prompts=share))
+    batch = Decoder(target, options=EngineOptions(share_prompts=share))
     batch.observer = counted
     rows[0] = 0
     start = time.perf_counter()
@@ -85,7 +85,7 @@ def together(share: bool, salt: int) -> str:
 
 
 def joining(share: bool, salt: int) -> str:
-    batch = BatchDecoder(target, options=EngineOptions(share_prompts=share))
+    batch = Decoder(target, options=EngineOptions(share_prompts=share))
     batch.observer = counted
     running = batch.generate([salt, *system, *question(99)], params)
     first_tokens([running])

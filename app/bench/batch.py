@@ -15,9 +15,9 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from app.engine.caches import prefill
 from app.engine.costs import probe_tokens, timed_runs, vocab_size
 from app.engine.packed import packable, packed_forward
-from app.engine.speculative import prefill
 from app.engine.stacked import Stack, stackable, stacked_step
 
 SEQUENCES = (1, 2, 4, 8)

@@ -35,8 +35,9 @@ from app.engine.costs import (
     ProfileStore,
     measure_profile,
 )
+from app.engine.decoder import Decoder
 from app.engine.options import DEFAULT_OPTIONS, EngineOptions
-from app.engine.speculative import Decoder, Prefill, Round
+from app.engine.rounds import Prefill, Round
 from app.engine.types import GenerationParams
 from app.errors import first_line
 from app.files import not_regular, write_atomic, write_problem
@@ -375,7 +376,9 @@ def benchmark(
                 target,
                 draft,
                 CostModel(k_max + 1, profile),
-                replace(options, draft_cutoff=_cutoff(c[1], draft_cutoff), stretch=c[1] != POOLED),
+                options=replace(
+                    options, draft_cutoff=_cutoff(c[1], draft_cutoff), stretch=c[1] != POOLED
+                ),
             )
         )
         for c in tandem

@@ -1,4 +1,4 @@
-"""Several requests decoded at once on one :class:`~app.engine.batch.BatchDecoder`.
+"""Several requests decoded at once on one :class:`~app.engine.decoder.Decoder`.
 
 ``tandem bench --concurrent 1,2,4,8`` measures it: for each stream count n it
 opens n requests on one fresh batch, pulls them in turn (round robin on one
@@ -18,12 +18,10 @@ from dataclasses import dataclass, replace
 import mlx.nn as nn
 
 from app.bench import trace
-from app.engine.adaptive import Acceptance
-from app.engine.batch import BatchDecoder, Turns, take_turns
 from app.engine.batch_costs import BatchCosts
 from app.engine.costs import CostModel, CostProfile
+from app.engine.decoder import Decoder, Turns, take_turns
 from app.engine.options import DEFAULT_OPTIONS, EngineOptions
-from app.engine.speculative import Decoder
 from app.engine.types import GenerationParams
 
 STREAMS = (1, 2, 4, 8)
@@ -98,23 +96,14 @@ def _solo(decoder: Decoder, prompt: list[int], params: GenerationParams) -> Turn
     return take_turns([decoder.generate(prompt, params)], params.max_tokens)
 
 
-def _batch(
-    target: nn.Module,
-    draft: nn.Module | None,
-    costs: Callable[[], CostModel],
-    batch_costs: BatchCosts,
-    acceptance: Callable[[bool], Acceptance],
-    params: GenerationParams,
-    options: EngineOptions,
-    prompts: list[list[int]],
-) -> Turns:
-    """``prompts`` opened at once on one fresh batch (no cache to reuse) and pulled to the end.
+def _batch(decoder: Decoder, params: GenerationParams, prompts: list[list[int]]) -> Turns:
+    """``prompts`` opened at once on ``decoder``, its kept caches dropped first, and pulled
+    to the end.
 
-    The batch's costs and acceptance carry over from run to run, as the app
-    keeps them per pair.
+    Its costs and acceptance carry over from run to run, as the app keeps them per pair.
     """
-    batch = trace.attach(BatchDecoder(target, draft, costs(), batch_costs, acceptance, options))
-    return take_turns([batch.generate(p, params) for p in prompts], params.max_tokens)
+    decoder.reset()
+    return take_turns([decoder.generate(p, params) for p in prompts], params.max_tokens)
 
 
 def _greedy(
@@ -170,10 +159,9 @@ def measure_streams(
     Every run, the references included, is timed from opening its requests
     to its last token, prefill in, after an unmeasured run of the same shape
     (``warmup``) so that no kernel build counts. No cache carries over from
-    the warm-up (each batch is fresh, the single decoder's caches are
-    dropped); what the decoders learned does, the batch's costs and
-    acceptance and the single-request reference's, as the app keeps them for
-    the pair from reply to reply.
+    the warm-up (each decoder's kept caches are dropped); what the decoders
+    learned does, their costs and acceptance, as the app keeps them for the
+    pair from reply to reply.
 
     Args:
         target: The model every stream gets its reply from.
@@ -218,10 +206,7 @@ def measure_streams(
         return CostModel(k_max + 1, profile)
 
     shared = batch_costs if batch_costs is not None else BatchCosts(costs())
-    learned: dict[bool, Acceptance] = {}
-
-    def acceptance(sampling: bool) -> Acceptance:
-        return learned.setdefault(sampling, Acceptance())
+    batch = trace.attach(Decoder(target, draft, costs(), shared, options))
 
     plain_params = replace(params, num_draft=0)
     log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
@@ -233,7 +218,8 @@ def measure_streams(
     spec = None
     if draft is not None:
         # Warmed up and measured on one decoder, as the batch keeps its costs and acceptance.
-        decoder = trace.attach(Decoder(target, draft, costs(), replace(options, stretch=True)))
+        stretches = replace(options, stretch=True)
+        decoder = trace.attach(Decoder(target, draft, costs(), options=stretches))
         spec = solo(decoder, params)
     greedy = params.temperature == 0
     known: Replies = replies if replies is not None else {}
@@ -247,16 +233,7 @@ def measure_streams(
     for n in streams:
         log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
         run = _warmed(
-            functools.partial(
-                _batch,
-                target,
-                draft,
-                costs,
-                shared,
-                acceptance,
-                params,
-                options,
-            ),
+            functools.partial(_batch, batch, params),
             prompts[:n],
             warmup,
             fresh,

@@ -19,6 +19,8 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import RotatingKVCache, _BaseCache, make_prompt_cache
 
+from app.engine import attention
+
 # Rows a window keeps beyond itself: the most a round or a pad gives back
 # (16 drafts verified padded to 32 rows, a prompt chunk's pad under 64).
 SLACK = 128
@@ -153,3 +155,13 @@ def rewind(cache: Sequence[Any], n: int) -> bool:
     for c in cache:
         c.trim(n)
     return True
+
+
+def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int], step: int = 512) -> None:
+    """Runs ``tokens`` through ``model`` into ``cache``, ``step`` at a time (no logits read)."""
+    for i in range(0, len(tokens), step):
+        rows, pad = attention.padded(tokens[i : i + step], cache)
+        model(mx.array(rows)[None], cache=cache)
+        if pad:
+            rewind(cache, pad)  # the pad's rows are read for their shape only
+        mx.eval([c.state for c in cache])

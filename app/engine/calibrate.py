@@ -26,9 +26,9 @@ from app.engine.costs import (
     plan_round,
 )
 from app.engine.costs import predicted_rates as _predicted_rates
+from app.engine.decoder import Decoder
 from app.engine.generate import new_decoder, stream_reply
 from app.engine.loader import ModelPair
-from app.engine.speculative import Decoder
 from app.engine.types import Chunk, Finished, GenerationParams, Message, Stats
 from app.files import write_atomic
 

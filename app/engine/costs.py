@@ -633,8 +633,7 @@ def measure_profile(
     """
     import mlx.core as mx
 
-    from app.engine.caches import new_cache, rewind
-    from app.engine.speculative import prefill
+    from app.engine.caches import new_cache, prefill, rewind
 
     def cancelled() -> bool:
         return cancel is not None and cancel.is_set()
@@ -710,8 +709,7 @@ def _draft_step(draft: Any, context: list[int], steps: int, runs: int = DRAFT_RU
     """
     import mlx.core as mx
 
-    from app.engine.caches import new_cache
-    from app.engine.speculative import prefill
+    from app.engine.caches import new_cache, prefill
 
     cache = new_cache(draft)
     prefill(draft, cache, context[:-1])

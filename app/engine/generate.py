@@ -11,11 +11,11 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
-from app.engine.batch import BatchDecoder
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile, ProfileStore
+from app.engine.decoder import Decoder
 from app.engine.loader import ModelPair
-from app.engine.speculative import CacheError, Decoder, DraftControl, Prefill
+from app.engine.rounds import CacheError, DraftControl, Prefill
 from app.engine.types import (
     Chunk,
     Finished,
@@ -211,13 +211,14 @@ def reply_budget(prompt_tokens: int, max_tokens: int, window: int | None) -> int
 
 
 def new_decoder(pair: ModelPair, store: ProfileStore | None = None) -> Decoder:
-    """A decoder for ``pair``; whoever keeps it keeps both KV caches across turns.
+    """The decoder of ``pair``: whoever keeps it keeps its caches across turns.
 
-    Its cost model starts from the pair's stored profile on this machine, when
-    there is one, and stores the profile once rounds have measured every width.
+    Its cost models start from the pair's stored profiles on this machine,
+    when there are some, and store them as rounds measure them.
     """
     draft = pair.draft.model if pair.draft is not None else None
-    return Decoder(pair.target.model, draft, cost_model_for(pair, store))
+    costs = cost_model_for(pair, store)
+    return Decoder(pair.target.model, draft, costs, batch_costs_for(pair, costs, store))
 
 
 def _stored_as(pair: ModelPair) -> tuple[str, str | None]:
@@ -287,7 +288,7 @@ def stream_reply(
     cancel: threading.Event | None = None,
     control: DraftControl | None = None,
     *,
-    decoder: Decoder | BatchDecoder | None = None,
+    decoder: Decoder | None = None,
     prompt: Sequence[int] | None = None,
 ) -> Iterator[Reading | Chunk | Finished]:
     """Streams the target's reply to ``messages``.
@@ -298,10 +299,10 @@ def stream_reply(
     and ends with one :class:`Finished`.
     ``cancel`` is checked before every round, between prompt chunks and
     between draft steps; ``control`` changes the draft length from the next
-    round on. ``decoder`` (from :func:`new_decoder`) holds both KV caches:
-    pass the same one for every turn of a conversation to reuse what they hold.
-    A :class:`~app.engine.batch.BatchDecoder` instead runs this reply in its
-    batch, its rounds shared with the other replies pulled in turn. ``prompt``
+    round on. ``decoder`` (from :func:`new_decoder`) holds the caches: pass
+    the same one for every turn of a conversation to reuse what they hold, and
+    for every reply at once to share its rounds with the others pulled in
+    turn. ``prompt``
     is ``messages`` as :func:`prompt_ids` gave them for this pair, when the
     caller prepared them on its own thread (the engine thread then does not).
 

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, cast, get_args
 
-from app.engine.batch import BatchStats
 from app.engine.costs import K_MAX
+from app.engine.decoder import BatchStats
 from app.engine.types import (
     PARAM_RANGES,
     FinishReason,

@@ -3,15 +3,14 @@
 MLX arrays and streams belong to the thread that made them, so models are
 loaded, run and released on this one thread. Loads and calibrations arrive as
 queued signals and run one after another. Replies run side by side: the thread
-pulls each running reply in turn, the window's on the pair's own decoder and
-the server's in a :class:`~app.engine.batch.BatchDecoder` whose rounds they
-share; results leave as immutable dataclasses; errors leave
-as values on ``failed``, each naming the caller it belongs to (its stage and
-request id). Starting a reply or a calibration returns a handle that only its
-owner holds: its ``cancel()`` sets that request's own ``threading.Event``, which
-the engine checks every round, so there is no stop that reaches another
-caller's reply. A request cancelled while it waits is dropped when it reaches
-the engine, without running.
+pulls each running reply in turn, all of them requests of the pair's one
+:class:`~app.engine.decoder.Decoder`, whose rounds they share; results leave as
+immutable dataclasses; errors leave as values on ``failed``, each naming the
+caller it belongs to (its stage and request id). Starting a reply or a
+calibration returns a handle that only its owner holds: its ``cancel()`` sets
+that request's own ``threading.Event``, which the engine checks every round,
+so there is no stop that reaches another caller's reply. A request cancelled
+while it waits is dropped when it reaches the engine, without running.
 When MLX runs out of memory the worker drops the pair, gives the memory back
 and says so; the app stays up and the pair can be loaded again.
 """
@@ -32,19 +31,18 @@ from typing import Any, Literal
 
 from PySide6.QtCore import QObject, QThread, QThreadPool, Signal, Slot
 
-from app.engine.batch import BatchDecoder, BatchStats
 from app.engine.costs import ProfileStore
+from app.engine.decoder import BatchStats, Decoder
 from app.engine.generate import (
     PromptTooLongError,
-    batch_costs_for,
     new_decoder,
     prompt_ids,
     reply_budget,
     stream_reply,
 )
 from app.engine.loader import LoadProgress, ModelPair, free_memory
+from app.engine.rounds import DraftControl
 from app.engine.side_by_side import ROOM
-from app.engine.speculative import Decoder, DraftControl
 from app.engine.stacked import SLACK
 from app.engine.types import (
     Chunk,
@@ -399,10 +397,8 @@ class EngineWorker(QObject):
         self._check_remote = check_remote
         self._stream_remote = stream_remote
         self._pair: ModelPair | None = None
-        # The loaded pair's decoder: both KV caches, kept across this pair's turns.
+        # The loaded pair's decoder: every reply's caches, kept across turns, its rounds shared.
         self._decoder: Decoder | None = None
-        # The server's replies, several at once, sharing the target's forwards.
-        self._batch: BatchDecoder | None = None
         self._remote: RemoteEngine | None = None
         self._info: PairInfo | None = None
 
@@ -410,17 +406,6 @@ class EngineWorker(QObject):
         """Makes ``pair`` the loaded one, with a decoder of its own (costs in this folder)."""
         self._pair = pair
         self._decoder = new_decoder(pair, self._profiles) if pair is not None else None
-        self._batch = None
-        if pair is not None and self._decoder is not None:
-            draft = pair.draft.model if pair.draft is not None else None
-            # One cost model for the pair: a lone request plans with what replies
-            # measured; several with what the batch's own rounds measured.
-            costs = self._decoder.costs
-            batch_costs = batch_costs_for(pair, costs, self._profiles)
-            # The window's replies and the batch's learn one acceptance of the pair.
-            self._batch = BatchDecoder(
-                pair.target.model, draft, costs, batch_costs, self._decoder.acceptance
-            )
 
     def _load_remote(self, request: LoadRequest) -> bool:
         """Connects a remote engine instead of a local pair; ``False`` for local folders."""
@@ -552,13 +537,14 @@ class EngineWorker(QObject):
     def _lane(self, request: GenerateRequest) -> Literal["solo", "batch"] | None:
         """Where a reply runs now, if anywhere.
 
-        The window's reply runs on the pair's own decoder (its caches, prompt
-        lookup and live gauge carry across turns) unless the batch runs already;
-        a server's reply runs in the batch. Prompt lookup needs the decoder.
+        Every local reply is a request of the pair's one decoder. The window
+        has one reply at a time ("solo"), or one counted in the batch's memory
+        where the server's replies run already; the server's replies run up to
+        ``max_batch`` at once ("batch"), each reserving its KV caches.
         """
         solo_free = not any(not s.shared for s in self._streams)
         batched = sum(s.shared for s in self._streams)
-        can_batch = self._batch is not None and not request.params.prompt_lookup
+        can_batch = self._decoder is not None
         if not request.shared and solo_free and not (batched and can_batch):
             return "solo"
         if can_batch and batched < self.max_batch:
@@ -625,7 +611,7 @@ class EngineWorker(QObject):
             request.params,
             request.cancel,
             control=request.control,
-            decoder=self._batch if shared else self._decoder,
+            decoder=self._decoder,
             **given,
         )
 
@@ -678,9 +664,9 @@ class EngineWorker(QObject):
             self._reserved.clear()
             self._kv_budget = usable_memory_bytes()
         held = sum(self._reserved.values())
-        if held and held + need > self._kv_budget and self._batch is not None:
+        if held and held + need > self._kv_budget and self._decoder is not None:
             # Finished requests' caches, kept for follow-up turns, go before a refusal.
-            freed = self._batch.forget()
+            freed = self._decoder.forget()
             if freed:
                 free_memory()
                 self._kv_budget += freed
@@ -729,7 +715,7 @@ class EngineWorker(QObject):
         if not force and now - self._reported < LOAD_EVERY:
             return
         self._reported = now
-        batch = self._batch.stats() if self._batch is not None else BatchStats()
+        batch = self._decoder.stats() if self._decoder is not None else BatchStats()
         self._load_now = EngineLoad(
             active=len(self._streams),
             waiting=len(self._waiting) + self._inbox.qsize(),

@@ -1,7 +1,7 @@
 """One running reply on the engine thread: its events, pulled one at a time.
 
 The engine thread runs several replies at once by pulling each in turn; a
-reply that shares a :class:`~app.engine.batch.BatchDecoder` with others runs
+reply that shares a :class:`~app.engine.decoder.Decoder` with others runs
 one round for all of them when its turn finds its round not yet made. Text
 leaves in :class:`TokenBatch` values at most every flush interval, so the UI
 and the server see few signals however many replies run.

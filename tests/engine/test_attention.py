@@ -8,10 +8,10 @@ import pytest
 
 from app.engine import attention, load_pair
 from app.engine.attention import BUCKET
-from app.engine.batch import BatchDecoder, take_turns
+from app.engine.decoder import Decoder, take_turns
 from app.engine.options import EngineOptions
 from app.engine.packed import packed_forward
-from app.engine.speculative import Decoder, Round
+from app.engine.rounds import Round
 from app.engine.types import GenerationParams
 from tests.conftest import TinyModels
 
@@ -170,7 +170,7 @@ def test_the_lone_decoder_reads_prompts_in_whole_row_blocks(
 def test_the_batch_reads_prompts_in_whole_row_blocks(
     bucketed, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.engine import batch as batch_module
+    from app.engine import decoder as batch_module
 
     prompts = [[30 + i % 150 for i in range(n)] for n in (70, 91, 300)]
     params = GenerationParams(num_draft=3, max_tokens=24)
@@ -189,7 +189,7 @@ def test_the_batch_reads_prompts_in_whole_row_blocks(
     monkeypatch.setattr(batch_module, "packed_forward", spy)
     pair = load_pair(tiny.target, tiny.noisy)
     assert pair.draft is not None
-    batch = BatchDecoder(pair.target.model, pair.draft.model, options=bucketed)
+    batch = Decoder(pair.target.model, pair.draft.model, options=bucketed)
     got = take_turns([batch.generate(p, params) for p in prompts], 24)
     assert got.replies == want
     assert reads and all(n % attention.ROWS == 0 for rows in reads for n in rows)

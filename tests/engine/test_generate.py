@@ -123,22 +123,23 @@ def test_stop_ends_within_one_round(tiny_pair) -> None:
 
 
 def test_stop_inside_a_round_ends_the_reply_as_cancelled(tiny_pair, monkeypatch) -> None:
-    from app.engine import speculative
-
     cancel = threading.Event()
     events = stream_reply(
         tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, num_draft=4), cancel
     )
     replies = (e for e in events if isinstance(e, Chunk))
-    chunks = [next(replies) for _ in range(4)]  # past the plain first steps
-    real = speculative._logits
+    chunks = [next(replies)]
+    while chunks[-1].round is None or not chunks[-1].round.k:  # past the plain first steps
+        chunks.append(next(replies))
+    model_class = type(tiny_pair.target.model)  # the draft's too: a copy of the target
+    real = model_class.__call__
 
-    def logits(model, tokens, cache):  # type: ignore[no-untyped-def]
-        assert model is tiny_pair.draft.model, "the target ran after the stop"
+    def call(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        assert self is tiny_pair.draft.model, "the target ran after the stop"
         cancel.set()  # during the next round's first draft step
-        return real(model, tokens, cache)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(speculative, "_logits", logits)
+    monkeypatch.setattr(model_class, "__call__", call)
     *rest, finished = list(events)
     assert isinstance(finished, Finished) and finished.finish_reason == "cancelled"
     assert not any(isinstance(e, Chunk) and e.token_ids for e in rest)
@@ -169,7 +170,7 @@ def test_each_chunk_carries_its_tokens_text_and_round(tiny_pair) -> None:
 
 
 def test_a_control_changes_k_mid_stream(tiny_pair) -> None:
-    from app.engine.speculative import DraftControl
+    from app.engine.rounds import DraftControl
 
     control = DraftControl(2)
     ks: list[int] = []
@@ -219,9 +220,9 @@ def test_chunks_say_the_prompt_length_and_the_speed_is_over_the_rounds_time(tiny
 
 
 def test_reading_the_prompt_streams_before_the_first_chunk(tiny: TinyModels, monkeypatch) -> None:
-    from app.engine import speculative
+    from app.engine import decoder as decoder_module
 
-    monkeypatch.setattr(speculative, "PREFILL_STEP", 8)
+    monkeypatch.setattr(decoder_module, "PREFILL_CHUNK", 8)
     pair = load_pair(tiny.target)
     decoder = new_decoder(pair)
     events = list(stream_reply(pair, PROMPTS[1], GenerationParams(max_tokens=4), decoder=decoder))
@@ -241,11 +242,11 @@ def test_reading_the_prompt_streams_before_the_first_chunk(tiny: TinyModels, mon
 
 
 def test_drafts_past_the_end_of_the_reply_are_not_counted(tiny_pair) -> None:
-    # A copy draft at k = 8 proposes 8 tokens a round; after the first token and two
-    # probes (5 plain tokens), the budget ends one token into the first drafting round.
-    chunks, f = _run(tiny_pair, PROMPTS[0], max_tokens=6, num_draft=8)
+    # A copy draft at k = 8; after the first token and two probes (5 plain tokens),
+    # the decoder drafts no more than the budget leaves: 2 drafts and the target's own.
+    chunks, f = _run(tiny_pair, PROMPTS[0], max_tokens=8, num_draft=8)
     s = f.stats
-    assert s.tokens == 6 and s.drafted > 0
+    assert s.tokens == 8 and s.drafted > 0
     # Before, the cut round's 8 drafts counted: "Tokens 6, acceptance 100 % (8 of 8)".
     assert s.accepted <= s.tokens and s.drafted <= s.tokens
     assert s.acceptance == 1.0

@@ -7,9 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from app.engine import GenerationParams, attention, load_pair, wide
-from app.engine.batch import take_turns
+from app.engine.decoder import Decoder, take_turns
 from app.engine.options import EngineOptions
-from app.engine.speculative import Decoder
 from tests.conftest import TinyModels
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.engine import Finished, GenerationParams, Message, load_pair
-from app.engine.batch import BatchDecoder
+from app.engine.decoder import Decoder
 from app.engine.generate import (
     COUNT_CHUNK,
     PromptTooLongError,
@@ -103,7 +103,7 @@ def test_the_reply_is_capped_at_what_the_window_leaves_and_says_so(
     decoder = new_decoder(pair)
     if lane == "batch":
         draft = pair.draft.model if pair.draft is not None else None
-        decoder = BatchDecoder(pair.target.model, draft, decoder.costs)  # type: ignore[assignment]
+        decoder = Decoder(pair.target.model, draft, decoder.costs)  # type: ignore[assignment]
     params = GenerationParams(max_tokens=200, temperature=0.0, num_draft=3)
     events = list(stream_reply(pair, messages, params, decoder=decoder))
     end = events[-1]

@@ -8,9 +8,9 @@ import mlx.core as mx
 import pytest
 
 from app.engine import GenerationParams, load_pair
-from app.engine.batch import BatchDecoder, take_turns
+from app.engine.decoder import Decoder, take_turns
 from app.engine.loader import ModelPair
-from app.engine.speculative import Decoder, Round
+from app.engine.rounds import Round
 from tests.conftest import TinyModels
 
 PROMPT = list(range(40, 70))
@@ -32,7 +32,7 @@ def _alone(pair: ModelPair, decoder: Decoder | None = None, **params: Any) -> li
 def _among(pair: ModelPair, others: list[dict[str, Any]], **params: Any) -> list[int]:
     """The reply of a request batched with ``others``, who leave (disconnect) early."""
     assert pair.draft is not None
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     gens = [batch.generate(PROMPT, GenerationParams(**params))]
     gens += [batch.generate(PROMPT[: 10 + i], GenerationParams(**o)) for i, o in enumerate(others)]
     replies: list[list[int]] = [[] for _ in gens]

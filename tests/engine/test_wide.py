@@ -13,9 +13,8 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from app.engine import fuse, wide
-from app.engine.batch import BatchDecoder, take_turns
+from app.engine.decoder import Decoder, take_turns
 from app.engine.options import EngineOptions
-from app.engine.speculative import Decoder
 from app.engine.types import GenerationParams
 from app.testing import synthetic as syn
 
@@ -195,7 +194,7 @@ def test_decoders_read_wide_prompts_dequantized_with_the_same_replies(
     seen = _dequantizes(monkeypatch)
     target, draft = _model(), _model(miss=0.2, seed=1)
     if batched:
-        batch = BatchDecoder(target, draft, options=at_64)
+        batch = Decoder(target, draft, options=at_64)
         got = take_turns([batch.generate(p, params) for p in prompts], 24).replies
     else:
         got = [

@@ -9,8 +9,8 @@ import pytest
 from mlx_lm.generate import generate_step
 
 from app.engine import Finished, GenerationParams, Message, load_pair
-from app.engine.batch import BatchDecoder
 from app.engine.caches import WindowKVCache, new_cache, rewind
+from app.engine.decoder import Decoder
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair
 from tests.conftest import TinyModels
@@ -60,7 +60,7 @@ def test_the_windows_reply_is_plain_greedy_past_the_window(pair, messages, num_d
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
 def test_a_follow_up_and_an_edit_reuse_the_caches_and_stay_exact(pair, batch: bool) -> None:
     draft = pair.draft.model if pair.draft is not None else None
-    decoder = BatchDecoder(pair.target.model, draft) if batch else new_decoder(pair)
+    decoder = Decoder(pair.target.model, draft) if batch else new_decoder(pair)
     first = _reply(pair, LONG, decoder, num_draft=4)
     text = pair.target.tokenizer.decode(list(first.token_ids))
     follow = [*LONG, Message("assistant", text), Message("user", "And the sea?")]

@@ -6,9 +6,9 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.engine import GenerationParams, Message, load_pair
-from app.engine.batch import BatchDecoder
 from app.engine.batch_costs import BatchProfile
 from app.engine.costs import ProfileStore
+from app.engine.decoder import Decoder
 from app.engine.generate import encode_chat
 from app.engine.side_by_side import ROOM
 from app.engine.stacked import SLACK
@@ -125,11 +125,11 @@ def test_kept_caches_of_finished_replies_give_way_before_a_refusal(
     monkeypatch.setattr(es, "usable_memory_bytes", lambda: need * 3 // 2)
     forgotten: list[int] = []
 
-    def forget(batch: BatchDecoder) -> int:
+    def forget(batch: Decoder) -> int:
         forgotten.append(1)
         return need  # as if the kept caches held a reply's worth
 
-    monkeypatch.setattr(BatchDecoder, "forget", forget)
+    monkeypatch.setattr(Decoder, "forget", forget)
     service = make_service()
     _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
     _, second, ends = _second_while_first_runs(qtbot, service)

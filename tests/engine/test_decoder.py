@@ -1,4 +1,4 @@
-"""Speculative decoding: exactness, lossless sampling, lookup, cache reuse, adaptive k."""
+"""The one decoder, one request at a time: exact greedy, lossless sampling, costs and cancels."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
-from app.engine import speculative as spec
+from app.engine import decoder as spec
 from app.engine.costs import PLAIN_BURST, PlainPace
+from app.engine.decoder import PROBE, Decoder
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.observe import PlainBurst
 from app.engine.options import EngineOptions
+from app.engine.rounds import CacheError, Prefill, Round, verify_sampled
 from app.engine.sampling import log_probs, penalize
-from app.engine.speculative import CacheError, Decoder, Prefill, Round, verify_sampled
 from app.engine.types import Reading
 from app.testing import synthetic as syn
 from tests.conftest import TinyModels
@@ -342,7 +343,7 @@ def test_drafts_with_padded_embeddings_of_another_size(tiny: TinyModels, tmp_pat
 
 
 def test_fit_vocab_cuts_or_pads() -> None:
-    from app.engine.speculative import fit_vocab
+    from app.engine.rounds import fit_vocab
 
     x = mx.array([[1.0, 2.0, 3.0]])
     assert fit_vocab(x, 2).tolist() == [[1.0, 2.0]]
@@ -353,7 +354,7 @@ def test_fit_vocab_cuts_or_pads() -> None:
 
 @pytest.mark.parametrize("lookup", [False, True])
 def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: bool) -> None:
-    from app.engine.speculative import DraftControl
+    from app.engine.rounds import DraftControl
 
     pair = models["noisy"]
     want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, num_draft=0)
@@ -374,11 +375,13 @@ def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: b
     # The reply's first token is a plain step, whatever the setting.
     first = phases[0][1].pop(0)
     assert first.k == 0 and len(first.tokens) == 1
-    for setting, rounds in phases:
+    for i, (setting, rounds) in enumerate(phases):
         if setting == 0:
             assert all(r.k == 0 and len(r.tokens) == 1 for r in rounds)
         else:
-            # The first round after a switch already drafts.
+            # Out of plain decoding, the step it had queued comes first; then it drafts.
+            if i and phases[i - 1][0] == 0:
+                assert rounds.pop(0).k == 0
             assert all(r.k > 0 for r in rounds), setting
             assert all(r.auto == (setting is None) for r in rounds)
         if setting == 5:
@@ -386,7 +389,7 @@ def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: b
 
 
 def test_a_control_that_starts_at_zero_drafts_once_raised(models) -> None:
-    from app.engine.speculative import DraftControl
+    from app.engine.rounds import DraftControl
 
     pair = models["copy"]
     control = DraftControl(0)
@@ -395,15 +398,16 @@ def test_a_control_that_starts_at_zero_drafts_once_raised(models) -> None:
     next(gen)
     assert _round(gen).k == 0
     control.set(4)
-    rounds = [_round(gen) for _ in range(4)]
+    rounds = [_round(gen) for _ in range(6)]
     gen.close()
-    # The draft takes in this short prompt in one chunk, so the first round after the
-    # second probe (the first ran cold) drafts.
-    assert [r.k for r in rounds] == [0, 4, 4, 4] and all(r.accepted == 4 for r in rounds[1:])
+    # The step queued when it was raised, a probe's two plain steps that time the
+    # baseline (the plain steps before were its warm-up), then drafting: the draft
+    # takes in this short prompt with its first step.
+    assert [r.k for r in rounds] == [0, 0, 0, 4, 4, 4] and all(r.accepted == 4 for r in rounds[3:])
 
 
 def test_draft_control_rejects_a_negative_length() -> None:
-    from app.engine.speculative import DraftControl
+    from app.engine.rounds import DraftControl
 
     with pytest.raises(ValueError):
         DraftControl().set(-1)
@@ -462,38 +466,47 @@ def test_padded_verification_keeps_the_output(models, temperature) -> None:
         assert got == want
 
 
-def test_the_first_token_does_not_wait_for_the_drafts_prefill(models) -> None:
+def test_the_first_token_does_not_wait_for_the_drafts_prefill(models, monkeypatch) -> None:
     pair = models["noisy"]
     prompt = (PROMPT_IDS * 6)[:300]  # more than two of the draft's catch-up chunks
     want, _ = _tokens(Decoder(pair.target.model), prompt, 30, num_draft=0)
     decoder = Decoder(pair.target.model, pair.draft.model)
+    draft_calls: list[int] = []
+    _before_forward(monkeypatch, pair.draft.model, lambda: draft_calls.append(1))
     gen = decoder.generate(prompt, GenerationParams(num_draft=4))
     assert isinstance(next(gen), Prefill)
     first = next(gen)
     assert isinstance(first, Round) and first.k == 0 and len(first.tokens) == 1
     # The draft has taken in none of the prompt yet; it catches up between plain steps.
-    assert decoder._d_cache is None
+    assert draft_calls == []
     rounds = [first] + [_round(gen) for _ in range(12)]
     gen.close()
     lead = next(i for i, r in enumerate(rounds) if r.k)
-    assert 2 <= lead <= 5 and all(len(r.tokens) <= 2 for r in rounds[:lead])
+    # Three catch-up chunks, each after a plain step, and two probes of two steps.
+    assert lead <= 8 and all(len(r.tokens) == 1 for r in rounds[:lead])
     assert [t for r in rounds for t in r.tokens][:30] == want[
         : len([t for r in rounds for t in r.tokens][:30])
     ]
+
+
+def _before_forward(monkeypatch, model, before) -> None:  # type: ignore[no-untyped-def]
+    """Calls ``before()`` ahead of each forward of ``model`` (not of others of its class)."""
+    cls = type(model)
+    real = cls.__call__
+
+    def call(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if self is model:
+            before()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "__call__", call)
 
 
 def _dear_draft(monkeypatch, draft, seconds: float = 0.02) -> None:  # type: ignore[no-untyped-def]
     """Each step of ``draft`` takes ``seconds`` more: drafting does not pay, even when busy."""
     import time
 
-    real = spec._logits
-
-    def logits(model, tokens, cache):  # type: ignore[no-untyped-def]
-        if model is draft:
-            time.sleep(seconds)
-        return real(model, tokens, cache)
-
-    monkeypatch.setattr(spec, "_logits", logits)
+    _before_forward(monkeypatch, draft, lambda: time.sleep(seconds))
 
 
 def test_auto_decodes_plainly_where_drafting_cannot_pay(models, monkeypatch) -> None:
@@ -505,7 +518,9 @@ def test_auto_decodes_plainly_where_drafting_cannot_pay(models, monkeypatch) -> 
     # One probe measures the real plain step: rounds are weighed by what they
     # really take, so plain decoding must be too.
     options = EngineOptions(probe_every=10_000)
-    decoder = Decoder(pair.target.model, pair.draft.model, _costs(dear, draft_ms=10.0), options)
+    decoder = Decoder(
+        pair.target.model, pair.draft.model, _costs(dear, draft_ms=10.0), options=options
+    )
     got, rounds = _tokens(decoder, PROMPT_IDS, 80, num_draft=None)
     assert got == want
     late = rounds[len(rounds) // 2 :]
@@ -548,8 +563,9 @@ def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
     gen.close()
     trace = "".join(log)
     assert trace.count("T") > 600
-    # Two plain tokens with no forward between them: a burst ended and the device waited.
-    assert "TT" not in trace[trace.index("T") + 2 :]
+    # Two plain tokens with no forward between them, once drafting was tried (the
+    # probes' two steps come before): a burst ended and the device waited.
+    assert "TT" not in trace[trace.index("R") :]
     assert len(bursts) > 1  # each burst is told, those that follow one another too
 
 
@@ -616,13 +632,14 @@ def test_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_pay(
         options=EngineOptions(draft_cutoff=setting),
     )
     thresholds: list[float] = []
-    real = Decoder._draft_tokens
+    real = Decoder._stops
 
-    def spy(self, seq, params, parts, q_rows, fed, n_draft, stop, timed=False):  # type: ignore[no-untyped-def]
-        thresholds.append(stop)
-        return real(self, seq, params, parts, q_rows, fed, n_draft, stop, timed)
+    def spy(self, turns):  # type: ignore[no-untyped-def]
+        stops = real(self, turns)
+        thresholds.extend(stop for stop, t in zip(stops, turns, strict=True) if t.drafts)
+        return stops
 
-    monkeypatch.setattr(Decoder, "_draft_tokens", spy)
+    monkeypatch.setattr(Decoder, "_stops", spy)
     _tokens(decoder, PROMPT_IDS, 32, num_draft=num_draft, temperature=temperature, seed=3)
     assert thresholds  # rounds drafted
     assert any(t > 0 for t in thresholds) is cuts
@@ -655,19 +672,18 @@ def test_a_cancel_inside_a_round_ends_it_before_the_target_verifies(
     _tokens(decoder, fresh[:-1], 12, num_draft=4)  # warm: the draft is caught up
     cancel = threading.Event()
     calls = {"target": 0, "draft": 0}
-    real_logits = spec._logits
 
-    def logits(model, tokens, cache):  # type: ignore[no-untyped-def]
-        calls["draft" if model is draft else "target"] += 1
+    def counted(name: str) -> None:
+        calls[name] += 1
         # After the round's first draft step, or after its last one.
-        if model is draft and calls["draft"] == (2 if when == "draft step" else 4):
+        if name == "draft" and calls["draft"] == (2 if when == "draft step" else 4):
             cancel.set()
-        return real_logits(model, tokens, cache)
 
-    monkeypatch.setattr(spec, "_logits", logits)
     # An edited turn: one new token to read, then a drafting round.
     gen = decoder.generate(fresh, GenerationParams(num_draft=4), cancel=cancel)
     assert isinstance(next(gen), Prefill)
+    _before_forward(monkeypatch, draft, lambda: counted("draft"))
+    _before_forward(monkeypatch, target, lambda: counted("target"))
     assert list(gen) == []  # the round ended unverified
     assert calls == {"target": 0, "draft": 2 if when == "draft step" else 4}
     monkeypatch.undo()
@@ -678,7 +694,7 @@ def test_a_cancel_inside_a_round_ends_it_before_the_target_verifies(
 
 def test_a_cancel_while_reading_the_prompt_stops_at_the_next_chunk(models, monkeypatch) -> None:
     pair = models["noisy"]
-    monkeypatch.setattr(spec, "PREFILL_STEP", 16)
+    monkeypatch.setattr(spec, "PREFILL_CHUNK", 16)
     decoder = Decoder(pair.target.model, pair.draft.model)
     cancel = threading.Event()
     real_eval = mx.eval
@@ -712,7 +728,7 @@ def _reading(decoder: Decoder, prompt: list[int], **params) -> tuple[list[Readin
 
 def test_reading_the_prompt_is_reported_before_each_chunk(models, monkeypatch) -> None:
     pair = models["noisy"]
-    monkeypatch.setattr(spec, "PREFILL_STEP", 16)
+    monkeypatch.setattr(spec, "PREFILL_CHUNK", 16)
     decoder = Decoder(pair.target.model, pair.draft.model)
     n = len(PROMPT_IDS)  # 60: the target reads 59 of them in chunks of 16
     readings, prefill = _reading(decoder, PROMPT_IDS)
@@ -734,7 +750,7 @@ def test_a_reply_closed_while_reading_keeps_what_it_read_and_stays_exact(
 ) -> None:
     pair = models["noisy"]
     want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 30, num_draft=0)
-    monkeypatch.setattr(spec, "PREFILL_STEP", 16)
+    monkeypatch.setattr(spec, "PREFILL_CHUNK", 16)
     decoder = Decoder(pair.target.model, pair.draft.model)
     gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=3), reading=True)
     assert next(gen) == Reading(0, len(PROMPT_IDS), 0)
@@ -751,16 +767,15 @@ def test_a_draft_step_is_priced_by_the_steps_after_a_rounds_first(models, monkey
 
     pair = models["noisy"]
     target, draft = pair.target.model, pair.draft.model
-    last = {"model": None}
-    real = spec._logits
+    last = {"draft": False}
 
-    def logits(model, tokens, cache):  # type: ignore[no-untyped-def]
-        if model is draft and last["model"] is not draft:
+    def forward(is_draft: bool) -> None:
+        if is_draft and not last["draft"]:
             time.sleep(0.08)  # a round's first draft step: it starts after a sync
-        last["model"] = model
-        return real(model, tokens, cache)
+        last["draft"] = is_draft
 
-    monkeypatch.setattr(spec, "_logits", logits)
+    _before_forward(monkeypatch, draft, lambda: forward(True))
+    _before_forward(monkeypatch, target, lambda: forward(False))
     decoder = Decoder(target, draft)
     _, rounds = _tokens(decoder, PROMPT_IDS, 60, num_draft=4)
     assert sum(r.k for r in rounds) >= 12
@@ -781,14 +796,14 @@ def test_plain_bursts_leave_the_draft_behind_until_a_round_drafts(models, monkey
     )
     _dear_draft(monkeypatch, pair.draft.model, 0.004)  # dear, yet tried now and then
     log: list[int | str] = []  # "feed", or a round's k
-    real = spec.prefill
+    real = Decoder._read_into
 
-    def prefill(model, cache, tokens, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def read_into(self, model, chunks, caches):  # type: ignore[no-untyped-def]
         if model is pair.draft.model:
             log.append("feed")
-        return real(model, cache, tokens, *args, **kwargs)
+        return real(self, model, chunks, caches)
 
-    monkeypatch.setattr(spec, "prefill", prefill)
+    monkeypatch.setattr(Decoder, "_read_into", read_into)
     gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=None))
     assert isinstance(next(gen), Prefill)
     got: list[int] = []
@@ -812,14 +827,15 @@ def test_a_round_that_waits_for_its_draft_prices_no_width(models, monkeypatch) -
 
     pair = models["noisy"]
     decoder = Decoder(pair.target.model, pair.draft.model)
-    real = spec.Decoder._time_draft
+    real = Decoder._draft
 
-    def time_draft(self, proposal, timed, start):  # type: ignore[no-untyped-def]
+    def draft(self, turns, timed, stacked, cutoff):  # type: ignore[no-untyped-def]
+        out = real(self, turns, timed, stacked, cutoff)
         if timed:
             time.sleep(0.3)  # the sync after drafting, much exaggerated
-        return real(self, proposal, timed, start)
+        return out
 
-    monkeypatch.setattr(spec.Decoder, "_time_draft", time_draft)
+    monkeypatch.setattr(Decoder, "_draft", draft)
     seen: list[float] = []
     observe = decoder.costs.observe_round
 
@@ -835,10 +851,8 @@ def test_a_round_that_waits_for_its_draft_prices_no_width(models, monkeypatch) -
 
 
 def test_the_baseline_leaves_out_the_cold_first_probe(models, monkeypatch) -> None:
-    import app.engine.speculative as spec
-
     # What the probes time: the first runs cold (weights still paging in), 20x slower.
-    timed = iter([10.0] + [0.5] * 20)
+    timed = iter([10.0, 10.0] + [0.5] * 20)
 
     class Paced(PlainPace):
         def token(self, now: float) -> float:
@@ -851,9 +865,9 @@ def test_the_baseline_leaves_out_the_cold_first_probe(models, monkeypatch) -> No
     gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=3))
     next(gen)  # the prefill
     _round(gen)  # the first token, at plain latency
-    _round(gen)  # the cold probe
+    _round(gen), _round(gen)  # the cold probe's two plain steps
     assert decoder.baseline_tps is None  # nothing honest to show a speedup against yet
-    _round(gen)  # the probe that counts
+    _round(gen), _round(gen)  # the probe that counts
     gen.close()
     assert decoder.baseline_tps == pytest.approx(2.0)
 
@@ -869,5 +883,8 @@ def test_the_observer_hears_each_prompt_chunk_burst_and_round_as_it_ran(models) 
     assert sum(e.rows for e in heard if isinstance(e, PrefillChunk)) == len(PROMPT_IDS) - 1
     runs = [e for e in heard if isinstance(e, RoundRun)]
     drafted = [r for r in rounds if r.k]
-    assert [(e.ks, e.accepted) for e in runs] == [((r.k,), (r.accepted,)) for r in drafted]
-    assert not any(isinstance(e, PlainBurst) for e in heard)  # a fixed k never bursts
+    assert [(e.ks, e.accepted) for e in runs if any(e.ks)] == [
+        ((r.k,), (r.accepted,)) for r in drafted
+    ]
+    # A fixed k bursts only to probe plain decoding for the baseline.
+    assert all(e.tokens == PROBE for e in heard if isinstance(e, PlainBurst))

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from app.engine import GenerationParams, load_pair
-from app.engine import batch as batch_module
-from app.engine.batch import IDLE_READ, PREFILL_CHUNK, BatchDecoder, take_turns
+from app.engine import decoder as batch_module
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile
+from app.engine.decoder import IDLE_READ, PREFILL_CHUNK, Decoder, take_turns
 from app.engine.options import EngineOptions
+from app.engine.rounds import DraftControl, DraftCutoff, Prefill, Round
 from app.engine.sampling import log_probs
 from app.engine.side_by_side import SideBySide
-from app.engine.speculative import Decoder, DraftControl, DraftCutoff, Prefill, Round
 from app.engine.stacked import stacked_step
 from app.engine.types import Reading
 from tests.conftest import TinyModels
@@ -59,9 +59,7 @@ def _turns(
     ],
 )
 def test_each_greedy_reply_equals_its_solo_reply_with_caches_apart(pair, params) -> None:
-    batch = BatchDecoder(
-        pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=False)
-    )
+    batch = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=False))
     gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
     got, rounds = _turns(gens, 40)
     rep = {k: v for k, v in params.items() if k.startswith("repetition")}
@@ -85,7 +83,7 @@ def test_by_default_each_greedy_reply_equals_its_solo_reply_side_by_side(
         original(self, caches, *args)
 
     monkeypatch.setattr(SideBySide, "__init__", spy)
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
     got, _ = _turns(gens, 40)
     assert got == [_solo(pair, p, 40) for p in PROMPTS]
@@ -105,9 +103,7 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
         original(self, caches)
 
     monkeypatch.setattr(SideBySide, "restore", spy)
-    batch = BatchDecoder(
-        pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=True)
-    )
+    batch = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=True))
     params = GenerationParams(num_draft=3)
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 6)
     assert restored == [2]  # the first to finish gave both their caches back
@@ -127,9 +123,7 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
 
 
 def test_side_by_side_requests_join_leave_and_follow_up_exactly(pair) -> None:
-    batch = BatchDecoder(
-        pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=True)
-    )
+    batch = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=True))
     params = GenerationParams(num_draft=4)
     cancel = threading.Event()
     first = batch.generate(PROMPTS[0], params)
@@ -155,7 +149,7 @@ def test_side_by_side_requests_join_leave_and_follow_up_exactly(pair) -> None:
 
 
 def test_requests_join_and_leave_between_rounds(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=4)
     first = batch.generate(PROMPTS[0], params)
     early: list[int] = []
@@ -171,7 +165,7 @@ def test_requests_join_and_leave_between_rounds(pair) -> None:
 
 
 def test_a_long_prompt_is_read_a_chunk_per_round(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=2)
     running = batch.generate(PROMPTS[1], params)
     assert isinstance(next(running), Prefill)
@@ -191,7 +185,7 @@ def test_a_long_prompt_is_read_a_chunk_per_round(pair) -> None:
 
 
 def test_requests_that_come_together_read_their_prompts_in_one_round(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=2)
     gens = [batch.generate(p, params) for p in PROMPTS]
     assert isinstance(next(gens[0]), Prefill)
@@ -206,7 +200,7 @@ def test_requests_that_come_together_read_their_prompts_in_one_round(pair) -> No
 
 
 def test_requests_that_come_to_an_idle_batch_start_together_past_one_chunk(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=2)
     prompts = [[30 + j + i % 50 for i in range(150)] for j in range(7)]
     assert PREFILL_CHUNK < sum(map(len, prompts)) <= IDLE_READ
@@ -215,7 +209,8 @@ def test_requests_that_come_to_an_idle_batch_start_together_past_one_chunk(pair)
     assert batch.stats().rounds == 0
     got, rounds = _turns(gens, 8)
     assert batch.stats().largest == len(prompts)  # the first round verified all of them
-    assert all(rs[0].k == 2 for rs in rounds)
+    # Each first token at plain latency, then drafting.
+    assert all(rs[0].k == 0 and rs[1].k == 2 for rs in rounds)
     assert got == [_solo(pair, p, 8) for p in prompts]
 
 
@@ -241,7 +236,7 @@ def test_requests_that_join_together_read_the_start_they_share_once(
         [*SYSTEM, *range(200, 240)],
     ]
     read: dict[int, int] = {}
-    original = BatchDecoder._read_into
+    original = Decoder._read_into
 
     def spy(self, model, chunks, caches):  # type: ignore[no-untyped-def]
         if model is pair.target.model:
@@ -249,8 +244,8 @@ def test_requests_that_join_together_read_the_start_they_share_once(
                 read[id(r)] = read.get(id(r), 0) + len(chunk)
         return original(self, model, chunks, caches)
 
-    monkeypatch.setattr(BatchDecoder, "_read_into", spy)
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    monkeypatch.setattr(Decoder, "_read_into", spy)
+    batch = Decoder(pair.target.model, pair.draft.model)
     gens = [batch.generate(p, params) for p in prompts]
     prefills = [next(g) for g in gens]
     assert batch.stats().rounds == 0  # one pull started all of them
@@ -262,7 +257,7 @@ def test_requests_that_join_together_read_the_start_they_share_once(
     got, _ = _turns(gens, 24)
     assert batch.stats().largest == len(prompts)
     alone = [
-        _turns([BatchDecoder(pair.target.model, pair.draft.model).generate(p, params)], 24)[0][0]
+        _turns([Decoder(pair.target.model, pair.draft.model).generate(p, params)], 24)[0][0]
         for p in prompts
     ]
     assert got == alone
@@ -282,7 +277,7 @@ def test_a_request_that_joins_copies_the_start_a_decoding_request_shares(
         original(self, caches, *args)
 
     monkeypatch.setattr(SideBySide, "__init__", spy)
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     # One request alone decodes plainly (its own cache, a step queued ahead); two
     # draft side by side, long enough that their stack compacts.
     params = GenerationParams(num_draft=0 if running == 1 else 3)
@@ -311,7 +306,7 @@ def test_a_request_that_joins_copies_the_start_a_decoding_request_shares(
 def test_another_conversation_copies_a_finished_one_s_start_and_leaves_it_its_caches(
     pair,
 ) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=3)
     first = [*SYSTEM, 5, 6]
     reply = _turns([batch.generate(first, params)], 20)[0][0]
@@ -330,7 +325,7 @@ def test_another_conversation_copies_a_finished_one_s_start_and_leaves_it_its_ca
 
 
 def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=3)
     first = batch.generate(PROMPTS[0], params)
     reply, _ = _turns([first], 20)
@@ -356,10 +351,10 @@ def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> 
 def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair, side_by_side) -> None:
     seeded = GenerationParams(num_draft=3, temperature=0.9, seed=11)
     alone, _ = _turns(
-        [BatchDecoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], seeded)], 40
+        [Decoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], seeded)], 40
     )
     options = EngineOptions(side_by_side=side_by_side)
-    batch = BatchDecoder(pair.target.model, pair.draft.model, options=options)
+    batch = Decoder(pair.target.model, pair.draft.model, options=options)
     others = GenerationParams(num_draft=2, temperature=1.0)  # unseeded: the global state
     gens = [
         batch.generate(PROMPTS[1], others),
@@ -372,7 +367,7 @@ def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair, side_b
 
 
 def test_a_request_closed_before_its_first_pull_leaves_the_batch(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=3)
     dropped = batch.generate(PROMPTS[0], params)
     going = batch.generate(PROMPTS[2], params)
@@ -385,7 +380,7 @@ def test_a_request_closed_before_its_first_pull_leaves_the_batch(pair) -> None:
 
 
 def test_a_cancelled_request_ends_without_stopping_the_others(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     params = GenerationParams(num_draft=3)
     cancel = threading.Event()
     stopped = batch.generate(PROMPTS[0], params, cancel=cancel)
@@ -400,8 +395,8 @@ def test_a_cancelled_request_ends_without_stopping_the_others(pair) -> None:
 
 
 def test_a_round_never_drafts_past_the_request_budget(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
-    gen = batch.generate(PROMPTS[0], GenerationParams(num_draft=8, max_tokens=5))
+    batch = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0))
+    gen = batch.generate(PROMPTS[1], GenerationParams(num_draft=8, max_tokens=5))
     first = next(e for e in gen if isinstance(e, Round))
     gen.close()
     assert first.k == 4  # five tokens: four drafts and the target's own
@@ -411,7 +406,7 @@ def test_auto_requests_together_draft_what_the_batch_costs_favour(pair) -> None:
     # Every width costs the same and a draft step next to nothing: the longest draft pays.
     flat = BatchProfile(verify=((2, (1.0,) * 17),), draft=((2, 1e-4),))
     single = CostModel(7, profile=CostProfile(verify=(1.0,) * 7, draft_step=1e-4))
-    batch = BatchDecoder(pair.target.model, pair.draft.model, single, BatchCosts(single, flat))
+    batch = Decoder(pair.target.model, pair.draft.model, single, BatchCosts(single, flat))
     params = GenerationParams(num_draft=None, k_max=6, max_tokens=30)
     got, rounds = _turns([batch.generate(p, params) for p in PROMPTS[:2]], 30)
     assert got == [_solo(pair, p, 30) for p in PROMPTS[:2]]
@@ -419,7 +414,7 @@ def test_auto_requests_together_draft_what_the_batch_costs_favour(pair) -> None:
     assert together and all(r.k == 6 and r.auto for r in together)
     # Each round's seconds are priced as one; nothing measured by them says otherwise yet.
     steep = BatchProfile(verify=((2, tuple(float(m) for m in range(1, 18))),), draft=((2, 0.5),))
-    batch = BatchDecoder(pair.target.model, pair.draft.model, single, BatchCosts(single, steep))
+    batch = Decoder(pair.target.model, pair.draft.model, single, BatchCosts(single, steep))
     _, rounds = _turns([batch.generate(p, params) for p in PROMPTS[:2]], 30)
     assert max(r.k for r in rounds[0][:4]) < 6
 
@@ -428,7 +423,7 @@ def test_the_batch_times_the_shapes_it_has_not_measured_and_stores_them(pair) ->
     stored: list[BatchProfile] = []
     single = CostModel(7)
     costs = BatchCosts(single, on_measured=stored.append)
-    batch = BatchDecoder(pair.target.model, pair.draft.model, single, costs)
+    batch = Decoder(pair.target.model, pair.draft.model, single, costs)
     params = GenerationParams(num_draft=3)
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 24)
     assert costs.measured(2, 4) and costs.draft_step(2) is not None
@@ -438,7 +433,7 @@ def test_the_batch_times_the_shapes_it_has_not_measured_and_stores_them(pair) ->
 def test_the_batch_measures_its_draft_steps_stacked_and_packed_and_runs_the_cheaper(
     pair,
 ) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS], 40)
     assert got == [_solo(pair, p, 40) for p in PROMPTS]
     learned = batch.batch_costs.profile()
@@ -457,7 +452,7 @@ def test_a_stacked_draft_starts_with_what_each_request_committed(pair, monkeypat
         return real(model, tokens, stack)
 
     monkeypatch.setattr(batch_module, "stacked_step", step)
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     monkeypatch.setattr(batch.batch_costs, "stacks", lambda d: d > 1)  # every round stacked
     got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS], 30)
     assert got == [_solo(pair, p, 30) for p in PROMPTS]
@@ -466,14 +461,15 @@ def test_a_stacked_draft_starts_with_what_each_request_committed(pair, monkeypat
 
 
 def test_a_round_where_one_request_drafts_on_alone_does_not_bar_stacking(pair) -> None:
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
-    # The first step runs packed (a one-token prompt leaves the draft's cache empty),
-    # and from the second only the first request still drafts: nothing to stack.
+    batch = Decoder(pair.target.model, pair.draft.model)
+    # From the second draft step only the first request still drafts: nothing to stack.
     gens = [
         batch.generate([7], GenerationParams(num_draft=3)),
         batch.generate(PROMPTS[0], GenerationParams(num_draft=1)),
     ]
     assert all(isinstance(next(gen), Prefill) for gen in gens)  # both join the first round
+    firsts = [next(e for e in gen if isinstance(e, Round)) for gen in gens]
+    assert [r.k for r in firsts] == [0, 0]  # each first token at plain latency
     rounds = [next(e for e in gen if isinstance(e, Round)) for gen in gens]
     assert [r.k for r in rounds] == [3, 1]
     assert batch.batch_costs.stacks(2)
@@ -483,18 +479,17 @@ def test_a_round_where_one_request_drafts_on_alone_does_not_bar_stacking(pair) -
 
 def test_requests_too_ragged_to_stack_draft_packed_and_stay_exact(pair) -> None:
     prompts = [list(range(40, 240)), [7, 8, 9], [11, 12, 13], [15, 16, 17]]
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in prompts], 12)
     assert got == [_solo(pair, p, 12) for p in prompts]
     assert not batch.batch_costs.stacks(4)  # the long prompt would pad the stack past SLACK
     assert 4 in dict(batch.batch_costs.profile().draft)  # so it drafted packed
 
 
-def test_the_batch_learns_the_acceptance_its_pair_decoder_plans_with(pair) -> None:
+def test_requests_together_teach_the_acceptance_a_lone_reply_plans_with(pair) -> None:
     decoder = Decoder(pair.target.model, pair.draft.model)
-    batch = BatchDecoder(pair.target.model, pair.draft.model, acceptance=decoder.acceptance)
-    _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS[:2]], 12)
-    assert decoder.acceptance(False).evidence > 0  # what the batch saw, the window plans with
+    _turns([decoder.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS[:2]], 12)
+    assert decoder.acceptance(False).evidence > 0  # what the batch saw, a lone reply plans with
     assert decoder.acceptance(True).evidence == 0  # sampled replies keep their own
 
 
@@ -520,7 +515,7 @@ def test_sampled_first_token_keeps_the_target_distribution(pair) -> None:
     prompt = PROMPTS[0][:20]
     mx.random.seed(5)
     counts = np.zeros(pair.target.config["vocab_size"])
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     for _ in range(60):
         gens = [batch.generate(prompt, params) for _ in range(10)]
         for gen in gens:
@@ -538,32 +533,25 @@ def test_sampled_first_token_keeps_the_target_distribution(pair) -> None:
 
 @pytest.mark.parametrize("stretch", [True, False])
 def test_a_lone_auto_request_plans_along_stretches_and_stays_exact(stretch: bool) -> None:
-    from app.engine.adaptive import Acceptance
     from app.testing import synthetic as syn
 
     target, draft = syn.build("tiny"), syn.build("tiny", miss=0.1, seed=1)
     prompt = syn.prompt("tiny")
-    tables: dict[bool, Acceptance] = {}
-    batch = BatchDecoder(
-        target,
-        draft,
-        acceptance=lambda s: tables.setdefault(s, Acceptance()),
-        options=EngineOptions(stretch=stretch),
-    )
+    batch = Decoder(target, draft, options=EngineOptions(stretch=stretch))
     gen = batch.generate(prompt, GenerationParams(num_draft=None, k_max=12))
     (got,), (rounds,) = _turns([gen], 120)
     assert got == [syn.CYCLE_START + i % 64 for i in range(len(prompt), len(prompt) + 120)]
     assert any(r.k for r in rounds)
     # The request's rounds taught the table by distance from a stretch's start:
     # unseen distances would all lean on the pooled rate.
-    assert (len(set(tables[False].stretch_rates())) > 1) is stretch
+    assert (len(set(batch.acceptance(False).stretch_rates())) > 1) is stretch
 
 
-def _cutting(pair, setting: bool | None) -> BatchDecoder:
+def _cutting(pair, setting: bool | None) -> Decoder:
     """A batch whose draft step costs half a forward: unsure drafts are worth ending."""
     single = CostModel(7, profile=CostProfile(verify=(1.0,) * 7, draft_step=0.5))
     flat = BatchProfile(verify=((2, (1.0,) * 17),), draft=((2, 0.5),))
-    batch = BatchDecoder(
+    batch = Decoder(
         pair.target.model,
         pair.draft.model,
         single,
@@ -613,16 +601,19 @@ def test_a_round_of_several_requests_fades_their_acceptance_once(pair, monkeypat
         real(self, k, accepted, share)
 
     monkeypatch.setattr(Acceptance, "observe", spy)
-    batch = BatchDecoder(pair.target.model, pair.draft.model)
+    batch = Decoder(pair.target.model, pair.draft.model)
     gens = [batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS]
     assert all(isinstance(next(g), Prefill) for g in gens)
-    next(e for e in gens[0] if isinstance(e, Round))  # one round for all four
+    for g in gens:
+        assert next(e for e in g if isinstance(e, Round)).k == 0  # the first tokens, plainly
+    assert shares == []
+    next(e for e in gens[0] if isinstance(e, Round))  # one drafting round for all four
     assert shares == [0.25] * 4
     shares.clear()
-    alone = BatchDecoder(pair.target.model, pair.draft.model).generate(
+    alone = Decoder(pair.target.model, pair.draft.model).generate(
         PROMPTS[0], GenerationParams(num_draft=3)
     )
-    next(e for e in alone if isinstance(e, Round))
+    next(e for e in alone if isinstance(e, Round) and e.k)
     assert shares == [1.0]
 
 
@@ -649,7 +640,7 @@ def _timed_plain(costs: CostModel) -> bool:
 @pytest.mark.parametrize("params", [dict(), dict(repetition_penalty=1.3)])
 def test_a_lone_request_that_drafts_nothing_decodes_a_step_ahead_exactly(pair, params) -> None:
     costs = _slow()
-    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    batch = Decoder(pair.target.model, pair.draft.model, costs)
     got, rounds = _turns([batch.generate(PROMPTS[0], GenerationParams(num_draft=0, **params))], 30)
     assert got[0] == _solo(pair, PROMPTS[0], 30, **params)
     assert all(r.k == 0 and len(r.tokens) == 1 for r in rounds[0])
@@ -665,10 +656,10 @@ def test_a_lone_request_that_drafts_nothing_decodes_a_step_ahead_exactly(pair, p
 def test_a_request_joining_a_plain_burst_ends_it_and_every_reply_stays_exact(pair, params) -> None:
     plain = GenerationParams(**params)
     alone, _ = _turns(
-        [BatchDecoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], plain)], 40
+        [Decoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], plain)], 40
     )
     costs = _slow()
-    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    batch = Decoder(pair.target.model, pair.draft.model, costs)
     first = batch.generate(PROMPTS[0], plain)
     early = _pull(first, 12)
     assert _timed_plain(costs)  # it was decoding plainly, pipelined
@@ -685,7 +676,7 @@ def test_a_request_joining_a_plain_burst_ends_it_and_every_reply_stays_exact(pai
 def test_drafting_asked_for_mid_burst_ends_it_and_the_reply_stays_exact(pair) -> None:
     control = DraftControl(0)
     costs = _slow()
-    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    batch = Decoder(pair.target.model, pair.draft.model, costs)
     gen = batch.generate(PROMPTS[2], GenerationParams(num_draft=0), control=control)
     early = _pull(gen, 10)
     assert _timed_plain(costs)  # it was decoding plainly, pipelined
@@ -697,7 +688,7 @@ def test_drafting_asked_for_mid_burst_ends_it_and_the_reply_stays_exact(pair) ->
 
 def test_a_request_closed_mid_burst_leaves_caches_a_follow_up_reuses_exactly(pair) -> None:
     costs = _slow()
-    batch = BatchDecoder(pair.target.model, costs=costs)  # the target's cache alone is reused
+    batch = Decoder(pair.target.model, costs=costs)  # the target's cache alone is reused
     params = GenerationParams(num_draft=0)
     gen = batch.generate(PROMPTS[0], params)
     reply = _pull(gen, 15)
@@ -718,7 +709,7 @@ def test_a_lone_auto_request_probes_plain_steps_and_decodes_plainly_where_drafts
     # Stored costs: a plain step and every verification 10 s, so only the probe's timed
     # plain steps show that plain decoding is far cheaper than any drafting round here.
     costs = _slow()
-    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
+    batch = Decoder(pair.target.model, pair.draft.model, costs)
     gen = batch.generate(PROMPTS[0], GenerationParams(num_draft=None, k_max=8, max_tokens=80))
     got, rounds = _turns([gen], 80)
     assert got[0] == _solo(pair, PROMPTS[0], 80)
@@ -726,13 +717,3 @@ def test_a_lone_auto_request_probes_plain_steps_and_decodes_plainly_where_drafts
     assert _timed_plain(costs)
     assert any(r.k for r in rounds[0])  # Auto drafted until its acceptance was known
     assert all(r.k == 0 for r in rounds[0][-30:])  # then decoded plainly
-
-
-def test_a_lone_request_times_no_plain_step_until_every_width_is_known(pair) -> None:
-    costs = CostModel(9)  # nothing measured: a plain step alone would price every width
-    batch = BatchDecoder(pair.target.model, pair.draft.model, costs)
-    auto = GenerationParams(num_draft=None, k_max=8, max_tokens=30)
-    _, rounds = _turns([batch.generate(PROMPTS[0], auto)], 30)
-    assert rounds[0][0].k > 0  # no probe
-    _turns([batch.generate(PROMPTS[1], GenerationParams(num_draft=0))], 30)
-    assert costs.profile().verify == (None,) * 9
