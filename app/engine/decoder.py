@@ -383,6 +383,7 @@ class Decoder:
         )
         if self._copies is None:
             self._copies = _copyable(request.t_cache, request.d_cache)
+        self._last = self._lone_last = None  # a round's period ends where the members change
         self._reuse(request)
         if request.lookup is not None:
             request.lookup.reset(request.seq)
@@ -429,6 +430,7 @@ class Decoder:
         if self._side is not None and request in self._side[0]:
             self._unstack()  # its own cache back before it is kept
         self._open.remove(request)
+        self._last = self._lone_last = None  # the time to the next round is not this one's
         if keep and self.target_trimmable and request.read:
             held = request.seq[: request.read] if request.reading else request.seq[:-1]
             kept = _Kept(held, request.t_cache, request.d_tokens, request.d_cache)
@@ -1207,22 +1209,29 @@ class Decoder:
         """
         self._last = self._lone_last = None  # the next round's period would hold these steps
         token = mx.array(request.seq[-1:], dtype=mx.int32)
-        queued = self._plain_next(request, token, request.seq[:-1])
-        now = time.perf_counter()
+        queued = self._plain_next(request, token, request.seq[:-1], evaluate=False)
+        # Timed from before the first step is queued: a backend may run it inside
+        # async_eval, and a probe's two steps would then read as one.
+        began = time.perf_counter()
+        mx.async_eval(queued)
         wanted = request.num_draft()
-        self._burst = _Burst(request, queued, tokens, wanted, PlainPace(now), now, stretch)
+        self._burst = _Burst(request, queued, tokens, wanted, PlainPace(began), began, stretch)
         self._tell(PlainBurst(tokens))
         self._hand_out(self._burst, go_on=tokens > 1)
 
-    def _plain_next(self, request: _Request, token: mx.array, before: Sequence[int]) -> mx.array:
-        """The token after ``token`` (lazy), fed to the target's cache; ``before`` precedes it."""
+    def _plain_next(
+        self, request: _Request, token: mx.array, before: Sequence[int], evaluate: bool = True
+    ) -> mx.array:
+        """The token after ``token`` (lazy; queued where ``evaluate``), fed to the target's
+        cache; ``before`` precedes it."""
         logits = self._forward(self.target, [token], [request.t_cache])[0][0]
         history = None
         if request.params.repetition_penalty != 1.0:
             size = request.params.repetition_context_size
             history = mx.concatenate([penalty_history(before, request.params), token])[-size:]
         out = self._pick_plain(request, logits.astype(mx.float32), history, len(before) + 1)
-        mx.async_eval(out)
+        if evaluate:
+            mx.async_eval(out)
         return out
 
     def _pick_plain(

@@ -850,6 +850,45 @@ def test_a_round_that_waits_for_its_draft_prices_no_width(models, monkeypatch) -
     assert seen and max(seen) < 0.3
 
 
+def test_a_probe_times_both_its_steps_where_queueing_runs_them(models, monkeypatch) -> None:
+    """A backend may run a queued step inside async_eval: the probe's clock starts before it."""
+    import time
+
+    pair = models["copy"]
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    seen: list[float] = []
+    monkeypatch.setattr(decoder.costs, "observe_step", seen.append)
+    real_eval = mx.eval
+
+    def queued_runs(*args):  # type: ignore[no-untyped-def]
+        real_eval(*args)
+        time.sleep(0.05)  # each queued step takes 50 ms, before async_eval returns
+
+    monkeypatch.setattr(mx, "async_eval", queued_runs)
+    _tokens(decoder, PROMPT_IDS, 6, num_draft=3)  # the first token, then the probes
+    assert seen and min(seen) >= 0.045
+
+
+def test_no_rounds_period_spans_two_replies(models, monkeypatch) -> None:
+    import time
+
+    pair = models["copy"]
+    decoder = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0))
+    seen: list[float] = []
+    observe = decoder.costs.observe_round
+
+    def observe_round(k: int, width: int, seconds: float) -> None:
+        seen.append(seconds)
+        observe(k, width, seconds)
+
+    monkeypatch.setattr(decoder.costs, "observe_round", observe_round)
+    _tokens(decoder, PROMPT_IDS, 40, num_draft=3)
+    time.sleep(0.5)  # the user reads the reply
+    _tokens(decoder, PROMPT_IDS, 40, num_draft=3)  # regenerated: its prompt is held whole
+    # What a round costs is timed to the next round of its reply, never to the next reply.
+    assert len(seen) >= 10 and max(seen) < 0.5
+
+
 def test_the_baseline_leaves_out_the_cold_first_probe(models, monkeypatch) -> None:
     # What the probes time: the first runs cold (weights still paging in), 20x slower.
     timed = iter([10.0, 10.0] + [0.5] * 20)
