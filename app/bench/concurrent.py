@@ -221,7 +221,7 @@ def measure_streams(
         stretches = replace(options, stretch=True)
         decoder = trace.attach(Decoder(target, draft, costs(), options=stretches))
         spec = solo(decoder, params)
-    greedy = params.temperature == 0
+    greedy = not params.sampled
     known: Replies = replies if replies is not None else {}
     if greedy:
         known.setdefault(tuple(prompts[0]), plain.replies[0])

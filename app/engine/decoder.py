@@ -469,7 +469,7 @@ class Decoder:
 
     def _length(self, params: GenerationParams, num_draft: int | None) -> DraftLength:
         """The controller of a setting, shared by the requests of that setting."""
-        sampling, lookup = params.temperature > 0, params.prompt_lookup
+        sampling, lookup = params.sampled, params.prompt_lookup
         key = (params.k_max, num_draft, sampling, lookup)
         if key not in self._lengths:
             accept = self.acceptance(sampling, lookup)
@@ -692,7 +692,7 @@ class Decoder:
         """What ``request`` allows the batch's plan: its room, and its own k unless on Auto."""
         wanted = request.num_draft()
         if wanted == 0:
-            return Want(self.acceptance(request.params.temperature > 0), 0, 0)
+            return Want(self.acceptance(request.params.sampled), 0, 0)
         length = self._length(request.params, wanted)
         auto = wanted is None and request.d_cache is not None
         return Want(length.acceptance, self._room(request), None if auto else length.choose().k)
@@ -1131,7 +1131,7 @@ class Decoder:
         if self.vocab_size is not None:
             last = fit_vocab(last, self.vocab_size)
         ctx = []
-        if request.params.repetition_penalty != 1.0:
+        if request.params.penalized:
             seen = mx.concatenate([penalty_history(request.seq, request.params), *turn.parts])
             ctx = [seen[-request.params.repetition_context_size :]]
         position = len(request.seq) + sum(p.shape[0] for p in turn.parts)
@@ -1147,7 +1147,7 @@ class Decoder:
         if turn.k:
             return judge(logits, request.seq, request.params, proposal, turn.q_rows, request.draws)
         history = None
-        if request.params.repetition_penalty != 1.0:
+        if request.params.penalized:
             history = penalty_history(request.seq, request.params)
         token = self._pick_plain(request, logits, history, len(request.seq))
         return Verdict([], 0, cast(int, token.item()))
@@ -1226,7 +1226,7 @@ class Decoder:
         cache; ``before`` precedes it."""
         logits = self._forward(self.target, [token], [request.t_cache])[0][0]
         history = None
-        if request.params.repetition_penalty != 1.0:
+        if request.params.penalized:
             size = request.params.repetition_context_size
             history = mx.concatenate([penalty_history(before, request.params), token])[-size:]
         out = self._pick_plain(request, logits.astype(mx.float32), history, len(before) + 1)

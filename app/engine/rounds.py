@@ -199,7 +199,7 @@ def pick(
         position: Where in the sequence the first row's token goes.
     """
     logits = penalize(logits, contexts, params.repetition_penalty)
-    if params.temperature == 0:
+    if not params.sampled:
         return mx.argmax(logits, axis=-1), None
     lp = log_probs(logits, params)
     if draws.coupled:  # the position's own noise decides: a one-hot proposal
@@ -209,7 +209,7 @@ def pick(
 
 def penalty_history(seq: Sequence[int], params: GenerationParams) -> mx.array:
     """The tokens the repetition penalty looks at (none when it is off)."""
-    size = params.repetition_context_size if params.repetition_penalty != 1.0 else 0
+    size = params.repetition_context_size if params.penalized else 0
     return mx.array(list(seq[-size:]) if size else [], dtype=mx.int32)
 
 
@@ -236,15 +236,15 @@ def judge(
         draws: The reply's own random draws.
     """
     k = tokens.shape[0]
-    if params.repetition_penalty != 1.0:
+    if params.penalized:
         history = penalty_history(seq, params)
         logits = penalize(
             logits,
             contexts_for(history, tokens, k + 1, params.repetition_context_size),
             params.repetition_penalty,
         )
-    if params.temperature == 0 or draws.coupled:
-        if params.temperature > 0:
+    if not params.sampled or draws.coupled:
+        if params.sampled:
             logits = log_probs(logits, params) + draws.noise(len(seq), k + 1, logits.shape[-1])
         choice = mx.argmax(logits, axis=-1)
         mx.eval(tokens, choice)
@@ -283,7 +283,7 @@ def draft_cuts(params: GenerationParams, auto: bool, setting: bool | None = None
     """
     if setting is not None:
         return setting
-    return auto and params.temperature > 0
+    return auto and params.sampled
 
 
 def stop_below(step: float | None, rate: float) -> float:

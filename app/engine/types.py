@@ -224,6 +224,16 @@ class GenerationParams:
         if self.accept_rule not in get_args(AcceptRule):
             raise InvalidParamError("accept_rule", self.accept_rule, "'leviathan' or 'match'")
 
+    @property
+    def sampled(self) -> bool:
+        """Whether tokens are drawn (temperature above 0) rather than the argmax."""
+        return self.temperature > 0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether the repetition penalty changes any logit."""
+        return self.repetition_penalty != 1.0
+
 
 Segment = tuple["Origin | None", str]  # a run of reply text and the origin of its tokens
 

@@ -71,6 +71,20 @@ def test_each_greedy_reply_equals_its_solo_reply_with_caches_apart(pair, params)
     assert batch.active == 0  # closed requests left the batch
 
 
+@pytest.mark.parametrize("drafts", [True, False])
+def test_requests_with_prompt_lookup_share_rounds_and_each_stays_exact(pair, drafts) -> None:
+    draft = pair.draft.model if drafts else None
+    batch = Decoder(pair.target.model, draft)
+    looked = GenerationParams(num_draft=4, prompt_lookup=True)
+    # The repeating prompt gives lookup n-grams to propose; one request drafts without it.
+    params = [looked, looked, GenerationParams(num_draft=3 if drafts else 0)]
+    gens = [batch.generate(p, q) for p, q in zip(PROMPTS[1:], params, strict=True)]
+    got, rounds = _turns(gens, 30)
+    assert got == [_solo(pair, p, 30) for p in PROMPTS[1:]]
+    assert batch.stats().largest == 3  # the rounds were shared
+    assert any(r.source.startswith("lookup") for rs in rounds[:2] for r in rs)  # it proposed
+
+
 @pytest.mark.parametrize("params", [dict(num_draft=3), dict(num_draft=None, k_max=6)])
 def test_by_default_each_greedy_reply_equals_its_solo_reply_side_by_side(
     pair, params, monkeypatch

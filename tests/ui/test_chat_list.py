@@ -6,36 +6,14 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.store import Store
-
-
-def _branched(store: Store) -> tuple[int, int]:
-    """A long chat whose third question was edited; the edit's reply says "zebra".
-
-    Returns:
-        The chat, and the reply on branch 2 that matches "zebra"; branch 1 is shown.
-    """
-    long = "More words. " * 40
-    cid = store.create_conversation("Animals").id
-    for i in range(2):
-        store.add_message(cid, "user", f"Question {i}")
-        store.add_message(cid, "assistant", f"Answer {i}\n\n{long}")
-    edited = store.add_message(cid, "user", "Question 2")
-    store.add_message(cid, "assistant", "A horse.")
-    store.add_message(cid, "user", "Edited question 2", parent_id=edited.parent_id)
-    hit = store.add_message(cid, "assistant", "A zebra, striped.")
-    for i in range(3, 8):  # branch 2 goes on long after the hit
-        store.add_message(cid, "user", f"Question {i}")
-        store.add_message(cid, "assistant", f"Answer {i}\n\n{long}")
-    store.switch_branch(edited.id)  # branch 1 on screen
-    assert hit.id not in {m.id for m in store.messages(cid)}
-    return cid, hit.id
+from tests.ui.chats import branched
 
 
 def test_a_search_hit_on_another_branch_opens_that_branch_at_the_hit(
     qtbot: QtBot, make_window
 ) -> None:
     window = make_window()
-    cid, hit = _branched(window.store)
+    cid, hit = branched(window.store)
     window.chats.search_edit.setText("zebra")
     index = window.chats.conversations.index(0, 0)
     qtbot.waitUntil(lambda: "«zebra»" in str(index.data()), timeout=2_000)  # the hit is listed

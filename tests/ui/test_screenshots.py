@@ -272,7 +272,7 @@ def test_issue_16_views_screenshots(
     from app.ui.remote_dialog import RemoteEngineDialog
     from app.ui.server_panel import ServerPanel
     from app.ui.settings_dialog import SettingsDialog
-    from tests.ui.test_chat_list import _branched
+    from tests.ui.chats import branched
 
     monkeypatch.setattr(settings_dialog, "key_storage_status", lambda: "no system keychain")
     with _palette(mode):
@@ -305,7 +305,7 @@ def test_issue_16_views_screenshots(
         window.show()
         window.onboarding_flow.close()  # the chat, not the first-run view of an empty library
         window.model_bar.set_pair("http://127.0.0.1:9#kind=openai-compatible", "")
-        cid, hit = _branched(store)
+        cid, hit = branched(store)
         window.chats.select(cid)
         window.chats.search_edit.setText("zebra")
         qtbot.waitUntil(lambda: window.chats.conversations.hit_at(0) == hit, timeout=2_000)
