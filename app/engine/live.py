@@ -11,7 +11,7 @@ the status bar and Stats… show one value.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from app.engine.types import RoundStat, Stats, decode_rate, speedup_over
@@ -91,7 +91,8 @@ class LiveStats:
     (seeded by :meth:`set_lifetime`). :meth:`reset_pair` clears all three.
     Speed is the current message's only.
 
-    Not thread-safe: feed it from one thread and pass snapshots on.
+    Not thread-safe: feed it from one thread. The widgets that show it subscribe
+    (:meth:`subscribe`) and are told each change, rather than being pushed snapshots.
 
     Args:
         window: Rounds in the rolling window.
@@ -110,7 +111,20 @@ class LiveStats:
         self._last_auto = False
         self._life_accepted = 0
         self._life_drafted = 0
+        # Told a fresh snapshot whenever the figures change: the widgets that show them.
+        self._listeners: list[Callable[[LiveSnapshot], None]] = []
         self.begin_message()
+
+    def subscribe(self, listener: Callable[[LiveSnapshot], None]) -> None:
+        """Calls ``listener`` with a snapshot now and whenever the figures change."""
+        self._listeners.append(listener)
+        listener(self.snapshot())
+
+    def _changed(self) -> None:
+        if self._listeners:
+            snapshot = self.snapshot()
+            for listener in self._listeners:
+                listener(snapshot)
 
     def begin_message(self) -> None:
         """Starts a new message: clears its figures, keeps the window and lifetime."""
@@ -122,6 +136,7 @@ class LiveStats:
         self._lookup = 0
         self._reached = [0] * self.max_positions  # rounds with k >= i
         self._survived = [0] * self.max_positions  # of those, accepted >= i
+        self._changed()
 
     def reset_pair(self) -> None:
         """Clears everything, for a newly loaded pair."""
@@ -145,6 +160,7 @@ class LiveStats:
         """
         self._life_drafted = max(drafted, 0)
         self._life_accepted = min(max(accepted, 0), self._life_drafted)
+        self._changed()
 
     def add(self, rounds: Iterable[RoundStat], baseline_tps: float | None = None) -> None:
         """Counts rounds into every scope.
@@ -177,6 +193,7 @@ class LiveStats:
                 self._reached[i] += 1
                 if accepted > i:
                     self._survived[i] += 1
+        self._changed()
 
     def finish_message(self, stats: Stats) -> None:
         """Puts the reply's final figures in place of this message's live ones.
@@ -194,6 +211,7 @@ class LiveStats:
         if stats.baseline_tps is not None and stats.baseline_tps > 0:
             self._baseline = stats.baseline_tps
         if stats.stats_scope not in (None, "request"):
+            self._changed()
             return
         drafted = max(stats.drafted, 0)
         accepted = min(max(stats.accepted, 0), drafted)
@@ -203,6 +221,7 @@ class LiveStats:
         )
         self._drafted, self._accepted = drafted, accepted
         self._lookup = min(max(stats.lookup_accepted, 0), accepted)
+        self._changed()
 
     def snapshot(self) -> LiveSnapshot:
         """The figures now, as an immutable value."""

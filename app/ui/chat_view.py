@@ -324,11 +324,8 @@ class ChatView(QObject):
         self._chats.select(reply.conversation_id)
         self._show_conversation(reply.conversation_id, upto=reply.upto)  # begins the reply
         self._composer.set_busy(True)
-        self._live.begin_message()
         # Nothing of the last reply stays on show: this one's figures come as it streams.
-        snapshot = self._live.snapshot()
-        self._status.show_live(snapshot)
-        self._panel.show_live(snapshot)
+        self._live.begin_message()
 
     @Slot(object)
     def _on_reply_stopping(self, _reply: Reply) -> None:
@@ -357,9 +354,6 @@ class ChatView(QObject):
         auto_k = next((r.k for r in reversed(growth.rounds) if r.auto and r.k), None)
         if auto_k is not None:
             self._panel.show_auto_k(auto_k)
-        snapshot = self._live.snapshot()
-        self._status.show_live(snapshot)
-        self._panel.show_live(snapshot)
 
     @Slot(object)
     def _on_reply_saved(self, saved: ReplySaved) -> None:
@@ -383,7 +377,6 @@ class ChatView(QObject):
         if ended.stats is not None:
             # The final figures replace the live ones, in the panel as in the status bar.
             self._live.finish_message(ended.stats)
-            self._panel.show_live(self._live.snapshot())
             self._status.show_reply_stats(ended.stats)
         used = ended.context_tokens
         self._context_used = self._context_idle if used is None else used

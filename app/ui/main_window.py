@@ -121,6 +121,9 @@ class MainWindow(QMainWindow):
         self.composer = Composer()
         self.status = StatusBar()
         self.setStatusBar(self.status)
+        # The live figures' model tells both views each change (napari's model and widget).
+        self.live.subscribe(self.panel.show_live)
+        self.live.subscribe(self.status.show_live)
 
     def _build_layout(self) -> None:
         right = QWidget()

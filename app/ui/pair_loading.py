@@ -281,10 +281,9 @@ class PairLoading(QObject):
         self._onboarding_flow.close()
         self._library_prompt.hide()
         self._host.hide_error()  # an earlier refusal, or "load first", is over
-        self._live.reset_pair()
+        self._panel.show_pair(remote=info.target.startswith(("http://", "https://")))
+        self._live.reset_pair()  # the panel and the status bar hear it
         self._live.set_lifetime(*self._store.pair_totals(info.target, info.draft))
-        remote = info.target.startswith(("http://", "https://"))
-        self._panel.show_pair(self._live.snapshot(), remote)
         self._host.update_context()
         best = self._host.settings().best_k.get(pair_key(info.target, info.draft))
         if best is not None:  # the calibrated k is this pair's fixed k; Auto stays as it is

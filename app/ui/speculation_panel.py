@@ -107,17 +107,15 @@ class SpeculationPanel(QWidget):
         self.k_slider.setValue(fixed_k)
         self.auto_check.setChecked(auto)
 
-    def show_pair(self, snapshot: LiveSnapshot | None, remote: bool) -> None:
-        """Starts afresh for a newly loaded pair: its lifetime figures, no Auto k yet.
+    def show_pair(self, remote: bool) -> None:
+        """Starts afresh for a newly loaded pair: no Auto k yet (its figures come from the model).
 
         Args:
-            snapshot: The live figures to show.
             remote: A remote engine reports no acceptance and cannot be tuned.
         """
         self.show_auto_k(None)  # the last pair's choice says nothing of this one
         self.gauge.empty_text = NOT_REPORTED_TEXT if remote else EMPTY_TEXT
         self.tune_button.setEnabled(not remote)  # a sweep needs a local pair
-        self.gauge.set_snapshot(snapshot)
 
     def show_snapshot(self, snapshot: LiveSnapshot | None) -> None:
         """Paints the gauge with ``snapshot``."""

@@ -239,3 +239,19 @@ def test_snapshots_are_frozen_values() -> None:
 def test_bad_sizes_are_refused(window: int, positions: int) -> None:
     with pytest.raises(ValueError):
         LiveStats(window=window, max_positions=positions)
+
+
+def test_subscribers_hear_every_change_as_a_snapshot() -> None:
+    live = LiveStats()
+    heard: list[LiveSnapshot] = []
+    live.subscribe(heard.append)  # told the figures now
+    live.set_lifetime(6, 8)
+    live.begin_message()
+    live.add([RoundStat(tokens=3, k=2, accepted=2, seconds=0.1)])
+    live.finish_message(Stats(tokens=3, drafted=2, accepted=2, generation_seconds=0.1))
+    live.reset_pair()
+    assert len(heard) == 6
+    assert heard[0].lifetime_acceptance is None and heard[1].lifetime_acceptance == 0.75
+    assert heard[2].message_acceptance is None  # a new message: nothing drafted yet
+    assert heard[3].message_acceptance == 1.0 and heard[4].message_acceptance == 1.0
+    assert heard[-1] == live.snapshot() and heard[-1].lifetime_acceptance is None
