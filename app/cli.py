@@ -248,20 +248,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _num_draft(value: str) -> int | None:
-    from app.engine.costs import K_MAX
+    from app.engine.types import InvalidParamError, parse_num_draft
 
-    if value == "auto":
-        return None
-    if not value.isdigit() or int(value) > K_MAX:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a whole number from 0 to {K_MAX}")
-    return int(value)
+    try:
+        return parse_num_draft(value)
+    except InvalidParamError as exc:
+        raise argparse.ArgumentTypeError(f"must be {exc.rule}") from None
 
 
 def _k_max(value: str) -> int:
-    from app.engine.costs import K_MAX
+    from app.engine.types import PARAM_RANGES
 
-    if not value.isdigit() or not 1 <= int(value) <= K_MAX:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {K_MAX}")
+    bounds = PARAM_RANGES["k_max"]
+    if not value.isdigit() or not bounds.holds(int(value)):
+        raise argparse.ArgumentTypeError(f"must be {bounds.rule}")
     return int(value)
 
 

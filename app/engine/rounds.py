@@ -20,9 +20,8 @@ import mlx.nn as nn
 
 from app.engine import attention, wide
 from app.engine.caches import can_rewind, new_cache
-from app.engine.costs import K_MAX
 from app.engine.sampling import Draws, contexts_for, log_probs, penalize
-from app.engine.types import AcceptRule, GenerationParams, Origin
+from app.engine.types import AcceptRule, GenerationParams, Origin, check_param
 
 Source = Literal["none", "draft", "lookup", "lookup+draft"]
 
@@ -85,8 +84,7 @@ class DraftControl:
             return self._num_draft
 
     def set(self, num_draft: int | None) -> None:
-        if num_draft is not None and not 0 <= num_draft <= K_MAX:
-            raise ValueError(f"num_draft must be from 0 to {K_MAX}, not {num_draft}")
+        check_param("num_draft", num_draft)
         with self._lock:
             self._num_draft = num_draft
 

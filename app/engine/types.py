@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from app.engine.costs import K_MAX
 
@@ -153,6 +153,24 @@ def check_param(name: str, value: object) -> None:
     bounds = PARAM_RANGES[name]
     if not bounds.holds(value):
         raise InvalidParamError(name, value, bounds.rule)
+
+
+def parse_num_draft(value: object) -> int | None:
+    """A draft length as a person or a client writes it: ``"auto"`` (``None``) or a whole number.
+
+    The one reading of a written draft length, for the CLI and the server.
+
+    Raises:
+        InvalidParamError: Anything else, or a number out of range.
+    """
+    if value == "auto":
+        return None  # the engine adapts k each round
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    bounds = PARAM_RANGES["num_draft"]
+    if value is None or not bounds.holds(value):
+        raise InvalidParamError("num_draft", value, f"'auto' or {bounds.rule}")
+    return cast(int, value)
 
 
 class InvalidTextError(ValueError):

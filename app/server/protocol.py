@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, cast, get_args
 
-from app.engine.costs import K_MAX
 from app.engine.decoder import BatchStats
 from app.engine.types import (
     PARAM_RANGES,
@@ -26,6 +25,7 @@ from app.engine.types import (
     Role,
     Stats,
     check_text,
+    parse_num_draft,
 )
 
 _ROLES = get_args(Role)
@@ -240,15 +240,11 @@ def _messages(value: Any) -> tuple[Message, ...]:
 def _num_draft(value: Any, default: int | None) -> int | None:
     if value is None:
         return default
-    if value == "auto":
-        return None  # the engine adapts k each round
-    if not PARAM_RANGES["num_draft"].holds(value) or value is None:
-        raise RequestError(
-            f"'num_draft_tokens' must be 'auto' or a whole number from 0 to {K_MAX}.",
-            param="num_draft_tokens",
-        )
-    k: int = value  # a whole number, as PARAM_RANGES checked
-    return k
+    try:
+        return parse_num_draft(value)
+    except InvalidParamError as exc:
+        message = f"'num_draft_tokens' must be {exc.rule}."
+        raise RequestError(message, param="num_draft_tokens") from None
 
 
 def _stop(value: Any) -> tuple[str, ...]:

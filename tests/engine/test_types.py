@@ -117,3 +117,18 @@ def test_a_reply_too_short_to_time_has_no_speedup_and_says_why() -> None:
     timed = Stats(tokens=MIN_TIMED_TOKENS, verify_seconds=4.0, drafted=8, baseline_tps=2.0)
     assert timed.speedup == 2.0
     assert speedup_missing(None, 100) == "plain speed not measured yet"
+
+
+@pytest.mark.parametrize(("written", "k"), [("auto", None), ("0", 0), ("16", 16), (4, 4), (0, 0)])
+def test_a_written_draft_length_is_auto_or_a_whole_number_in_range(written, k) -> None:
+    from app.engine.types import parse_num_draft
+
+    assert parse_num_draft(written) == k
+
+
+@pytest.mark.parametrize("written", ["17", 17, -1, "many", True, None, 2.0, ""])
+def test_a_written_draft_length_out_of_range_names_the_rule(written) -> None:
+    from app.engine.types import InvalidParamError, parse_num_draft
+
+    with pytest.raises(InvalidParamError, match="'auto' or a whole number from 0 to 16"):
+        parse_num_draft(written)
