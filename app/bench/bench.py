@@ -217,7 +217,7 @@ def ttft_cold_and_warm(
     out: dict[str, float | int] = {}
     for label in ("warm", "cold"):
         if label == "cold":
-            decoder.reset()
+            decoder.forget()
         done = list(stream_reply(pair, turn2, params, decoder=decoder))[-1]
         assert isinstance(done, Finished)
         out[f"{label}_ttft_seconds"] = done.stats.ttft_seconds
@@ -231,7 +231,7 @@ def ttft_cold_and_warm(
 
 def first_token_seconds(decoder: Decoder, prompt: list[int], params: GenerationParams) -> float:
     """Time to first token of ``prompt`` from empty caches: prefill plus the first round."""
-    decoder.reset()
+    decoder.forget()
     start = time.perf_counter()
     gen = decoder.generate(prompt, params)
     try:

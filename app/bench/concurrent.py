@@ -92,7 +92,7 @@ def _solo(decoder: Decoder, prompt: list[int], params: GenerationParams) -> Turn
     What the decoder has learned (acceptance, costs, Auto's state) carries
     over from its earlier runs, as the app keeps it per pair across replies.
     """
-    decoder.reset()
+    decoder.forget()
     return take_turns([decoder.generate(prompt, params)], params.max_tokens)
 
 
@@ -102,7 +102,7 @@ def _batch(decoder: Decoder, params: GenerationParams, prompts: list[list[int]])
 
     Its costs and acceptance carry over from run to run, as the app keeps them per pair.
     """
-    decoder.reset()
+    decoder.forget()
     return take_turns([decoder.generate(p, params) for p in prompts], params.max_tokens)
 
 

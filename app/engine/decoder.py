@@ -54,7 +54,14 @@ from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
 from app.engine.caches import new_cache, rewind
 from app.engine.costs import K_MAX, CostModel, PlainPace, Plan, Samples, expected_tokens
 from app.engine.lookup import PromptLookup
-from app.engine.observe import Observer, PlainBurst, PrefillChunk, RoundPlanned, RoundRun
+from app.engine.observe import (
+    EngineEvent,
+    Observer,
+    PlainBurst,
+    PrefillChunk,
+    RoundPlanned,
+    RoundRun,
+)
 from app.engine.options import DEFAULT_OPTIONS, EngineOptions
 from app.engine.packed import packable, packed_forward
 from app.engine.rounds import (
@@ -205,6 +212,11 @@ class _Turn:
         return max(self.width, self.k + 1)
 
     @property
+    def drafted(self) -> int:
+        """The draft's tokens in the proposal so far (after lookup's)."""
+        return len(self.parts) - (1 if self.looked else 0)
+
+    @property
     def source(self) -> Source:
         if self.looked and self.drafts:
             return "lookup+draft"
@@ -222,6 +234,16 @@ class _Plan:
     timed: bool = False
     plain: int = 0
     stretch: bool = False  # the plain tokens are Auto's stretch
+
+    @classmethod
+    def plain_row(cls, request: _Request, plain: int = 0, stretch: bool = False) -> _Plan:
+        """``request`` proposes nothing: one plain row, or ``plain`` tokens decoded plainly."""
+        return cls([_Turn(request, [], 0)], plain=plain, stretch=stretch)
+
+
+def _plain_tokens(plan: Plan, left: int) -> int:
+    """Tokens to decode plainly on a plan that drafts nothing, before planning again."""
+    return min(max(1, round(plan.tokens)), left)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +313,9 @@ class Decoder:
         # The target's caches of the requests last verified together, side by side.
         self._side: tuple[list[_Request], SideBySide] | None = None
         # The last round's shape and start, to time it to the next round's start.
-        self._last: tuple[tuple[int, int, int, int], float] | None = None
-        self._lone_last: tuple[int, int, float] | None = None  # the same, for a lone request
+        # The last round's proposal sizes, rows (a lone round's) and start, to time it to the
+        # next round's start; None where the next would time something else too.
+        self._last: tuple[list[int], int, float] | None = None
         # Acceptance per (sampling, lookup) and controllers per setting outlive requests.
         self._acceptance: dict[tuple[bool, bool], Acceptance] = {}
         self._lengths: dict[tuple[int, int | None, bool, bool], DraftLength] = {}
@@ -383,7 +406,7 @@ class Decoder:
         )
         if self._copies is None:
             self._copies = _copyable(request.t_cache, request.d_cache)
-        self._last = self._lone_last = None  # a round's period ends where the members change
+        self._last = None  # a round's period ends where the members change
         self._reuse(request)
         if request.lookup is not None:
             request.lookup.reset(request.seq)
@@ -399,10 +422,6 @@ class Decoder:
         )
         self._kept.clear()
         return held
-
-    def reset(self) -> None:
-        """Drops the kept caches: the next request reads its prompt from scratch."""
-        self.forget()
 
     def _stream(self, request: _Request) -> Generator[Reading | Prefill | Round, None, None]:
         whole = False
@@ -430,7 +449,7 @@ class Decoder:
         if self._side is not None and request in self._side[0]:
             self._unstack()  # its own cache back before it is kept
         self._open.remove(request)
-        self._last = self._lone_last = None  # the time to the next round is not this one's
+        self._last = None  # the time to the next round is not this one's
         if keep and self.target_trimmable and request.read:
             held = request.seq[: request.read] if request.reading else request.seq[:-1]
             kept = _Kept(held, request.t_cache, request.d_tokens, request.d_cache)
@@ -518,7 +537,7 @@ class Decoder:
         chunk per step, its :class:`Reading` out before the next.
         """
         left = PREFILL_CHUNK if any(r.announced for r in self._open) else IDLE_READ
-        self._last = self._lone_last = None  # the next round's period would hold this reading
+        self._last = None  # the next round's period would hold this reading
         waiting = joining
         while True:
             self._share(joining)
@@ -612,9 +631,8 @@ class Decoder:
         """One target forward of ``chunks`` into their requests' caches."""
         start = time.perf_counter()
         mx.eval(self._read_into(self.target, chunks, [r.t_cache for r, _ in chunks]))
-        if self.observer is not None:
-            rows = sum(len(c) for _, c in chunks)
-            self.observer(PrefillChunk(rows, len(chunks), time.perf_counter() - start))
+        rows = sum(len(c) for _, c in chunks)
+        self._tell(PrefillChunk(rows, len(chunks), time.perf_counter() - start))
         for r, chunk in chunks:
             r.read += len(chunk)
 
@@ -657,7 +675,7 @@ class Decoder:
             r.d_tokens += chunk
             if r.num_draft() is None:
                 self._length(r.params, None).charge(seconds / len(feeding))
-        self._last = self._lone_last = None  # the next period would hold the feeding
+        self._last = None  # the next period would hold the feeding
 
     def _room(self, request: _Request) -> int:
         """The most ``request`` may propose this round: never past its budget or its k_max."""
@@ -686,7 +704,7 @@ class Decoder:
             request.belief if self.options.stretch else None
         )
         k = min(plan.k, self._room(request))
-        return k, 0 if k else min(max(1, round(plan.tokens)), left)
+        return k, 0 if k else _plain_tokens(plan, left)
 
     def _want(self, request: _Request) -> Want:
         """What ``request`` allows the batch's plan: its room, and its own k unless on Auto."""
@@ -733,11 +751,11 @@ class Decoder:
         wanted = request.num_draft()
         solo = len(self._open) == 1
         if wanted == 0:
-            return _Plan([_Turn(request, [], 0)], plain=request.left if solo else 1)
+            return _Plan.plain_row(request, request.left if solo else 1)
         every = self.options.probe_every
         unmeasured = every > 0 and self._step.value is None
         if request.generated == 0 and (unmeasured or self._behind(request)):
-            return _Plan([_Turn(request, [], 0)])  # the first token at plain latency
+            return _Plan.plain_row(request)  # the first token at plain latency
         length = self._length(request.params, wanted)
         plan = request.plan
         request.plan = None
@@ -747,14 +765,14 @@ class Decoder:
                 self._tell(RoundPlanned((plan.k,), plan.tokens, plan.seconds, plan.explore))
         self._lone += 1
         if plan.k == 0:
-            tokens = min(max(1, round(plan.tokens)), request.left)
-            return _Plan([_Turn(request, [], 0)], plain=tokens if solo else 1, stretch=True)
+            tokens = _plain_tokens(plan, request.left)
+            return _Plan.plain_row(request, tokens if solo else 1, stretch=True)
         self._catch_up([request])
         if self._behind(request):
             request.plan = plan  # run once the draft is ready
-            return _Plan([_Turn(request, [], 0)])
+            return _Plan.plain_row(request)
         if every > 0 and (unmeasured or self._lone % every == 0) and request.left >= PROBE:
-            return _Plan([_Turn(request, [], 0)], plain=PROBE if solo else 1)
+            return _Plan.plain_row(request, PROBE if solo else 1)
         turn = self._turn(request, plan.k)
         turn.width, turn.planned = plan.width, plan.k
         if not turn.k:
@@ -783,11 +801,11 @@ class Decoder:
         if plan.k:
             r.plan = plan
             return
-        more = min(max(1, round(plan.tokens)), r.left - 1)
+        more = _plain_tokens(plan, r.left - 1)  # the queued token is one of those left
         self._tell(PlainBurst(more))
         burst.left += more
 
-    def _tell(self, event: RoundPlanned | PlainBurst) -> None:
+    def _tell(self, event: EngineEvent) -> None:
         if self.observer is not None:
             self.observer(event)
 
@@ -875,12 +893,9 @@ class Decoder:
         for t, v, share in zip(turns, verdicts, shares, strict=True):
             self._commit(t, v, share, trim=side is None)
             self._hand(t, v, seconds, draft_seconds, timed)
-        if lone:
-            t = turns[0]
-            if t.drafts and not t.looked and not timed:
-                self._lone_last = (t.k, t.rows, start)
-        else:
-            self._last = None if timed else (round_shape, start)
+        # A lone round with lookup's tokens costs no draft steps: it prices no width.
+        priceable = not lone or (turns[0].drafts > 0 and not turns[0].looked)
+        self._last = (ks, turns[0].rows, start) if priceable and not timed else None
         if self.observer is not None:
             priced = self.batch_costs.round_seconds(*round_shape) if len(ks) > 1 else None
             run = RoundRun(
@@ -895,13 +910,17 @@ class Decoder:
             self.observer(run)
 
     def _close_period(self, turns: list[_Turn], start: float) -> None:
-        """Times the last round from its start to this one's: what it cost, reading it included."""
-        if len(turns) == 1 and self._lone_last is not None:
-            k, width, began = self._lone_last
-            self.costs.observe_round(k, width, start - began)
-        elif len(turns) > 1 and self._last is not None:
-            self.batch_costs.observe_round(*self._last[0], start - self._last[1])
-        self._last = self._lone_last = None
+        """Times the last round from its start to this one's: what it cost, reading it included.
+
+        A lone round teaches the pair's single-request costs; a round of several, the batch's.
+        """
+        if self._last is not None:
+            ks, rows, began = self._last
+            if len(ks) == len(turns) == 1:
+                self.costs.observe_round(ks[0], rows, start - began)
+            elif len(ks) > 1 and len(turns) > 1:
+                self.batch_costs.observe_round(*shape(ks), start - began)
+        self._last = None
 
     def _fit_width(self, turn: _Turn) -> None:
         """A lone turn drafted short of its plan verifies in fewer rows where they cost less."""
@@ -1071,7 +1090,7 @@ class Decoder:
                 mx.async_eval([x[i] for i in live], cutoff.latest(live))
             cutoff.check(ks, step, live)
         for t in turns:
-            t.drafts = len(t.parts) - (1 if t.looked else 0)  # a cut or cancel ends it short
+            t.drafts = t.drafted  # a cut or cancel ends it short
         return first, ran_stacked
 
     def _draft_stacked(
@@ -1115,7 +1134,7 @@ class Decoder:
         # A draft's cache holds what it was fed and all but its last draft token.
         kept = []
         for i in live:
-            drafted = len(turns[i].parts) - (1 if turns[i].looked else 0)
+            drafted = turns[i].drafted
             fed = len(turns[i].fed) if begin == 0 else 0
             kept.append(fed + drafted - 1 if drafted else 0)
         stack.write_back(caches, kept)
@@ -1207,7 +1226,7 @@ class Decoder:
         :meth:`step` ends the burst once another request opens or the
         request's setting changes, handing out the queued token first.
         """
-        self._last = self._lone_last = None  # the next round's period would hold these steps
+        self._last = None  # the next round's period would hold these steps
         token = mx.array(request.seq[-1:], dtype=mx.int32)
         queued = self._plain_next(request, token, request.seq[:-1], evaluate=False)
         # Timed from before the first step is queued: a backend may run it inside

@@ -822,6 +822,19 @@ def test_plain_bursts_leave_the_draft_behind_until_a_round_drafts(models, monkey
         assert plain_after < PLAIN_BURST
 
 
+def _round_periods(monkeypatch, decoder: Decoder) -> list[float]:  # type: ignore[no-untyped-def]
+    """The seconds of every round's period ``decoder`` times, as it times them."""
+    seen: list[float] = []
+    observe = decoder.costs.observe_round
+
+    def observe_round(k: int, width: int, seconds: float) -> None:
+        seen.append(seconds)
+        observe(k, width, seconds)
+
+    monkeypatch.setattr(decoder.costs, "observe_round", observe_round)
+    return seen
+
+
 def test_a_round_that_waits_for_its_draft_prices_no_width(models, monkeypatch) -> None:
     import time
 
@@ -836,14 +849,7 @@ def test_a_round_that_waits_for_its_draft_prices_no_width(models, monkeypatch) -
         return out
 
     monkeypatch.setattr(Decoder, "_draft", draft)
-    seen: list[float] = []
-    observe = decoder.costs.observe_round
-
-    def observe_round(k: int, width: int, seconds: float) -> None:
-        seen.append(seconds)
-        observe(k, width, seconds)
-
-    monkeypatch.setattr(decoder.costs, "observe_round", observe_round)
+    seen = _round_periods(monkeypatch, decoder)
     _, rounds = _tokens(decoder, PROMPT_IDS, 120, num_draft=3)
     assert sum(r.timed for r in rounds) >= 2 and sum(not r.timed and r.k > 0 for r in rounds) >= 8
     # Rounds of their shape do not sync: what one that did took is no sample of them.
@@ -874,14 +880,7 @@ def test_no_rounds_period_spans_two_replies(models, monkeypatch) -> None:
 
     pair = models["copy"]
     decoder = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0))
-    seen: list[float] = []
-    observe = decoder.costs.observe_round
-
-    def observe_round(k: int, width: int, seconds: float) -> None:
-        seen.append(seconds)
-        observe(k, width, seconds)
-
-    monkeypatch.setattr(decoder.costs, "observe_round", observe_round)
+    seen = _round_periods(monkeypatch, decoder)
     _tokens(decoder, PROMPT_IDS, 40, num_draft=3)
     time.sleep(0.5)  # the user reads the reply
     _tokens(decoder, PROMPT_IDS, 40, num_draft=3)  # regenerated: its prompt is held whole
