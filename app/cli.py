@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from app import __version__
 
 if TYPE_CHECKING:
     from app.engine.costs import ProfileStore
-    from app.engine.types import GenerationParams
+    from app.engine.types import DraftSetting, GenerationParams
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -110,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_num_draft,
         default=None,
         metavar="K|auto",
-        help="draft tokens per round (0-16) when a request does not say; default auto",
+        help="draft tokens per round when a request does not say; default auto",
     )
     serve.add_argument(
         "--max-tokens", type=int, help="reply length when a request does not say (default 1024)"
@@ -247,11 +248,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _num_draft(value: str) -> int | None:
-    from app.engine.types import InvalidParamError, parse_num_draft
+def _num_draft(value: str) -> DraftSetting:
+    from app.engine.types import DraftSetting, InvalidParamError
 
     try:
-        return parse_num_draft(value)
+        return DraftSetting.parse(value)
     except InvalidParamError as exc:
         raise argparse.ArgumentTypeError(f"must be {exc.rule}") from None
 
@@ -265,17 +266,26 @@ def _k_max(value: str) -> int:
     return int(value)
 
 
+def _drafting(args: argparse.Namespace) -> DraftSetting:
+    """``--num-draft`` within ``--k-max``: Auto up to the longest draft unless told."""
+    from app.engine.types import DraftSetting
+
+    setting: DraftSetting = args.num_draft or DraftSetting()
+    limit = getattr(args, "k_max", None)  # serve has no --k-max
+    return replace(setting, limit=limit) if limit is not None else setting
+
+
 def _decoding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-draft",
         type=_num_draft,
         default=None,
         metavar="K|auto",
-        help="draft tokens per round (0-16); 0 turns speculation off, 'auto' (the default) "
+        help="draft tokens per round; 0 turns speculation off, 'auto' (the default) "
         "picks k each round from measured costs",
     )
     parser.add_argument(
-        "--k-max", type=_k_max, default=16, help="upper bound of an adaptive k (1-16)"
+        "--k-max", type=_k_max, help="longest draft a round proposes (default: the most Auto plans)"
     )
     parser.add_argument(
         "--prompt-lookup",
@@ -352,8 +362,7 @@ def _generate(args: argparse.Namespace) -> int:
         min_p=args.min_p,
         repetition_penalty=args.repetition_penalty,
         seed=args.seed,
-        num_draft=args.num_draft,
-        k_max=args.k_max,
+        drafting=_drafting(args),
         prompt_lookup=args.prompt_lookup,
         accept_rule=args.accept_rule,
     )
@@ -420,7 +429,7 @@ def _generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         s = finished.stats
         acc = "-" if s.acceptance is None else f"{s.acceptance:.0%}"
-        k = "auto" if s.num_draft is None else str(s.num_draft)
+        k = "auto" if s.num_draft is None else str(s.num_draft)  # what the reply ended on
         print(
             f"[{s.tokens} tokens, {s.generation_tps:.1f} tok/s, k {k}, acceptance {acc}, "
             f"{finished.finish_reason}]",
@@ -458,7 +467,7 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"tandem: {cannot_listen(config.host, config.port, exc)}", file=sys.stderr)
         return 2
-    defaults = _params(args, max_tokens=args.max_tokens, num_draft=args.num_draft)
+    defaults = _params(args, max_tokens=args.max_tokens, drafting=_drafting(args))
     if defaults is None:
         return 2
     if not 1 <= args.parallel <= 64:

@@ -192,13 +192,16 @@ def check_model() -> str:
     """A tiny random-weight pair is built, loaded and drafts a short greedy reply."""
     from app.engine import Finished, GenerationParams, Message, load_pair
     from app.engine.generate import stream_reply
+    from app.engine.types import DraftSetting
     from app.testing.tiny import build_model
 
     with tempfile.TemporaryDirectory(prefix="tandem-self-test-") as tmp:
         target = build_model(Path(tmp) / "target", seed=0)
         draft = build_model(Path(tmp) / "draft", tokenizer_from=target, weights_from=target)
         pair = load_pair(target, draft)
-        params = GenerationParams(max_tokens=4, temperature=0.0, seed=0, num_draft=2)
+        params = GenerationParams(
+            max_tokens=4, temperature=0.0, seed=0, drafting=DraftSetting.fixed(2)
+        )
         events = list(stream_reply(pair, [Message("user", "Hello")], params))
     finished = events[-1] if events else None
     if not isinstance(finished, Finished):

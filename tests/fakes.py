@@ -465,7 +465,7 @@ def _rounds(  # type: ignore[no-untyped-def]
             if hold is not None:
                 hold(i)
             if seen_k is not None:
-                seen_k.append(control.num_draft)
+                seen_k.append(control.setting.num_draft)
             if cancel.is_set():
                 break
             orig = [Origin.DRAFT] * accepted
@@ -485,7 +485,7 @@ def _rounds(  # type: ignore[no-untyped-def]
             accepted=accepted,
             target_calls=len(script),
             draft_rounds=sum(1 for k, _ in script if k),
-            num_draft=params.num_draft,
+            num_draft=params.drafting.num_draft,
             k_min=4,
             k_max=4,
             generation_seconds=0.04,

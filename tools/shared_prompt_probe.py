@@ -30,7 +30,7 @@ from app.engine.fuse import fuse
 from app.engine.observe import EngineEvent, PrefillChunk
 from app.engine.options import EngineOptions
 from app.engine.rounds import Round
-from app.engine.types import GenerationParams
+from app.engine.types import DraftSetting, GenerationParams
 from app.testing import synthetic as syn
 
 spec = sys.argv[1] if len(sys.argv) > 1 else "0.5b"
@@ -42,7 +42,7 @@ target = syn.build(shape, bits=None if full else 4, dtype=dtype)
 fuse(target)
 cycle = syn.prompt(shape)
 system = (cycle * (system_tokens // len(cycle) + 1))[:system_tokens]
-params = GenerationParams(num_draft=0, max_tokens=64)
+params = GenerationParams(drafting=DraftSetting.fixed(0), max_tokens=64)
 rows = [0]
 
 

@@ -38,7 +38,7 @@ from app.engine.costs import (
 from app.engine.decoder import Decoder
 from app.engine.options import DEFAULT_OPTIONS, EngineOptions
 from app.engine.rounds import Prefill, Round
-from app.engine.types import GenerationParams
+from app.engine.types import DraftSetting, GenerationParams
 from app.errors import first_line
 from app.files import not_regular, write_atomic, write_problem
 
@@ -169,7 +169,10 @@ def run_tandem(
     k_max: int = K_MAX,
 ) -> Run:
     params = GenerationParams(
-        max_tokens=max_tokens, temperature=temp, num_draft=k, prompt_lookup=lookup, k_max=k_max
+        max_tokens=max_tokens,
+        temperature=temp,
+        drafting=DraftSetting.of(k, k_max),
+        prompt_lookup=lookup,
     )
     rounds = (r for r in decoder.generate(prompt, params) if not isinstance(r, Prefill))
     arrived: list[float] = []
@@ -206,7 +209,9 @@ def ttft_cold_and_warm(
     from app.engine.generate import new_decoder, stream_reply
     from app.engine.types import Chunk, Finished, Message
 
-    params = GenerationParams(max_tokens=max_tokens, num_draft=None if pair.draft else 0)
+    params = GenerationParams(
+        max_tokens=max_tokens, drafting=DraftSetting.of(None if pair.draft else 0)
+    )
     turn = [Message("user", first)]
     decoder = trace.attach(
         new_decoder(pair, store)
@@ -253,7 +258,7 @@ def ttft_by_drafter(
     out: dict[str, float] = {}
     for label, (lookup, k) in settings.items():
         decoder = trace.attach(Decoder(target, draft if label.endswith("draft") else None))
-        params = GenerationParams(max_tokens=4, num_draft=k, prompt_lookup=lookup)
+        params = GenerationParams(max_tokens=4, drafting=DraftSetting.of(k), prompt_lookup=lookup)
         first_token_seconds(decoder, prompt, params)  # builds kernels for this prompt length
         runs = [first_token_seconds(decoder, prompt, params) for _ in range(repeats)]
         out[label] = statistics.median(runs)
@@ -654,7 +659,8 @@ def _concurrent(
         for k in ks:
             for temp in temps:
                 num_draft = None if k in VARIANTS else k
-                params = GenerationParams(num_draft=num_draft, temperature=temp, k_max=k_max)
+                drafting = DraftSetting.of(num_draft, k_max)
+                params = GenerationParams(drafting=drafting, temperature=temp)
                 rows += measure_streams(
                     target,
                     draft_model,

@@ -22,7 +22,7 @@ from app.engine.batch_costs import BatchCosts
 from app.engine.costs import CostModel, CostProfile
 from app.engine.decoder import Decoder, Turns, take_turns
 from app.engine.options import DEFAULT_OPTIONS, EngineOptions
-from app.engine.types import GenerationParams
+from app.engine.types import DraftSetting, GenerationParams
 
 STREAMS = (1, 2, 4, 8)
 
@@ -110,7 +110,7 @@ def _greedy(
     target: nn.Module, prompts: list[list[int]], params: GenerationParams, known: Replies
 ) -> None:
     """Fills ``known`` with the target's plain greedy reply to each prompt it lacks."""
-    plain = replace(params, num_draft=0, temperature=0.0)
+    plain = replace(params, drafting=DraftSetting.fixed(0), temperature=0.0)
     for prompt in prompts:
         if tuple(prompt) not in known:
             known[tuple(prompt)] = _solo(Decoder(target), prompt, plain).replies[0]
@@ -167,7 +167,7 @@ def measure_streams(
         target: The model every stream gets its reply from.
         draft: The model that proposes tokens, if any.
         prompt_ids: The prompt; the streams get variants of it (:func:`variants`).
-        params: The streams' sampling and draft length (``num_draft``).
+        params: The streams' sampling and draft setting.
         streams: Stream counts, one row each.
         max_tokens: Tokens of every stream (end of sequence is not looked for).
         warmup: Run each shape once unmeasured first.
@@ -200,7 +200,7 @@ def measure_streams(
     # the streams accept unevenly, as different users' requests do, where
     # identical ones would run in lockstep and flatter the batch.
     prompts = variants(prompt_ids, max(streams, default=1))
-    k_max = params.k_max
+    k_max = params.drafting.limit
 
     def costs() -> CostModel:
         return CostModel(k_max + 1, profile)
@@ -208,7 +208,7 @@ def measure_streams(
     shared = batch_costs if batch_costs is not None else BatchCosts(costs())
     batch = trace.attach(Decoder(target, draft, costs(), shared, options))
 
-    plain_params = replace(params, num_draft=0)
+    plain_params = replace(params, drafting=DraftSetting.fixed(0))
     log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
 
     def solo(decoder: Decoder, p: GenerationParams) -> Turns:
@@ -228,7 +228,7 @@ def measure_streams(
         _greedy(target, prompts, params, known)
     plain_tps = _tps(max_tokens, plain.seconds)
     spec_tps = _tps(max_tokens, spec.seconds) if spec is not None else None
-    k = label or ("auto" if params.num_draft is None else str(params.num_draft))
+    k = label or str(params.drafting)
     rows = []
     for n in streams:
         log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")

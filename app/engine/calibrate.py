@@ -29,7 +29,7 @@ from app.engine.costs import predicted_rates as _predicted_rates
 from app.engine.decoder import Decoder
 from app.engine.generate import new_decoder, stream_reply
 from app.engine.loader import ModelPair
-from app.engine.types import Chunk, Finished, GenerationParams, Message, Stats
+from app.engine.types import Chunk, DraftSetting, Finished, GenerationParams, Message, Stats
 from app.files import write_atomic
 
 DEFAULT_K_MAX = K_MAX
@@ -392,7 +392,10 @@ def _sweep(
         k: int | None, prompt: str, tokens: int, text: str | None = None
     ) -> Generator[CalibrationProgress, None, Stats | None]:
         params = GenerationParams(
-            num_draft=k, k_max=k_max, max_tokens=tokens, temperature=temperature, seed=seed
+            drafting=DraftSetting.of(k, k_max),
+            max_tokens=tokens,
+            temperature=temperature,
+            seed=seed,
         )
         last = None
         made, shown = 0, time.monotonic()

@@ -86,7 +86,7 @@ from app.engine.sampling import Draws
 from app.engine.side_by_side import SideBySide
 from app.engine.stacked import Stack, stackable, stacked_step
 from app.engine.stretch import FRESH, Belief
-from app.engine.types import GenerationParams, Origin, Reading
+from app.engine.types import DraftSetting, GenerationParams, Origin, Reading
 
 PREFILL_CHUNK = 512  # prompt tokens one round reads for joining requests, in all
 IDLE_READ = 4 * PREFILL_CHUNK  # the same while no request decodes (a chunk of each prompt at most)
@@ -149,11 +149,14 @@ class _Request:
         """Whether anything can propose tokens for it: a draft model or prompt lookup."""
         return self.d_cache is not None or self.lookup is not None
 
+    @property
+    def drafting(self) -> DraftSetting:
+        """Its draft setting now: its control's where it has one."""
+        return self.control.setting if self.control is not None else self.params.drafting
+
     def num_draft(self) -> int | None:
-        """Its draft setting now: 0 where nothing proposes, ``None`` on Auto."""
-        if not self.proposes:
-            return 0
-        return self.control.num_draft if self.control is not None else self.params.num_draft
+        """Tokens it drafts per round: 0 where nothing proposes, ``None`` on Auto."""
+        return self.drafting.num_draft if self.proposes else 0
 
     def lag(self) -> int:
         """Tokens of its sequence (but the newest) that its draft's cache does not hold."""
@@ -375,7 +378,7 @@ class Decoder:
         or length; closing the generator, or setting ``cancel`` (asked between
         prompt chunks and draft steps and before a verification), takes the
         request out, its caches holding only what was committed. With
-        ``control``, its draft length replaces ``params.num_draft`` from the
+        ``control``, its draft setting replaces ``params.drafting`` from the
         next round on. With ``reading``, a :class:`Reading` comes before each
         chunk of the prompt the target reads (none when a kept cache holds it).
 
@@ -387,7 +390,7 @@ class Decoder:
         self.options.apply()  # this decoder's paths from this request on
         if self.target_trimmable is None:
             self.target_trimmable = prepare(self.target, self.draft)
-        wanted = control.num_draft if control is not None else params.num_draft
+        wanted = (control.setting if control is not None else params.drafting).num_draft
         proposes = self.draft is not None or params.prompt_lookup
         check_drafting(self.target_trimmable, proposes, wanted)
         drafts = self.draft is not None and self.target_trimmable
@@ -486,13 +489,14 @@ class Decoder:
         ):
             request.d_cache, request.d_tokens = kept, goal[:nd]
 
-    def _length(self, params: GenerationParams, num_draft: int | None) -> DraftLength:
-        """The controller of a setting, shared by the requests of that setting."""
+    def _length(self, request: _Request) -> DraftLength:
+        """The controller of ``request``'s setting, shared by the requests of that setting."""
+        params, limit, num_draft = request.params, request.drafting.limit, request.num_draft()
         sampling, lookup = params.sampled, params.prompt_lookup
-        key = (params.k_max, num_draft, sampling, lookup)
+        key = (limit, num_draft, sampling, lookup)
         if key not in self._lengths:
             accept = self.acceptance(sampling, lookup)
-            self._lengths[key] = DraftLength(params.k_max, num_draft, self.costs, accept)
+            self._lengths[key] = DraftLength(limit, num_draft, self.costs, accept)
         return self._lengths[key]
 
     def step(self) -> None:
@@ -674,13 +678,12 @@ class Decoder:
         for r, chunk in chunks:
             r.d_tokens += chunk
             if r.num_draft() is None:
-                self._length(r.params, None).charge(seconds / len(feeding))
+                self._length(r).charge(seconds / len(feeding))
         self._last = None  # the next period would hold the feeding
 
     def _room(self, request: _Request) -> int:
-        """The most ``request`` may propose this round: never past its budget or its k_max."""
-        room = request.left - 1
-        return max(0, min(room, request.params.k_max, K_MAX))
+        """The most ``request`` may propose this round: never past its budget or its limit."""
+        return max(0, min(request.left - 1, request.drafting.limit))
 
     def _turn(self, request: _Request, k: int) -> _Turn:
         """``request``'s turn proposing ``k`` tokens: lookup's first, the draft's for the rest."""
@@ -700,9 +703,7 @@ class Decoder:
         left = request.left
         if wanted == 0:
             return 0, left
-        plan = self._length(request.params, wanted).choose(
-            request.belief if self.options.stretch else None
-        )
+        plan = self._length(request).choose(request.belief if self.options.stretch else None)
         k = min(plan.k, self._room(request))
         return k, 0 if k else _plain_tokens(plan, left)
 
@@ -711,7 +712,7 @@ class Decoder:
         wanted = request.num_draft()
         if wanted == 0:
             return Want(self.acceptance(request.params.sampled), 0, 0)
-        length = self._length(request.params, wanted)
+        length = self._length(request)
         auto = wanted is None and request.d_cache is not None
         return Want(length.acceptance, self._room(request), None if auto else length.choose().k)
 
@@ -756,7 +757,7 @@ class Decoder:
         unmeasured = every > 0 and self._step.value is None
         if request.generated == 0 and (unmeasured or self._behind(request)):
             return _Plan.plain_row(request)  # the first token at plain latency
-        length = self._length(request.params, wanted)
+        length = self._length(request)
         plan = request.plan
         request.plan = None
         if plan is None:
@@ -795,7 +796,7 @@ class Decoder:
         r = burst.request
         if r.left <= 1 or r.stopped:
             return
-        plan = self._length(r.params, None).choose(FRESH if self.options.stretch else None)
+        plan = self._length(r).choose(FRESH if self.options.stretch else None)
         self._tell(RoundPlanned((plan.k,), plan.tokens, plan.seconds, plan.explore))
         self._lone += 1
         if plan.k:
@@ -827,11 +828,7 @@ class Decoder:
         if not seconds or not step:
             return [0.0] * len(turns)
         tokens = sum(
-            expected_tokens(
-                self._length(t.request.params, t.request.num_draft()).acceptance.rates(), t.k
-            )
-            if t.k
-            else 1.0
+            expected_tokens(self._length(t.request).acceptance.rates(), t.k) if t.k else 1.0
             for t in turns
         )
         stop = stop_below(step / d, tokens / seconds)
@@ -1177,10 +1174,7 @@ class Decoder:
         A round fades each acceptance table once, however many of its
         requests it observes (:meth:`app.engine.adaptive.Acceptance.observe`).
         """
-        tables = [
-            id(self._length(t.request.params, t.request.num_draft()).acceptance) if t.k else None
-            for t in turns
-        ]
+        tables = [id(self._length(t.request).acceptance) if t.k else None for t in turns]
         return [1.0 / tables.count(t) if t is not None else 1.0 for t in tables]
 
     def _commit(self, turn: _Turn, verdict: Verdict, share: float, trim: bool = True) -> None:
@@ -1194,7 +1188,7 @@ class Decoder:
         if trim:
             rewind(request.t_cache, turn.rows - 1 - n)  # a round's rows: within any slack
         if k:
-            length = self._length(request.params, request.num_draft())
+            length = self._length(request)
             if self.options.stretch:
                 request.belief = length.observe(k, n, request.belief, share)
             else:

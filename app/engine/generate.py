@@ -416,7 +416,7 @@ def stream_reply(
         target_calls=calls,
         draft_rounds=draft_rounds,
         # The setting in force at the end: the slider may have moved mid-reply.
-        num_draft=(control.num_draft if control is not None else params.num_draft)
+        num_draft=(control.setting if control is not None else params.drafting).num_draft
         if (pair.draft is not None or params.prompt_lookup)
         else 0,
         k_min=min(ks, default=0),

@@ -21,7 +21,7 @@ import mlx.nn as nn
 from app.engine import attention, wide
 from app.engine.caches import can_rewind, new_cache
 from app.engine.sampling import Draws, contexts_for, log_probs, penalize
-from app.engine.types import AcceptRule, GenerationParams, Origin, check_param
+from app.engine.types import AcceptRule, DraftSetting, GenerationParams, Origin
 
 Source = Literal["none", "draft", "lookup", "lookup+draft"]
 
@@ -73,20 +73,19 @@ class DraftControl:
     UI) and the engine thread that reads it once per round.
     """
 
-    def __init__(self, num_draft: int | None = None) -> None:
+    def __init__(self, setting: DraftSetting) -> None:
         self._lock = threading.Lock()
-        self._num_draft = num_draft
+        self._setting = setting
 
     @property
-    def num_draft(self) -> int | None:
-        """Tokens to draft per round: 0 turns speculation off, ``None`` adapts."""
+    def setting(self) -> DraftSetting:
+        """The draft setting of the reply's next round."""
         with self._lock:
-            return self._num_draft
+            return self._setting
 
-    def set(self, num_draft: int | None) -> None:
-        check_param("num_draft", num_draft)
+    def set(self, setting: DraftSetting) -> None:
         with self._lock:
-            self._num_draft = num_draft
+            self._setting = setting
 
 
 def prepare(target: nn.Module, draft: nn.Module | None) -> bool:

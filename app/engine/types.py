@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import IntEnum
 from typing import Any, Literal, cast, get_args
 
@@ -121,11 +121,12 @@ PARAM_RANGES: Mapping[str, ParamRange] = {
     "repetition_penalty": ParamRange(1.0, 2.0),
     "repetition_context_size": ParamRange(0, MAX_TOKENS_LIMIT, whole=True),
     "seed": ParamRange(0, SEED_MAX, whole=True, optional=True),
-    "num_draft": ParamRange(0, K_MAX, whole=True, optional=True),
+    "num_draft": ParamRange(0, K_MAX, whole=True),
     "k_max": ParamRange(1, K_MAX, whole=True),
 }
-"""Every sampling field's range: the one definition that settings, presets, the
-CLI, the server and :class:`GenerationParams` itself check against."""
+"""Every sampling field's range, and a draft setting's (``num_draft`` its k,
+``k_max`` its limit): the one definition that :class:`Sampling` and
+:class:`DraftSetting` check against, and that the window's controls show."""
 
 
 class InvalidParamError(ValueError):
@@ -155,24 +156,6 @@ def check_param(name: str, value: object) -> None:
         raise InvalidParamError(name, value, bounds.rule)
 
 
-def parse_num_draft(value: object) -> int | None:
-    """A draft length as a person or a client writes it: ``"auto"`` (``None``) or a whole number.
-
-    The one reading of a written draft length, for the CLI and the server.
-
-    Raises:
-        InvalidParamError: Anything else, or a number out of range.
-    """
-    if value == "auto":
-        return None  # the engine adapts k each round
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    bounds = PARAM_RANGES["num_draft"]
-    if value is None or not bounds.holds(value):
-        raise InvalidParamError("num_draft", value, f"'auto' or {bounds.rule}")
-    return cast(int, value)
-
-
 class InvalidTextError(ValueError):
     """Text that is not valid Unicode (a lone surrogate, or undecodable bytes)."""
 
@@ -196,8 +179,80 @@ def check_text(text: str, what: str = "the text") -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class GenerationParams:
-    """How to generate one reply; every field is checked against :data:`PARAM_RANGES`.
+class DraftSetting:
+    """How far the drafters run ahead: a fixed k (0: off), or Auto within a limit.
+
+    The one value from the slider, a preset, the CLI or a request down to the
+    engine, checked where it is made.
+
+    Attributes:
+        k: Tokens proposed per round while Auto is off; 0 turns speculation off.
+            Auto keeps it, as the slider shows it while Auto plans.
+        auto: The engine plans k each round from this machine's measured costs.
+        limit: The longest draft a round proposes, Auto's or fixed.
+
+    Raises:
+        InvalidParamError: ``k`` (as ``num_draft``) or ``limit`` (as ``k_max``)
+            is out of its range, or ``auto`` is not a bool.
+    """
+
+    k: int = 4
+    auto: bool = True
+    limit: int = K_MAX
+
+    def __post_init__(self) -> None:
+        check_param("num_draft", self.k)
+        check_param("k_max", self.limit)
+        if type(self.auto) is not bool:
+            raise InvalidParamError("auto", self.auto, "true or false")
+
+    @classmethod
+    def fixed(cls, k: int, limit: int = K_MAX) -> DraftSetting:
+        """``k`` tokens every round (0: off)."""
+        return cls(k, auto=False, limit=limit)
+
+    @classmethod
+    def of(cls, num_draft: int | None, limit: int = K_MAX) -> DraftSetting:
+        """The setting that drafts ``num_draft`` tokens a round (``None``: Auto)."""
+        return cls(auto=True, limit=limit) if num_draft is None else cls.fixed(num_draft, limit)
+
+    @classmethod
+    def parse(cls, value: object, limit: int = K_MAX) -> DraftSetting:
+        """A draft length as a person or a client writes it: ``"auto"`` or a whole number.
+
+        The one reading of a written draft length, for the CLI and the server.
+
+        Raises:
+            InvalidParamError: Anything else, or a number out of range.
+        """
+        if value == "auto":
+            return cls.of(None, limit)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        bounds = PARAM_RANGES["num_draft"]
+        if not bounds.holds(value):
+            raise InvalidParamError("num_draft", value, f"'auto' or {bounds.rule}")
+        return cls.fixed(cast(int, value), limit)
+
+    @property
+    def num_draft(self) -> int | None:
+        """Tokens every round proposes; ``None`` where Auto plans each round's."""
+        return None if self.auto else self.k
+
+    @property
+    def off(self) -> bool:
+        """Whether nothing is drafted: a fixed k of 0."""
+        return not self.auto and self.k == 0
+
+    def __str__(self) -> str:
+        """``auto`` or the fixed k, as the CLI and the server write it (:meth:`parse` reads it)."""
+        return "auto" if self.auto else str(self.k)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sampling:
+    """How a reply is sampled and drafted: the fields settings, presets and
+    :class:`GenerationParams` share, declared here once.
 
     Attributes:
         max_tokens: Upper bound on generated tokens.
@@ -206,16 +261,11 @@ class GenerationParams:
         top_k: Sample among the k likeliest tokens; 0 turns it off.
         min_p: Drop tokens below this share of the likeliest; 0 turns it off.
         repetition_penalty: Penalty of recently seen tokens; 1 turns it off.
-        repetition_context_size: How many recent tokens the penalty looks at.
-        seed: Seed of the sampler, 0 to :data:`SEED_MAX` (given to MLX as it
-            is); ``None`` leaves the generator as it is.
-        num_draft: Draft tokens per round (k); 0 turns speculation off and
-            ``None`` adapts k each round within [1, k_max].
-        k_max: Upper bound of an adaptive k.
+        seed: Keys the reply's own random draws, 0 to :data:`SEED_MAX`;
+            ``None`` draws a fresh key.
+        drafting: The draft length: fixed, off, or Auto within a limit.
         prompt_lookup: Propose tokens by n-gram lookup in the conversation,
             alone or before the draft model.
-        accept_rule: ``"leviathan"`` (lossless, accepts with min(1, p/q)) or
-            ``"match"`` (mlx-lm's rule, for comparison).
 
     Raises:
         InvalidParamError: A field is out of range (the first one, by name).
@@ -227,20 +277,21 @@ class GenerationParams:
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
-    repetition_context_size: int = 20
     seed: int | None = None
-    num_draft: int | None = None
-    k_max: int = K_MAX
+    drafting: DraftSetting = DraftSetting()
     prompt_lookup: bool = False
-    accept_rule: AcceptRule = "leviathan"
 
     def __post_init__(self) -> None:
-        for name in PARAM_RANGES:
+        for name in SAMPLING_FIELDS:
             check_param(name, getattr(self, name))
+        if type(self.drafting) is not DraftSetting:
+            raise InvalidParamError("drafting", self.drafting, "a DraftSetting")
         if type(self.prompt_lookup) is not bool:
             raise InvalidParamError("prompt_lookup", self.prompt_lookup, "true or false")
-        if self.accept_rule not in get_args(AcceptRule):
-            raise InvalidParamError("accept_rule", self.accept_rule, "'leviathan' or 'match'")
+
+    def sampling(self) -> dict[str, Any]:
+        """This value's :class:`Sampling` fields by name, to make another kind of value from."""
+        return {f.name: getattr(self, f.name) for f in fields(Sampling)}
 
     @property
     def sampled(self) -> bool:
@@ -251,6 +302,38 @@ class GenerationParams:
     def penalized(self) -> bool:
         """Whether the repetition penalty changes any logit."""
         return self.repetition_penalty != 1.0
+
+
+SAMPLING_FIELDS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "seed",
+)
+"""The :class:`Sampling` fields with a range in :data:`PARAM_RANGES`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationParams(Sampling):
+    """How to generate one reply: its :class:`Sampling` and what only a request asks.
+
+    Attributes:
+        repetition_context_size: How many recent tokens the penalty looks at.
+        accept_rule: ``"leviathan"`` (lossless, accepts with min(1, p/q)) or
+            ``"match"`` (mlx-lm's rule, for comparison).
+    """
+
+    repetition_context_size: int = 20
+    accept_rule: AcceptRule = "leviathan"
+
+    def __post_init__(self) -> None:
+        Sampling.__post_init__(self)  # slots: no argument-less super() here
+        check_param("repetition_context_size", self.repetition_context_size)
+        if self.accept_rule not in get_args(AcceptRule):
+            raise InvalidParamError("accept_rule", self.accept_rule, "'leviathan' or 'match'")
 
 
 Segment = tuple["Origin | None", str]  # a run of reply text and the origin of its tokens

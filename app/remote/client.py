@@ -248,11 +248,11 @@ def request_body(
         body["top_k"] = params.top_k
     if engine.kind in ("llama-server", "vllm", "mlx-lm") and params.min_p > 0:
         body["min_p"] = params.min_p
-    if engine.draft_model and params.num_draft != 0:
+    if engine.draft_model and not params.drafting.off:
         if engine.kind == "mlx-lm":
             # mlx_lm.server takes a fixed k per request; an adaptive k sends its upper bound.
             body["draft_model"] = engine.draft_model
-            body["num_draft_tokens"] = params.num_draft or params.k_max
+            body["num_draft_tokens"] = params.drafting.num_draft or params.drafting.limit
         elif engine.kind == "lmstudio":
             body["draft_model"] = engine.draft_model
     return body

@@ -17,6 +17,7 @@ from typing import Any, cast, get_args
 from app.engine.decoder import BatchStats
 from app.engine.types import (
     PARAM_RANGES,
+    DraftSetting,
     FinishReason,
     GenerationParams,
     InvalidParamError,
@@ -25,7 +26,6 @@ from app.engine.types import (
     Role,
     Stats,
     check_text,
-    parse_num_draft,
 )
 
 _ROLES = get_args(Role)
@@ -237,11 +237,11 @@ def _messages(value: Any) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def _num_draft(value: Any, default: int | None) -> int | None:
+def _drafting(value: Any, default: DraftSetting) -> DraftSetting:
     if value is None:
         return default
     try:
-        return parse_num_draft(value)
+        return DraftSetting.parse(value, default.limit)
     except InvalidParamError as exc:
         message = f"'num_draft_tokens' must be {exc.rule}."
         raise RequestError(message, param="num_draft_tokens") from None
@@ -354,13 +354,13 @@ def parse_chat_request(
                 base.repetition_penalty if repetition_penalty is None else repetition_penalty
             ),
             seed=base.seed if seed is None else seed,
-            num_draft=_num_draft(body.get("num_draft_tokens"), base.num_draft),
+            drafting=_drafting(body.get("num_draft_tokens"), base.drafting),
         )
     except InvalidParamError as exc:  # the fields are checked above; this is a safety net
         param = _FIELD_PARAMS.get(exc.name, exc.name)
         raise RequestError(f"'{param}' must be {exc.rule}.", param=param) from None
-    if models.draft is None and params.num_draft != 0 and not params.prompt_lookup:
-        params = replace(params, num_draft=0)  # nothing to draft with: plain decoding
+    if models.draft is None and not params.drafting.off and not params.prompt_lookup:
+        params = replace(params, drafting=DraftSetting.fixed(0))  # nothing to draft with: plain
     return ChatRequest(messages, params, models.target, stream, include_usage, stop)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.engine.types import (
+    DraftSetting,
     FinishReason,
     GenerationParams,
     Message,
@@ -287,10 +288,10 @@ class ChatController(QObject):
             self._reply = reply = replace(reply, stopping=True)
             self.stopping.emit(reply)
 
-    def set_draft_length(self, num_draft: int | None) -> None:
-        """The reply in flight drafts ``num_draft`` tokens (``None``: auto) from its next round."""
+    def set_drafting(self, setting: DraftSetting) -> None:
+        """The reply in flight drafts as ``setting`` says from its next round."""
         if self._handle is not None:
-            self._handle.set_draft_length(num_draft)
+            self._handle.set_drafting(setting)
 
     @Slot(object)
     def _on_generation_queued(self, queued: ReplyQueued) -> None:

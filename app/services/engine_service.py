@@ -46,6 +46,7 @@ from app.engine.side_by_side import ROOM
 from app.engine.stacked import SLACK
 from app.engine.types import (
     Chunk,
+    DraftSetting,
     Finished,
     GenerationParams,
     Message,
@@ -134,9 +135,9 @@ class GenerateRequest:
     request_id: int
     messages: tuple[Message, ...]
     params: GenerationParams
+    # The draft setting from the next round on (params' at first); the UI may change it.
+    control: DraftControl = field(compare=False)
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
-    # The draft length from the next round on; the UI may change it mid-reply.
-    control: DraftControl = field(default_factory=DraftControl, compare=False)
     shared: bool = False  # a server's request: it runs in the shared batch where it can
     # The messages as prompt_ids gave them for one pair (its ``id``), prepared off the
     # engine thread; used only while that pair is loaded.
@@ -266,13 +267,9 @@ class ReplyHandle:
         """
         self._request.cancel.set()
 
-    def set_draft_length(self, num_draft: int | None) -> None:
-        """Changes this reply's draft length from its next round on.
-
-        Raises:
-            ValueError: ``num_draft`` is out of range.
-        """
-        self._request.control.set(num_draft)
+    def set_drafting(self, setting: DraftSetting) -> None:
+        """Changes this reply's draft setting from its next round on."""
+        self._request.control.set(setting)
 
 
 def reply_kv_bytes(
@@ -871,7 +868,7 @@ class EngineService(QObject):
             prompt: ``messages`` as :meth:`prepare` made them, so the engine
                 thread need not.
         """
-        control = DraftControl(params.num_draft)
+        control = DraftControl(params.drafting)
         request = GenerateRequest(
             next(self._ids), tuple(messages), params, control=control, shared=shared, prompt=prompt
         )

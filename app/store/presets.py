@@ -7,72 +7,41 @@ atomically; the built-in ones are never stored and cannot be removed.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.engine.costs import K_MAX
-from app.engine.types import DEFAULT_MAX_TOKENS, check_param
+from app.engine.types import Sampling
 from app.files import write_atomic
 from app.store.db import default_data_dir
+from app.store.settings import read_drafting
 
 FILE_VERSION = 1
 MAX_NAME_LENGTH = 60
-MAX_DRAFT = K_MAX  # the speculation panel's largest k: the longest draft the engine plans
-# The sampling settings that Settings, presets and GenerationParams share.
-SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "max_tokens",
-    "seed",
-)
-# What a preset holds of GenerationParams, each checked against its range.
-PRESET_FIELDS = (*SAMPLING_FIELDS, "num_draft")
 
 
-@dataclass(frozen=True, slots=True)
-class Preset:
-    """A named system prompt and generation settings.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preset(Sampling):
+    """A named system prompt and the :class:`Sampling` it applies.
 
     Attributes:
         name: Unique among presets; built-in names are reserved.
         system_prompt: Given to new conversations; ``""`` for none.
-        seed: ``None`` leaves sampling unseeded.
-        num_draft: Fixed draft length k (0 turns speculation off), used when
-            ``auto_draft`` is off.
-        auto_draft: Let the engine plan k each round instead of using ``num_draft``.
     """
 
-    name: str
-    system_prompt: str = ""
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    seed: int | None = None
-    num_draft: int = 4
-    auto_draft: bool = True
-    prompt_lookup: bool = False
+    name: str = field(kw_only=False)
+    system_prompt: str = field(default="", kw_only=False)
 
     def validated(self) -> Preset:
-        """This preset with its name stripped, once every field is checked.
+        """This preset with its name stripped, once the name is checked (the
+        sampling fields are checked as any :class:`Sampling` is made).
 
         Raises:
-            ValueError: The first field out of range, in one line (the sampling
-                fields' ranges are :data:`app.engine.types.PARAM_RANGES`).
+            ValueError: The name is empty, too long or more than one line.
         """
         name = self.name.strip()
         if not name or len(name) > MAX_NAME_LENGTH or "\n" in name:
             raise ValueError(f"name must be one line of 1 to {MAX_NAME_LENGTH} characters")
-        for field in PRESET_FIELDS:
-            check_param(field, getattr(self, field))
-        if self.num_draft is None:  # a preset's fixed k is a number; Auto is auto_draft
-            raise ValueError("num_draft must be a whole number, not None")
         return self if name == self.name else replace(self, name=name)
 
 
@@ -139,8 +108,13 @@ def _read(entry: Any) -> Preset | None:
         return None
     defaults = Preset("")
     clean: dict[str, Any] = {}
+    if "drafting" in entry or "num_draft" in entry or "auto_draft" in entry:
+        drafting = read_drafting(entry)
+        if drafting is None:
+            return None
+        clean["drafting"] = drafting
     for f in fields(Preset):
-        if f.name not in entry:
+        if f.name not in entry or f.name == "drafting":
             continue
         value = entry[f.name]
         if not _fits(value, getattr(defaults, f.name)):

@@ -7,27 +7,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.engine.types import DEFAULT_MAX_TOKENS, PARAM_RANGES
+from app.engine.types import PARAM_RANGES, DraftSetting, Sampling
 from app.files import write_atomic
 from app.store.db import default_data_dir
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Preferences that outlive a session."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings(Sampling):
+    """Preferences that outlive a session: the window's :class:`Sampling` and the rest."""
 
     target: str | None = None
     draft: str | None = None
-    num_draft: int = 4  # the slider's fixed k, used when Auto is off
-    auto_draft: bool = True  # the engine plans k from measured costs unless told otherwise
-    prompt_lookup: bool = False
-    temperature: float = 0.0
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: int | None = None
     colour_tokens: bool = True
     show_speculation_panel: bool = True
     # The local OpenAI-compatible server (off by default); its API key lives in the keychain.
@@ -46,12 +36,29 @@ class Settings:
 _OPTIONAL_INTS = {"seed"}
 
 
+def read_drafting(entry: dict[str, Any]) -> DraftSetting | None:
+    """The draft setting of a settings or preset JSON object; ``None`` where it has none
+    or a malformed one. A file from before the one setting holds ``num_draft`` (the
+    slider's k) and ``auto_draft``: it reads the same."""
+    value = entry.get("drafting")
+    if value is None and ("num_draft" in entry or "auto_draft" in entry):
+        value = {"k": entry.get("num_draft", 4), "auto": entry.get("auto_draft", True)}
+    if not isinstance(value, dict) or not set(value) <= {"k", "auto", "limit"}:
+        return None
+    try:
+        return DraftSetting(**value)
+    except ValueError:
+        return None
+
+
 def _fits(name: str, value: Any, default: Any) -> bool:
     """Whether a loaded value has the type of its default (a bad one is dropped).
 
     A sampling field must be in its range too, so the window never builds
     ``GenerationParams`` that refuse it.
     """
+    if isinstance(default, DraftSetting):
+        return False  # read apart (read_drafting)
     if name in PARAM_RANGES:
         return PARAM_RANGES[name].holds(value) and (value is not None or default is None)
     if name in _OPTIONAL_INTS:
@@ -98,6 +105,9 @@ class SettingsFile:
         for f in fields(Settings):
             if f.name in data and _fits(f.name, data[f.name], getattr(defaults, f.name)):
                 clean[f.name] = data[f.name]
+        drafting = read_drafting(data)
+        if drafting is not None:
+            clean["drafting"] = drafting
         return Settings(**clean)
 
     def save(self, settings: Settings) -> None:

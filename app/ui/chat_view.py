@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 
-from app.engine.costs import K_MAX
 from app.engine.types import GenerationParams
 from app.services import (
     Reply,
@@ -260,19 +259,12 @@ class ChatView(QObject):
 
     def params(self) -> GenerationParams:
         """What the window's replies are asked with: the settings and the bars' choices."""
-        s = self._host.settings()
-        return GenerationParams(
-            max_tokens=s.max_tokens,
-            temperature=self._model_bar.temperature(),
-            top_p=s.top_p,
-            top_k=s.top_k,
-            min_p=s.min_p,
-            repetition_penalty=s.repetition_penalty,
-            seed=s.seed,
-            num_draft=self._panel.num_draft(),
-            k_max=K_MAX,  # Auto may plan as far as the slider reaches
-            prompt_lookup=self._model_bar.uses_lookup(),
-        )
+        shown = {
+            "temperature": self._model_bar.temperature(),
+            "drafting": self._panel.drafting(),
+            "prompt_lookup": self._model_bar.uses_lookup(),
+        }
+        return GenerationParams(**{**self._host.settings().sampling(), **shown})
 
     def start_reply(self, cid: int, parent_id: int | None = None) -> None:
         """Asks for the conversation's next reply; it is shown once the reply starts.
@@ -309,8 +301,7 @@ class ChatView(QObject):
         self._composer.clear()
         self.start_reply(cid)
         self._host.save_settings(
-            num_draft=self._panel.fixed_k(),
-            auto_draft=self._panel.auto_draft(),
+            drafting=self._panel.drafting(),
             prompt_lookup=self._model_bar.uses_lookup(),
             temperature=self._model_bar.temperature(),
         )

@@ -27,10 +27,10 @@ from PySide6.QtWidgets import (
 
 from app.engine.costs import K_MAX
 from app.engine.live import LiveStats
-from app.engine.types import GenerationParams
+from app.engine.types import SAMPLING_FIELDS, DraftSetting, GenerationParams
 from app.services import ChatController, EngineService, HubService, StoreEvents
 from app.store import Settings, SettingsFile, Store, pair_key
-from app.store.presets import SAMPLING_FIELDS, Preset, PresetsFile
+from app.store.presets import Preset, PresetsFile
 from app.ui.chat_actions import ChatActions, ChatHost
 from app.ui.chat_list import ChatList
 from app.ui.chat_view import ChatView, ChatViewHost
@@ -235,7 +235,7 @@ class MainWindow(QMainWindow):
         """
         self.presets_menu.applied.connect(self._on_preset_applied)
         self.presets_menu.failed.connect(self.show_error)
-        self.panel.draft_length_changed.connect(self._on_draft_length_changed)
+        self.panel.drafting_changed.connect(self._on_drafting_changed)
         self.panel.colour_toggled.connect(self._on_colour_toggled)
         self.panel.tune_requested.connect(self.open_tune_dialog)
         self.tune.busy_changed.connect(self.composer.set_busy)
@@ -383,9 +383,9 @@ class MainWindow(QMainWindow):
     # Speculation panel and Tune
 
     @Slot(object)
-    def _on_draft_length_changed(self, num_draft: int | None) -> None:
-        self.chat.set_draft_length(num_draft)  # the reply in flight, from its next round
-        self._save_settings(num_draft=self.panel.fixed_k(), auto_draft=self.panel.auto_draft())
+    def _on_drafting_changed(self, setting: DraftSetting) -> None:
+        self.chat.set_drafting(setting)  # the reply in flight, from its next round
+        self._save_settings(drafting=setting)
 
     @Slot(bool)
     def _on_colour_toggled(self, on: bool) -> None:
@@ -410,7 +410,7 @@ class MainWindow(QMainWindow):
         if pair.draft is None and not self.model_bar.uses_lookup():
             self.show_error("Tuning needs a draft model: load a pair with a draft.")
             return None
-        dialog = self.tune.open(self, self.panel.fixed_k(), self.live.snapshot().baseline_tps)
+        dialog = self.tune.open(self, self.panel.drafting().k, self.live.snapshot().baseline_tps)
         dialog.best_k_chosen.connect(self.panel.set_num_draft)
         return dialog
 

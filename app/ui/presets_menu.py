@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app.engine.types import SAMPLING_FIELDS, DraftSetting
 from app.errors import first_line
 from app.store import Settings
 from app.store import presets as p
@@ -49,7 +50,7 @@ class PresetsMenu(QObject):
         model_bar.preset_activated.connect(self._on_preset_activated)
         model_bar.temp_spin.valueChanged.connect(self._on_value_changed)
         model_bar.lookup_check.toggled.connect(self._on_toggled)
-        panel.draft_length_changed.connect(self._on_draft_length_changed)
+        panel.drafting_changed.connect(self._on_drafting_changed)
 
     def _fill(self) -> None:
         self._model_bar.set_presets([preset.name for preset in self.presets])
@@ -60,7 +61,7 @@ class PresetsMenu(QObject):
         try:
             self._model_bar.set_temperature(preset.temperature)
             self._model_bar.set_lookup(preset.prompt_lookup)
-            self._panel.set_draft(preset.num_draft, preset.auto_draft)
+            self._panel.set_drafting(preset.drafting)
             self.applied.emit(preset)
         finally:
             self._applying = False
@@ -71,8 +72,7 @@ class PresetsMenu(QObject):
         shown = (
             self._model_bar.temperature() == preset.temperature
             and self._model_bar.uses_lookup() == preset.prompt_lookup
-            and self._panel.auto_draft() == preset.auto_draft
-            and (preset.auto_draft or self._panel.fixed_k() == preset.num_draft)
+            and self._panel.drafting().num_draft == preset.drafting.num_draft
         )
         return shown and all(
             getattr(s, f) == getattr(preset, f)
@@ -97,27 +97,18 @@ class PresetsMenu(QObject):
         self.follow_settings()
 
     @Slot(object)
-    def _on_draft_length_changed(self, _num_draft: int | None) -> None:
+    def _on_drafting_changed(self, _setting: DraftSetting) -> None:
         self.follow_settings()
 
     def save_current(self, name: str, settings: Settings, system_prompt: str) -> Preset | None:
         """Saves what shows now (temperature, lookup, draft) and ``settings``' sampling."""
-        return self.save(
-            Preset(
-                name=name,
-                system_prompt=system_prompt,
-                temperature=self._model_bar.temperature(),
-                top_p=settings.top_p,
-                top_k=settings.top_k,
-                min_p=settings.min_p,
-                repetition_penalty=settings.repetition_penalty,
-                max_tokens=settings.max_tokens,
-                seed=settings.seed,
-                num_draft=self._panel.fixed_k(),
-                auto_draft=self._panel.auto_draft(),
-                prompt_lookup=self._model_bar.uses_lookup(),
-            )
-        )
+        shown = {
+            "temperature": self._model_bar.temperature(),
+            "drafting": self._panel.drafting(),
+            "prompt_lookup": self._model_bar.uses_lookup(),
+        }
+        sampling = {**settings.sampling(), **shown}
+        return self.save(Preset(name, system_prompt, **sampling))
 
     def save(self, preset: Preset) -> Preset | None:
         """Saves ``preset`` (replacing one of its name) and chooses it in the list."""
@@ -162,5 +153,5 @@ def applied_fields(preset: Preset) -> tuple[str, ...]:
     everything it saved.
     """
     if p.is_builtin(preset.name):
-        return tuple(f for f in p.SAMPLING_FIELDS if f not in ("max_tokens", "seed"))
-    return p.SAMPLING_FIELDS
+        return tuple(f for f in SAMPLING_FIELDS if f not in ("max_tokens", "seed"))
+    return SAMPLING_FIELDS

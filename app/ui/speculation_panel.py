@@ -14,31 +14,30 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.live import LiveSnapshot
-from app.engine.types import Origin
+from app.engine.types import PARAM_RANGES, DraftSetting, Origin
 from app.store import Settings
-from app.store.presets import MAX_DRAFT
 from app.ui.gauge import EMPTY_TEXT, NOT_REPORTED_TEXT, GaugeWidget
 from app.ui.transcript import ORIGIN_COLORS, ORIGIN_LABELS
 
-K_MAX = MAX_DRAFT  # the slider's right end: the longest draft the engine plans
+K_MAX = int(PARAM_RANGES["num_draft"].hi)  # the slider's right end: the longest draft planned
 
 
-def k_label(num_draft: int | None, auto_k: int | None = None) -> str:
-    """What the slider's value means, in words.
+def k_label(setting: DraftSetting, auto_k: int | None = None) -> str:
+    """What the draft setting means, in words.
 
     Args:
-        num_draft: The fixed k, or ``None`` when Auto plans it.
+        setting: The setting shown.
         auto_k: The k Auto chose last; ``None`` before its first drafting round.
     """
-    if num_draft is None:
+    if setting.auto:
         return "auto" if auto_k is None else f"auto: {auto_k}"
-    return "k: off" if num_draft == 0 else f"k: {num_draft}"
+    return "k: off" if setting.off else f"k: {setting.k}"
 
 
 class SpeculationPanel(QWidget):
     """Shows speculation at work and sets how far the draft runs ahead."""
 
-    draft_length_changed = Signal(object)  # int, or None when k adapts
+    drafting_changed = Signal(object)  # DraftSetting
     colour_toggled = Signal(bool)
     tune_requested = Signal()
 
@@ -51,11 +50,11 @@ class SpeculationPanel(QWidget):
         self.k_slider.setPageStep(1)
         self.k_slider.setTickPosition(QSlider.TickPosition.TicksBelow)
         self.k_slider.setTickInterval(1)
-        self.k_slider.setValue(min(settings.num_draft, K_MAX))
+        self.k_slider.setValue(settings.drafting.k)
         self.k_slider.setAccessibleName("Draft tokens per round")
         self.k_slider.setToolTip("Draft tokens per round (k); 0 turns speculation off")
         self.auto_check = QCheckBox("Auto")
-        self.auto_check.setChecked(settings.auto_draft)
+        self.auto_check.setChecked(settings.drafting.auto)
         self.auto_check.setAccessibleName("Adapt draft length")
         self.auto_check.setToolTip("Pick k each round from measured acceptance and cost")
         self.k_value = QLabel()
@@ -90,22 +89,14 @@ class SpeculationPanel(QWidget):
         self.tune_button.clicked.connect(self.tune_requested)
         self._sync()
 
-    def num_draft(self) -> int | None:
-        """The chosen k; ``None`` when it adapts."""
-        return None if self.auto_check.isChecked() else self.k_slider.value()
+    def drafting(self) -> DraftSetting:
+        """The setting shown: the slider's k, and whether Auto plans instead."""
+        return DraftSetting(self.k_slider.value(), auto=self.auto_check.isChecked())
 
-    def fixed_k(self) -> int:
-        """The k used while Auto is off (the slider's value)."""
-        return self.k_slider.value()
-
-    def auto_draft(self) -> bool:
-        """Whether k adapts each round."""
-        return self.auto_check.isChecked()
-
-    def set_draft(self, fixed_k: int, auto: bool) -> None:
-        """Sets the fixed k and whether k adapts, as a preset does."""
-        self.k_slider.setValue(fixed_k)
-        self.auto_check.setChecked(auto)
+    def set_drafting(self, setting: DraftSetting) -> None:
+        """Shows ``setting``, as a preset does."""
+        self.k_slider.setValue(setting.k)
+        self.auto_check.setChecked(setting.auto)
 
     def show_pair(self, remote: bool) -> None:
         """Starts afresh for a newly loaded pair: no Auto k yet (its figures come from the model).
@@ -149,14 +140,14 @@ class SpeculationPanel(QWidget):
 
     def _sync(self) -> None:
         self.k_slider.setEnabled(not self.auto_check.isChecked())
-        self.k_value.setText(k_label(self.num_draft(), self._auto_k))
+        self.k_value.setText(k_label(self.drafting(), self._auto_k))
 
     @Slot()
     def _on_k_changed(self) -> None:
         if not self.auto_check.isChecked():
             self._auto_k = None  # a k chosen before a fixed stretch says nothing of the next
         self._sync()
-        self.draft_length_changed.emit(self.num_draft())
+        self.drafting_changed.emit(self.drafting())
 
     @Slot(bool)
     def _on_colour_toggled(self, on: bool) -> None:

@@ -11,6 +11,7 @@ from app.bench.concurrent import measure_streams, streams_table, variants
 from app.engine import GenerationParams, load_pair
 from app.engine.decoder import Decoder
 from app.engine.options import EngineOptions
+from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
 from tests.fakes import _tandem_here
 
@@ -32,7 +33,7 @@ def test_variants_differ_only_in_their_last_token() -> None:
 
 def test_one_row_per_stream_count_and_every_greedy_stream_is_exact(pair) -> None:
     rows = measure_streams(
-        pair.target.model, pair.draft.model, PROMPT, GenerationParams(num_draft=3),
+        pair.target.model, pair.draft.model, PROMPT, GenerationParams(drafting=DraftSetting.of(3)),
         streams=(1, 3), max_tokens=20, warmup=False,
     )  # fmt: skip
     assert [r.streams for r in rows] == [1, 3]
@@ -68,7 +69,8 @@ def test_streams_copy_the_prompt_rows_they_share_unless_told(
 
     monkeypatch.setattr(Decoder, "_read_into", spy)
     rows = measure_streams(
-        pair.target.model, pair.draft.model, list(range(40, 88)), GenerationParams(num_draft=3),
+        pair.target.model, pair.draft.model, list(range(40, 88)),
+        GenerationParams(drafting=DraftSetting.of(3)),
         streams=(3,), max_tokens=12, warmup=False, options=EngineOptions(share_prompts=share),
     )  # fmt: skip
     # The 48-token prompts differ in their last token only; a reference reads one.
@@ -89,7 +91,7 @@ def test_fresh_shapes_warm_up_on_prompts_one_token_longer(
 
     monkeypatch.setattr(Decoder, "generate", generate)
     rows = measure_streams(
-        pair.target.model, pair.draft.model, PROMPT, GenerationParams(num_draft=2),
+        pair.target.model, pair.draft.model, PROMPT, GenerationParams(drafting=DraftSetting.of(2)),
         streams=(2,), max_tokens=8, fresh=fresh,
     )  # fmt: skip
     assert rows[0].exact is True  # the measured run decoded the prompts asked for
@@ -113,7 +115,7 @@ def test_the_speculative_reference_keeps_what_it_learned_in_its_warm_up(
 
     monkeypatch.setattr(Decoder, "generate", generate)
     measure_streams(
-        pair.target.model, pair.draft.model, PROMPT, GenerationParams(num_draft=None),
+        pair.target.model, pair.draft.model, PROMPT, GenerationParams(),
         streams=(1,), max_tokens=8,
     )  # fmt: skip
     # Warm-up and measured run on one decoder, as the app keeps one per pair,
@@ -127,7 +129,7 @@ def test_a_stream_that_differs_from_its_solo_reply_is_not_exact(pair) -> None:
     # Greedy replies given as known: the second prompt's is wrong.
     replies = {tuple(prompts[1]): [0] * 12}
     rows = measure_streams(
-        pair.target.model, pair.draft.model, PROMPT, GenerationParams(num_draft=2),
+        pair.target.model, pair.draft.model, PROMPT, GenerationParams(drafting=DraftSetting.of(2)),
         streams=(1, 2), max_tokens=12, warmup=False, replies=replies,
     )  # fmt: skip
     assert [r.exact for r in rows] == [True, False]
@@ -137,7 +139,7 @@ def test_a_stream_that_differs_from_its_solo_reply_is_not_exact(pair) -> None:
 def test_sampled_streams_are_not_checked(pair) -> None:
     rows = measure_streams(
         pair.target.model, pair.draft.model, PROMPT,
-        GenerationParams(num_draft=None, temperature=0.8, k_max=4),
+        GenerationParams(drafting=DraftSetting.of(None, 4), temperature=0.8),
         streams=(2,), max_tokens=12, warmup=False,
     )  # fmt: skip
     assert rows[0].exact is None and rows[0].k == "auto" and rows[0].temp == 0.8

@@ -12,7 +12,7 @@ from app.engine.decoder import Decoder, take_turns
 from app.engine.options import EngineOptions
 from app.engine.packed import packed_forward
 from app.engine.rounds import Round
-from app.engine.types import GenerationParams
+from app.engine.types import DraftSetting, GenerationParams
 from tests.conftest import TinyModels
 
 SDPA = EngineOptions(attention="sdpa")
@@ -68,10 +68,16 @@ def test_greedy_stays_exact_with_bucketed_verification(
             out += rnd.tokens
         return out[:60]
 
-    want = run(Decoder(pair.target.model, options=bucketed), num_draft=0)
+    want = run(Decoder(pair.target.model, options=bucketed), drafting=DraftSetting.of(0))
     assert calls == []  # single-token steps keep the fused kernel
     assert pair.draft is not None
-    assert run(Decoder(pair.target.model, pair.draft.model, options=bucketed), num_draft=5) == want
+    assert (
+        run(
+            Decoder(pair.target.model, pair.draft.model, options=bucketed),
+            drafting=DraftSetting.of(5),
+        )
+        == want
+    )
     assert 6 in calls
 
 
@@ -91,7 +97,7 @@ def test_verification_attends_over_whole_buckets_after_the_cache_grows(
     assert pair.draft is not None
     # Rounds cross column 256 at an offset mlx-lm's growth leaves unaligned.
     prompt = list(range(30, 230)) + list(range(30, 67))
-    params = GenerationParams(num_draft=5, max_tokens=48)
+    params = GenerationParams(drafting=DraftSetting.of(5), max_tokens=48)
     plain = Decoder(pair.target.model, options=bucketed)
     want = take_turns([plain.generate(prompt, params)], 48).replies
     spec = Decoder(pair.target.model, pair.draft.model, options=bucketed)
@@ -154,7 +160,7 @@ def test_the_lone_decoder_reads_prompts_in_whole_row_blocks(
     bucketed, tiny: TinyModels, prompt_len: int
 ) -> None:
     prompt = [30 + i % 200 for i in range(prompt_len)]
-    params = GenerationParams(num_draft=3, max_tokens=24)
+    params = GenerationParams(drafting=DraftSetting.of(3), max_tokens=24)
     plain = Decoder(load_pair(tiny.target).target.model, options=SDPA)
     want = take_turns([plain.generate(prompt, params)], 24)
     pair = load_pair(tiny.target, tiny.noisy)
@@ -173,8 +179,8 @@ def test_the_batch_reads_prompts_in_whole_row_blocks(
     from app.engine import decoder as batch_module
 
     prompts = [[30 + i % 150 for i in range(n)] for n in (70, 91, 300)]
-    params = GenerationParams(num_draft=3, max_tokens=24)
-    plain = replace(params, num_draft=0)
+    params = GenerationParams(drafting=DraftSetting.of(3), max_tokens=24)
+    plain = replace(params, drafting=DraftSetting.of(0))
     target = load_pair(tiny.target).target.model
     solo = Decoder(target, options=SDPA)
     want = [take_turns([solo.generate(p, plain)], 24).replies[0] for p in prompts]

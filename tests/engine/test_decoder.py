@@ -20,7 +20,7 @@ from app.engine.observe import PlainBurst
 from app.engine.options import EngineOptions
 from app.engine.rounds import CacheError, Prefill, Round, verify_sampled
 from app.engine.sampling import log_probs, penalize
-from app.engine.types import Reading
+from app.engine.types import DraftSetting, Reading
 from app.testing import synthetic as syn
 from tests.conftest import TinyModels
 from tests.engine.cases import CUTOFF_CASES
@@ -71,11 +71,16 @@ PROMPT_IDS = list(range(40, 80)) + list(range(40, 60))  # repeats, so lookup fin
 @pytest.mark.parametrize(
     "params",
     [
-        dict(num_draft=3),
-        dict(num_draft=None, k_max=6),
-        dict(num_draft=5, prompt_lookup=True),
-        dict(num_draft=2, repetition_penalty=1.3),
-        dict(num_draft=None, prompt_lookup=True, repetition_penalty=1.2, repetition_context_size=8),
+        dict(drafting=DraftSetting.of(3)),
+        dict(drafting=DraftSetting.of(None, 6)),
+        dict(drafting=DraftSetting.of(5), prompt_lookup=True),
+        dict(drafting=DraftSetting.of(2), repetition_penalty=1.3),
+        dict(
+            drafting=DraftSetting.of(None),
+            prompt_lookup=True,
+            repetition_penalty=1.2,
+            repetition_context_size=8,
+        ),
     ],
 )
 def test_greedy_is_exact_for_every_source(models, draft_name, params) -> None:
@@ -85,7 +90,7 @@ def test_greedy_is_exact_for_every_source(models, draft_name, params) -> None:
         Decoder(pair.target.model),
         PROMPT_IDS,
         48,
-        num_draft=0,
+        drafting=DraftSetting.of(0),
         **{k: v for k, v in params.items() if k.startswith("repetition")},
     )
     if draft is None and not params.get("prompt_lookup"):
@@ -102,8 +107,10 @@ def test_greedy_is_exact_when_lookup_proposes_wrong_tokens() -> None:
     # (The reply's first five tokens are plain steps, two probes after the first:
     # 14, 15, 16, 17, 18.)
     prompt = [10, 11, 12, 13, 14, 15, 16, 17, 18, 200, 201, 202, 203, 30, 31, 10, 11, 12, 13]
-    want, _ = _tokens(Decoder(target), prompt, 60, num_draft=0)
-    got, rounds = _tokens(Decoder(target), prompt, 60, num_draft=4, prompt_lookup=True)
+    want, _ = _tokens(Decoder(target), prompt, 60, drafting=DraftSetting.of(0))
+    got, rounds = _tokens(
+        Decoder(target), prompt, 60, drafting=DraftSetting.of(4), prompt_lookup=True
+    )
     assert got == want
     assert any(r.source == "lookup" and r.accepted < r.k for r in rounds)
 
@@ -174,7 +181,7 @@ def _chi_square(counts: np.ndarray, p: np.ndarray) -> tuple[float, float]:
 def test_sampled_first_token_has_the_target_distribution(models, params) -> None:
     """Chi-square test of speculative samples against the target's exact distribution."""
     pair = models["noisy"]
-    gp = GenerationParams(num_draft=3, **params)
+    gp = GenerationParams(drafting=DraftSetting.of(3), **params)
     prompt = PROMPT_IDS[:20]
     decoder = Decoder(
         pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0)
@@ -184,7 +191,7 @@ def test_sampled_first_token_has_the_target_distribution(models, params) -> None
     counts = np.zeros(pair.target.config["vocab_size"])
     rejected = 0
     for _ in range(n):
-        t, rounds = _tokens(decoder, prompt, 1, **params, num_draft=3)
+        t, rounds = _tokens(decoder, prompt, 1, **params, drafting=DraftSetting.of(3))
         counts[t[0]] += 1
         rejected += rounds[0].accepted == 0
     assert rejected > n // 10  # the residual path is exercised
@@ -209,7 +216,7 @@ def test_copy_draft_is_always_accepted_when_sampling(models) -> None:
         Decoder(pair.target.model, pair.draft.model),
         PROMPT_IDS,
         40,
-        num_draft=4,
+        drafting=DraftSetting.of(4),
         temperature=0.8,
         top_p=0.95,
         repetition_penalty=1.1,
@@ -221,7 +228,9 @@ def test_copy_draft_is_always_accepted_when_sampling(models) -> None:
 def test_lookup_alone_proposes_and_is_credited() -> None:
     target = syn.build("tiny")
     decoder = Decoder(target)
-    out, rounds = _tokens(decoder, syn.prompt("tiny"), 120, num_draft=6, prompt_lookup=True)
+    out, rounds = _tokens(
+        decoder, syn.prompt("tiny"), 120, drafting=DraftSetting.of(6), prompt_lookup=True
+    )
     assert out == [syn.CYCLE_START + i % 64 for i in range(120)]
     lookup_rounds = [r for r in rounds if r.source == "lookup"]
     assert lookup_rounds
@@ -235,7 +244,7 @@ def test_lookup_runs_before_the_draft_model() -> None:
     decoder = Decoder(target, draft)
     # A prompt without the cycle's later half: lookup runs dry there, the draft fills in.
     prompt = syn.prompt("tiny", repeats=1)[:40]
-    out, rounds = _tokens(decoder, prompt, 150, num_draft=4, prompt_lookup=True)
+    out, rounds = _tokens(decoder, prompt, 150, drafting=DraftSetting.of(4), prompt_lookup=True)
     assert out == [syn.CYCLE_START + (40 + i) % 64 for i in range(150)]
     sources = {r.source for r in rounds}
     assert "draft" in sources
@@ -252,7 +261,10 @@ def test_synthetic_pair_has_the_set_acceptance() -> None:
         got = mx.argmax(draft(cycle)[0], axis=-1)
         assert (got != want).sum().item() == round(miss * 64)
     _, rounds = _tokens(
-        Decoder(target, syn.build("tiny", seed=1)), syn.prompt("tiny"), 100, num_draft=3
+        Decoder(target, syn.build("tiny", seed=1)),
+        syn.prompt("tiny"),
+        100,
+        drafting=DraftSetting.of(3),
     )
     spec = [r for r in rounds if r.k]
     assert spec and all(r.accepted == r.k for r in spec)
@@ -261,7 +273,7 @@ def test_synthetic_pair_has_the_set_acceptance() -> None:
 def test_follow_up_turn_prefills_only_new_tokens(tiny: TinyModels) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
     decoder = new_decoder(pair)  # the conversation's: it keeps both caches between turns
-    params = GenerationParams(max_tokens=12, num_draft=3)
+    params = GenerationParams(max_tokens=12, drafting=DraftSetting.of(3))
     first = [Message("user", "Write a haiku about the sea.")]
     out = list(stream_reply(pair, first, params, decoder=decoder))
     reply = "".join(e.text for e in out if isinstance(e, Chunk))
@@ -282,7 +294,7 @@ def test_edit_trims_to_the_common_prefix(tiny: TinyModels) -> None:
     a = [Message("user", "Tell me about the sea and the sky.")]
     b = [Message("user", "Tell me about the moon.")]
     decoder = new_decoder(pair)
-    params = GenerationParams(max_tokens=20, num_draft=3)
+    params = GenerationParams(max_tokens=20, drafting=DraftSetting.of(3))
     list(stream_reply(pair, a, params, decoder=decoder))
     edited = _finished(stream_reply(pair, b, params, decoder=decoder))
     tok = pair.target.tokenizer
@@ -298,9 +310,9 @@ def test_drafting_is_refused_when_the_cache_cannot_rewind(models) -> None:
     decoder = Decoder(pair.target.model, pair.draft.model)
     decoder.target_trimmable = False
     with pytest.raises(CacheError, match="cannot be rewound"):
-        next(decoder.generate(PROMPT_IDS, GenerationParams(num_draft=3)))
+        next(decoder.generate(PROMPT_IDS, GenerationParams(drafting=DraftSetting.of(3))))
     # Plain decoding still works.
-    out, _ = _tokens(decoder, PROMPT_IDS, 5, num_draft=0)
+    out, _ = _tokens(decoder, PROMPT_IDS, 5, drafting=DraftSetting.of(0))
     assert len(out) == 5
 
 
@@ -310,7 +322,7 @@ def test_auto_k_stays_in_bounds_and_is_reported(models) -> None:
         stream_reply(
             pair,
             [Message("user", "Count to twenty.")],
-            GenerationParams(max_tokens=60, num_draft=None, k_max=5),
+            GenerationParams(max_tokens=60, drafting=DraftSetting.of(None, 5)),
         )
     )
     s = _finished(events).stats
@@ -333,11 +345,17 @@ def test_drafts_with_padded_embeddings_of_another_size(tiny: TinyModels, tmp_pat
     )
     pair = load_pair(tiny.target, padded)
     assert pair.draft is not None
-    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 40, num_draft=0)
-    got, _ = _tokens(Decoder(pair.target.model, pair.draft.model), PROMPT_IDS, 40, num_draft=3)
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 40, drafting=DraftSetting.of(0))
+    got, _ = _tokens(
+        Decoder(pair.target.model, pair.draft.model), PROMPT_IDS, 40, drafting=DraftSetting.of(3)
+    )
     assert got == want
     _, sampled = _tokens(
-        Decoder(pair.target.model, pair.draft.model), PROMPT_IDS, 40, num_draft=3, temperature=1.0
+        Decoder(pair.target.model, pair.draft.model),
+        PROMPT_IDS,
+        40,
+        drafting=DraftSetting.of(3),
+        temperature=1.0,
     )
     assert all(t < 384 for r in sampled for t in r.tokens)
 
@@ -357,8 +375,8 @@ def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: b
     from app.engine.rounds import DraftControl
 
     pair = models["noisy"]
-    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, num_draft=0)
-    control = DraftControl(3)
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, drafting=DraftSetting.of(0))
+    control = DraftControl(DraftSetting.fixed(3))
     decoder = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0))
     gen = decoder.generate(PROMPT_IDS, GenerationParams(prompt_lookup=lookup), control)
     assert isinstance(next(gen), Prefill)
@@ -366,7 +384,7 @@ def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: b
     phases: list[tuple[int | None, list[Round]]] = []
     out: list[int] = []
     for setting in (3, 0, None, 0, 5):
-        control.set(setting)
+        control.set(DraftSetting.of(setting))
         rounds = [_round(gen) for _ in range(4)]
         phases.append((setting, rounds))
         out += [t for r in rounds for t in r.tokens]
@@ -392,25 +410,18 @@ def test_a_control_that_starts_at_zero_drafts_once_raised(models) -> None:
     from app.engine.rounds import DraftControl
 
     pair = models["copy"]
-    control = DraftControl(0)
+    control = DraftControl(DraftSetting.fixed(0))
     decoder = Decoder(pair.target.model, pair.draft.model)
     gen = decoder.generate(PROMPT_IDS, GenerationParams(), control)
     next(gen)
     assert _round(gen).k == 0
-    control.set(4)
+    control.set(DraftSetting.fixed(4))
     rounds = [_round(gen) for _ in range(6)]
     gen.close()
     # The step queued when it was raised, a probe's two plain steps that time the
     # baseline (the plain steps before were its warm-up), then drafting: the draft
     # takes in this short prompt with its first step.
     assert [r.k for r in rounds] == [0, 0, 0, 4, 4, 4] and all(r.accepted == 4 for r in rounds[3:])
-
-
-def test_draft_control_rejects_a_negative_length() -> None:
-    from app.engine.rounds import DraftControl
-
-    with pytest.raises(ValueError):
-        DraftControl().set(-1)
 
 
 def test_plain_steps_are_timed_as_their_average_since_the_first_was_queued(
@@ -425,7 +436,9 @@ def test_plain_steps_are_timed_as_their_average_since_the_first_was_queued(
     monkeypatch.setattr(spec, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     seen: list[float] = []
     monkeypatch.setattr(CostModel, "observe_step", lambda self, s: seen.append(s))
-    gen = Decoder(models["noisy"].target.model).generate(PROMPT_IDS, GenerationParams(num_draft=0))
+    gen = Decoder(models["noisy"].target.model).generate(
+        PROMPT_IDS, GenerationParams(drafting=DraftSetting.of(0))
+    )
     assert isinstance(next(gen), Prefill)
     for _ in range(6):
         # A token is ready the moment it is asked for (its step ran while Python
@@ -451,7 +464,7 @@ TILED = [10, 20, 30, 40, 50, 60, 70, 15, 15, 15, 15, 15, 15, 15, 15, 15, 30]
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_padded_verification_keeps_the_output(models, temperature) -> None:
     pair = models["noisy"]
-    kw = dict(num_draft=3, temperature=temperature, seed=5)
+    kw = dict(drafting=DraftSetting.of(3), temperature=temperature, seed=5)
     mx.random.seed(5)
     want, _ = _tokens(Decoder(pair.target.model, pair.draft.model), PROMPT_IDS, 40, **kw)
     padded = Decoder(pair.target.model, pair.draft.model, _costs(TILED))
@@ -469,11 +482,11 @@ def test_padded_verification_keeps_the_output(models, temperature) -> None:
 def test_the_first_token_does_not_wait_for_the_drafts_prefill(models, monkeypatch) -> None:
     pair = models["noisy"]
     prompt = (PROMPT_IDS * 6)[:300]  # more than two of the draft's catch-up chunks
-    want, _ = _tokens(Decoder(pair.target.model), prompt, 30, num_draft=0)
+    want, _ = _tokens(Decoder(pair.target.model), prompt, 30, drafting=DraftSetting.of(0))
     decoder = Decoder(pair.target.model, pair.draft.model)
     draft_calls: list[int] = []
     _before_forward(monkeypatch, pair.draft.model, lambda: draft_calls.append(1))
-    gen = decoder.generate(prompt, GenerationParams(num_draft=4))
+    gen = decoder.generate(prompt, GenerationParams(drafting=DraftSetting.of(4)))
     assert isinstance(next(gen), Prefill)
     first = next(gen)
     assert isinstance(first, Round) and first.k == 0 and len(first.tokens) == 1
@@ -514,14 +527,14 @@ def test_auto_decodes_plainly_where_drafting_cannot_pay(models, monkeypatch) -> 
     _dear_draft(monkeypatch, pair.draft.model)
     # Each verified token costs a full step and a draft step costs another.
     dear = [10.0 * m for m in range(1, 18)]
-    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, num_draft=0)
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 80, drafting=DraftSetting.of(0))
     # One probe measures the real plain step: rounds are weighed by what they
     # really take, so plain decoding must be too.
     options = EngineOptions(probe_every=10_000)
     decoder = Decoder(
         pair.target.model, pair.draft.model, _costs(dear, draft_ms=10.0), options=options
     )
-    got, rounds = _tokens(decoder, PROMPT_IDS, 80, num_draft=None)
+    got, rounds = _tokens(decoder, PROMPT_IDS, 80, drafting=DraftSetting.of(None))
     assert got == want
     late = rounds[len(rounds) // 2 :]
     # Now and then a try of drafting, within the exploration budget.
@@ -552,7 +565,7 @@ def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
         return forward(*args, **kwargs)
 
     monkeypatch.setattr(target, "__call__", counted)
-    gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=None))
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(drafting=DraftSetting.of(None)))
     produced = 0
     for event in gen:
         if isinstance(event, Round):
@@ -573,9 +586,9 @@ def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
 def test_a_reply_teaches_acceptance_along_stretches_and_stays_exact(stretch: bool) -> None:
     target, draft = syn.build("tiny"), syn.build("tiny", miss=0.1, seed=1)
     prompt = syn.prompt("tiny")
-    want, _ = _tokens(Decoder(target), prompt, 120, num_draft=0)
+    want, _ = _tokens(Decoder(target), prompt, 120, drafting=DraftSetting.of(0))
     decoder = Decoder(target, draft, options=EngineOptions(stretch=stretch))
-    got, rounds = _tokens(decoder, prompt, 120, num_draft=None, k_max=12)
+    got, rounds = _tokens(decoder, prompt, 120, drafting=DraftSetting.of(None, 12))
     assert got == want
     assert any(r.k for r in rounds)
     rates = decoder.acceptance().stretch_rates()
@@ -590,7 +603,7 @@ def test_auto_measures_unknown_widths_and_stores_the_profile(tiny, tmp_path) -> 
     pair = load_pair(tiny.target, tiny.noisy)
     store = ProfileStore(tmp_path / "profiles.json")
     decoder = new_decoder(pair, store)
-    params = GenerationParams(num_draft=None)
+    params = GenerationParams(drafting=DraftSetting.of(None))
     widths: set[int] = set()
     gen = decoder.generate(PROMPT_IDS, params)
     for rnd in itertools.islice(gen, 200):
@@ -608,14 +621,14 @@ def test_auto_measures_unknown_widths_and_stores_the_profile(tiny, tmp_path) -> 
 
 def test_a_draft_cut_short_when_unsure_keeps_greedy_exact(models) -> None:
     pair = models["draft"]  # independent weights: often unsure
-    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 48, num_draft=0)
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 48, drafting=DraftSetting.of(0))
     decoder = Decoder(
         pair.target.model,
         pair.draft.model,
         _costs(TILED, draft_ms=8.0),
         options=EngineOptions(draft_cutoff=True),
     )
-    got, rounds = _tokens(decoder, PROMPT_IDS, 48, num_draft=8)
+    got, rounds = _tokens(decoder, PROMPT_IDS, 48, drafting=DraftSetting.of(8))
     assert got == want
     assert any(0 < r.k < 8 for r in rounds)
 
@@ -640,7 +653,14 @@ def test_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_pay(
         return stops
 
     monkeypatch.setattr(Decoder, "_stops", spy)
-    _tokens(decoder, PROMPT_IDS, 32, num_draft=num_draft, temperature=temperature, seed=3)
+    _tokens(
+        decoder,
+        PROMPT_IDS,
+        32,
+        drafting=DraftSetting.of(num_draft),
+        temperature=temperature,
+        seed=3,
+    )
     assert thresholds  # rounds drafted
     assert any(t > 0 for t in thresholds) is cuts
 
@@ -655,7 +675,7 @@ def test_rounds_teach_the_pair_what_a_round_costs_beyond_its_forwards(models) ->
         options=EngineOptions(probe_every=0),
     )
     assert decoder.costs.profile().overhead == 0
-    _, rounds = _tokens(decoder, PROMPT_IDS, 60, num_draft=4)
+    _, rounds = _tokens(decoder, PROMPT_IDS, 60, drafting=DraftSetting.of(4))
     assert sum(1 for r in rounds if r.k) >= 3
     assert decoder.costs.profile().overhead > 0
 
@@ -667,9 +687,9 @@ def test_a_cancel_inside_a_round_ends_it_before_the_target_verifies(
     pair = models["noisy"]
     target, draft = pair.target.model, pair.draft.model
     fresh = PROMPT_IDS * 2 + [7]
-    want, _ = _tokens(Decoder(target), fresh, 40, num_draft=0)
+    want, _ = _tokens(Decoder(target), fresh, 40, drafting=DraftSetting.of(0))
     decoder = Decoder(target, draft)
-    _tokens(decoder, fresh[:-1], 12, num_draft=4)  # warm: the draft is caught up
+    _tokens(decoder, fresh[:-1], 12, drafting=DraftSetting.of(4))  # warm: the draft is caught up
     cancel = threading.Event()
     calls = {"target": 0, "draft": 0}
 
@@ -680,7 +700,7 @@ def test_a_cancel_inside_a_round_ends_it_before_the_target_verifies(
             cancel.set()
 
     # An edited turn: one new token to read, then a drafting round.
-    gen = decoder.generate(fresh, GenerationParams(num_draft=4), cancel=cancel)
+    gen = decoder.generate(fresh, GenerationParams(drafting=DraftSetting.of(4)), cancel=cancel)
     assert isinstance(next(gen), Prefill)
     _before_forward(monkeypatch, draft, lambda: counted("draft"))
     _before_forward(monkeypatch, target, lambda: counted("target"))
@@ -688,7 +708,7 @@ def test_a_cancel_inside_a_round_ends_it_before_the_target_verifies(
     assert calls == {"target": 0, "draft": 2 if when == "draft step" else 4}
     monkeypatch.undo()
     # Only committed tokens stayed in the caches: the next reply is still exact.
-    got, rounds = _tokens(decoder, fresh, 40, num_draft=4)
+    got, rounds = _tokens(decoder, fresh, 40, drafting=DraftSetting.of(4))
     assert got == want and any(r.accepted for r in rounds)
 
 
@@ -749,16 +769,16 @@ def test_a_reply_closed_while_reading_keeps_what_it_read_and_stays_exact(
     models, monkeypatch
 ) -> None:
     pair = models["noisy"]
-    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 30, num_draft=0)
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 30, drafting=DraftSetting.of(0))
     monkeypatch.setattr(spec, "PREFILL_CHUNK", 16)
     decoder = Decoder(pair.target.model, pair.draft.model)
-    gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=3), reading=True)
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(drafting=DraftSetting.of(3)), reading=True)
     assert next(gen) == Reading(0, len(PROMPT_IDS), 0)
     assert next(gen) == Reading(16, len(PROMPT_IDS), 0)
     gen.close()  # as a stopped reply closes it between chunks
     readings, prefill = _reading(decoder, PROMPT_IDS)
     assert prefill.reused_tokens == 16 and readings[0] == Reading(16, len(PROMPT_IDS), 16)
-    got, rounds = _tokens(decoder, PROMPT_IDS, 30, num_draft=3)
+    got, rounds = _tokens(decoder, PROMPT_IDS, 30, drafting=DraftSetting.of(3))
     assert got == want and any(r.accepted for r in rounds)
 
 
@@ -777,7 +797,7 @@ def test_a_draft_step_is_priced_by_the_steps_after_a_rounds_first(models, monkey
     _before_forward(monkeypatch, draft, lambda: forward(True))
     _before_forward(monkeypatch, target, lambda: forward(False))
     decoder = Decoder(target, draft)
-    _, rounds = _tokens(decoder, PROMPT_IDS, 60, num_draft=4)
+    _, rounds = _tokens(decoder, PROMPT_IDS, 60, drafting=DraftSetting.of(4))
     assert sum(r.k for r in rounds) >= 12
     step = decoder.costs.draft_step
     # The first step's 80 ms belongs to the round, not to each of its 4 tokens.
@@ -786,7 +806,7 @@ def test_a_draft_step_is_priced_by_the_steps_after_a_rounds_first(models, monkey
 
 def test_plain_bursts_leave_the_draft_behind_until_a_round_drafts(models, monkeypatch) -> None:
     pair = models["noisy"]
-    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 300, num_draft=0)
+    want, _ = _tokens(Decoder(pair.target.model), PROMPT_IDS, 300, drafting=DraftSetting.of(0))
     # Drafting does not pay: Auto decodes in plain bursts, with a try now and then.
     decoder = Decoder(
         pair.target.model,
@@ -804,7 +824,7 @@ def test_plain_bursts_leave_the_draft_behind_until_a_round_drafts(models, monkey
         return real(self, model, chunks, caches)
 
     monkeypatch.setattr(Decoder, "_read_into", read_into)
-    gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=None))
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(drafting=DraftSetting.of(None)))
     assert isinstance(next(gen), Prefill)
     got: list[int] = []
     while len(got) < 300:
@@ -850,7 +870,7 @@ def test_a_round_that_waits_for_its_draft_prices_no_width(models, monkeypatch) -
 
     monkeypatch.setattr(Decoder, "_draft", draft)
     seen = _round_periods(monkeypatch, decoder)
-    _, rounds = _tokens(decoder, PROMPT_IDS, 120, num_draft=3)
+    _, rounds = _tokens(decoder, PROMPT_IDS, 120, drafting=DraftSetting.of(3))
     assert sum(r.timed for r in rounds) >= 2 and sum(not r.timed and r.k > 0 for r in rounds) >= 8
     # Rounds of their shape do not sync: what one that did took is no sample of them.
     assert seen and max(seen) < 0.3
@@ -871,7 +891,7 @@ def test_a_probe_times_both_its_steps_where_queueing_runs_them(models, monkeypat
         time.sleep(0.05)  # each queued step takes 50 ms, before async_eval returns
 
     monkeypatch.setattr(mx, "async_eval", queued_runs)
-    _tokens(decoder, PROMPT_IDS, 6, num_draft=3)  # the first token, then the probes
+    _tokens(decoder, PROMPT_IDS, 6, drafting=DraftSetting.of(3))  # the first token, then the probes
     assert seen and min(seen) >= 0.045
 
 
@@ -881,9 +901,11 @@ def test_no_rounds_period_spans_two_replies(models, monkeypatch) -> None:
     pair = models["copy"]
     decoder = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0))
     seen = _round_periods(monkeypatch, decoder)
-    _tokens(decoder, PROMPT_IDS, 40, num_draft=3)
+    _tokens(decoder, PROMPT_IDS, 40, drafting=DraftSetting.of(3))
     time.sleep(0.5)  # the user reads the reply
-    _tokens(decoder, PROMPT_IDS, 40, num_draft=3)  # regenerated: its prompt is held whole
+    _tokens(
+        decoder, PROMPT_IDS, 40, drafting=DraftSetting.of(3)
+    )  # regenerated: its prompt is held whole
     # What a round costs is timed to the next round of its reply, never to the next reply.
     assert len(seen) >= 10 and max(seen) < 0.5
 
@@ -900,7 +922,7 @@ def test_the_baseline_leaves_out_the_cold_first_probe(models, monkeypatch) -> No
     monkeypatch.setattr(spec, "PlainPace", Paced)
     pair = models["copy"]
     decoder = Decoder(pair.target.model, pair.draft.model)
-    gen = decoder.generate(PROMPT_IDS, GenerationParams(num_draft=3))
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(drafting=DraftSetting.of(3)))
     next(gen)  # the prefill
     _round(gen)  # the first token, at plain latency
     _round(gen), _round(gen)  # the cold probe's two plain steps
@@ -917,7 +939,7 @@ def test_the_observer_hears_each_prompt_chunk_burst_and_round_as_it_ran(models) 
     decoder = Decoder(pair.target.model, pair.draft.model)
     heard: list[EngineEvent] = []
     decoder.observer = heard.append
-    _, rounds = _tokens(decoder, PROMPT_IDS, 40, num_draft=3)
+    _, rounds = _tokens(decoder, PROMPT_IDS, 40, drafting=DraftSetting.of(3))
     assert sum(e.rows for e in heard if isinstance(e, PrefillChunk)) == len(PROMPT_IDS) - 1
     runs = [e for e in heard if isinstance(e, RoundRun)]
     drafted = [r for r in rounds if r.k]

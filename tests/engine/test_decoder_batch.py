@@ -19,7 +19,7 @@ from app.engine.rounds import DraftControl, DraftCutoff, Prefill, Round
 from app.engine.sampling import log_probs
 from app.engine.side_by_side import SideBySide
 from app.engine.stacked import stacked_step
-from app.engine.types import Reading
+from app.engine.types import DraftSetting, Reading
 from tests.conftest import TinyModels
 from tests.engine.cases import CUTOFF_CASES
 
@@ -32,7 +32,9 @@ def pair(tiny: TinyModels):
 
 
 def _solo(pair, prompt: list[int], n: int, **params) -> list[int]:
-    gen = Decoder(pair.target.model).generate(prompt, GenerationParams(num_draft=0, **params))
+    gen = Decoder(pair.target.model).generate(
+        prompt, GenerationParams(drafting=DraftSetting.of(0), **params)
+    )
     out: list[int] = []
     for event in gen:
         if isinstance(event, Round):
@@ -53,9 +55,9 @@ def _turns(
 @pytest.mark.parametrize(
     "params",
     [
-        dict(num_draft=3),
-        dict(num_draft=None, k_max=6),
-        dict(num_draft=2, repetition_penalty=1.3),
+        dict(drafting=DraftSetting.of(3)),
+        dict(drafting=DraftSetting.of(None, 6)),
+        dict(drafting=DraftSetting.of(2), repetition_penalty=1.3),
     ],
 )
 def test_each_greedy_reply_equals_its_solo_reply_with_caches_apart(pair, params) -> None:
@@ -75,9 +77,9 @@ def test_each_greedy_reply_equals_its_solo_reply_with_caches_apart(pair, params)
 def test_requests_with_prompt_lookup_share_rounds_and_each_stays_exact(pair, drafts) -> None:
     draft = pair.draft.model if drafts else None
     batch = Decoder(pair.target.model, draft)
-    looked = GenerationParams(num_draft=4, prompt_lookup=True)
+    looked = GenerationParams(drafting=DraftSetting.of(4), prompt_lookup=True)
     # The repeating prompt gives lookup n-grams to propose; one request drafts without it.
-    params = [looked, looked, GenerationParams(num_draft=3 if drafts else 0)]
+    params = [looked, looked, GenerationParams(drafting=DraftSetting.of(3 if drafts else 0))]
     gens = [batch.generate(p, q) for p, q in zip(PROMPTS[1:], params, strict=True)]
     got, rounds = _turns(gens, 30)
     assert got == [_solo(pair, p, 30) for p in PROMPTS[1:]]
@@ -85,7 +87,9 @@ def test_requests_with_prompt_lookup_share_rounds_and_each_stays_exact(pair, dra
     assert any(r.source.startswith("lookup") for rs in rounds[:2] for r in rs)  # it proposed
 
 
-@pytest.mark.parametrize("params", [dict(num_draft=3), dict(num_draft=None, k_max=6)])
+@pytest.mark.parametrize(
+    "params", [dict(drafting=DraftSetting.of(3)), dict(drafting=DraftSetting.of(None, 6))]
+)
 def test_by_default_each_greedy_reply_equals_its_solo_reply_side_by_side(
     pair, params, monkeypatch
 ) -> None:
@@ -118,7 +122,7 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
 
     monkeypatch.setattr(SideBySide, "restore", spy)
     batch = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=True))
-    params = GenerationParams(num_draft=3)
+    params = GenerationParams(drafting=DraftSetting.of(3))
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 6)
     assert restored == [2]  # the first to finish gave both their caches back
     running = [batch.generate(p, params) for p in PROMPTS[:2]]
@@ -138,7 +142,7 @@ def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
 
 def test_side_by_side_requests_join_leave_and_follow_up_exactly(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=True))
-    params = GenerationParams(num_draft=4)
+    params = GenerationParams(drafting=DraftSetting.of(4))
     cancel = threading.Event()
     first = batch.generate(PROMPTS[0], params)
     stopped = batch.generate(PROMPTS[2], params, cancel=cancel)
@@ -164,7 +168,7 @@ def test_side_by_side_requests_join_leave_and_follow_up_exactly(pair) -> None:
 
 def test_requests_join_and_leave_between_rounds(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    params = GenerationParams(num_draft=4)
+    params = GenerationParams(drafting=DraftSetting.of(4))
     first = batch.generate(PROMPTS[0], params)
     early: list[int] = []
     while len(early) < 12:
@@ -180,7 +184,7 @@ def test_requests_join_and_leave_between_rounds(pair) -> None:
 
 def test_a_long_prompt_is_read_a_chunk_per_round(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    params = GenerationParams(num_draft=2)
+    params = GenerationParams(drafting=DraftSetting.of(2))
     running = batch.generate(PROMPTS[1], params)
     assert isinstance(next(running), Prefill)
     long_prompt = [20 + i % 300 for i in range(3 * PREFILL_CHUNK)] + [5]  # three chunks to read
@@ -200,7 +204,7 @@ def test_a_long_prompt_is_read_a_chunk_per_round(pair) -> None:
 
 def test_requests_that_come_together_read_their_prompts_in_one_round(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    params = GenerationParams(num_draft=2)
+    params = GenerationParams(drafting=DraftSetting.of(2))
     gens = [batch.generate(p, params) for p in PROMPTS]
     assert isinstance(next(gens[0]), Prefill)
     # The first pull read every prompt (under one chunk in all), so all start at once.
@@ -215,7 +219,7 @@ def test_requests_that_come_together_read_their_prompts_in_one_round(pair) -> No
 
 def test_requests_that_come_to_an_idle_batch_start_together_past_one_chunk(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    params = GenerationParams(num_draft=2)
+    params = GenerationParams(drafting=DraftSetting.of(2))
     prompts = [[30 + j + i % 50 for i in range(150)] for j in range(7)]
     assert PREFILL_CHUNK < sum(map(len, prompts)) <= IDLE_READ
     gens = [batch.generate(p, params) for p in prompts]
@@ -234,9 +238,9 @@ SYSTEM = [20 + i % 37 for i in range(70)]  # a long shared start, as a team's sy
 @pytest.mark.parametrize(
     "params",
     [
-        GenerationParams(num_draft=3),
-        GenerationParams(num_draft=None, k_max=6),
-        GenerationParams(num_draft=3, temperature=0.9, seed=4),
+        GenerationParams(drafting=DraftSetting.of(3)),
+        GenerationParams(drafting=DraftSetting.of(None, 6)),
+        GenerationParams(drafting=DraftSetting.of(3), temperature=0.9, seed=4),
     ],
 )
 def test_requests_that_join_together_read_the_start_they_share_once(
@@ -294,7 +298,7 @@ def test_a_request_that_joins_copies_the_start_a_decoding_request_shares(
     batch = Decoder(pair.target.model, pair.draft.model)
     # One request alone decodes plainly (its own cache, a step queued ahead); two
     # draft side by side, long enough that their stack compacts.
-    params = GenerationParams(num_draft=0 if running == 1 else 3)
+    params = GenerationParams(drafting=DraftSetting.of(0 if running == 1 else 3))
     # The joiner shares its start with the last of them only.
     prompts = [[*([60 + i % 29 for i in range(70)] if j else SYSTEM), 5, 6] for j in range(running)]
     prompts.reverse()
@@ -308,7 +312,7 @@ def test_a_request_that_joins_copies_the_start_a_decoding_request_shares(
             break
     assert running == 1 or laid[0].compactions
     prompt = [*SYSTEM, 9, 10, 11]
-    joining = batch.generate(prompt, GenerationParams(num_draft=3))
+    joining = batch.generate(prompt, GenerationParams(drafting=DraftSetting.of(3)))
     prefill = next(joining)
     assert isinstance(prefill, Prefill) and prefill.reused_tokens == len(SYSTEM)
     got, _ = _turns([*gens, joining], 20)
@@ -321,7 +325,7 @@ def test_another_conversation_copies_a_finished_one_s_start_and_leaves_it_its_ca
     pair,
 ) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    params = GenerationParams(num_draft=3)
+    params = GenerationParams(drafting=DraftSetting.of(3))
     first = [*SYSTEM, 5, 6]
     reply = _turns([batch.generate(first, params)], 20)[0][0]
     # Another user's conversation with the same system prompt copies its rows...
@@ -340,7 +344,7 @@ def test_another_conversation_copies_a_finished_one_s_start_and_leaves_it_its_ca
 
 def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    params = GenerationParams(num_draft=3)
+    params = GenerationParams(drafting=DraftSetting.of(3))
     first = batch.generate(PROMPTS[0], params)
     reply, _ = _turns([first], 20)
     follow_up = [*PROMPTS[0], *reply[0], 7, 8, 9]  # the next turn of the conversation
@@ -363,17 +367,21 @@ def test_a_follow_up_reads_only_what_the_finished_request_did_not_hold(pair) -> 
 
 @pytest.mark.parametrize("side_by_side", [False, True])
 def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair, side_by_side) -> None:
-    seeded = GenerationParams(num_draft=3, temperature=0.9, seed=11)
+    seeded = GenerationParams(drafting=DraftSetting.of(3), temperature=0.9, seed=11)
     alone, _ = _turns(
         [Decoder(pair.target.model, pair.draft.model).generate(PROMPTS[0], seeded)], 40
     )
     options = EngineOptions(side_by_side=side_by_side)
     batch = Decoder(pair.target.model, pair.draft.model, options=options)
-    others = GenerationParams(num_draft=2, temperature=1.0)  # unseeded: the global state
+    others = GenerationParams(
+        drafting=DraftSetting.of(2), temperature=1.0
+    )  # unseeded: the global state
     gens = [
         batch.generate(PROMPTS[1], others),
         batch.generate(PROMPTS[0], seeded),
-        batch.generate(PROMPTS[2], GenerationParams(num_draft=4, temperature=0.7, seed=3)),
+        batch.generate(
+            PROMPTS[2], GenerationParams(drafting=DraftSetting.of(4), temperature=0.7, seed=3)
+        ),
     ]
     got, _ = _turns(gens, 40)
     assert got[1] == alone[0]
@@ -382,7 +390,7 @@ def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair, side_b
 
 def test_a_request_closed_before_its_first_pull_leaves_the_batch(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    params = GenerationParams(num_draft=3)
+    params = GenerationParams(drafting=DraftSetting.of(3))
     dropped = batch.generate(PROMPTS[0], params)
     going = batch.generate(PROMPTS[2], params)
     assert batch.active == 2
@@ -395,7 +403,7 @@ def test_a_request_closed_before_its_first_pull_leaves_the_batch(pair) -> None:
 
 def test_a_cancelled_request_ends_without_stopping_the_others(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    params = GenerationParams(num_draft=3)
+    params = GenerationParams(drafting=DraftSetting.of(3))
     cancel = threading.Event()
     stopped = batch.generate(PROMPTS[0], params, cancel=cancel)
     going = batch.generate(PROMPTS[2], params)
@@ -410,7 +418,7 @@ def test_a_cancelled_request_ends_without_stopping_the_others(pair) -> None:
 
 def test_a_round_never_drafts_past_the_request_budget(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0))
-    gen = batch.generate(PROMPTS[1], GenerationParams(num_draft=8, max_tokens=5))
+    gen = batch.generate(PROMPTS[1], GenerationParams(drafting=DraftSetting.of(8), max_tokens=5))
     first = next(e for e in gen if isinstance(e, Round))
     gen.close()
     assert first.k == 4  # five tokens: four drafts and the target's own
@@ -421,7 +429,7 @@ def test_auto_requests_together_draft_what_the_batch_costs_favour(pair) -> None:
     flat = BatchProfile(verify=((2, (1.0,) * 17),), draft=((2, 1e-4),))
     single = CostModel(7, profile=CostProfile(verify=(1.0,) * 7, draft_step=1e-4))
     batch = Decoder(pair.target.model, pair.draft.model, single, BatchCosts(single, flat))
-    params = GenerationParams(num_draft=None, k_max=6, max_tokens=30)
+    params = GenerationParams(drafting=DraftSetting.of(None, 6), max_tokens=30)
     got, rounds = _turns([batch.generate(p, params) for p in PROMPTS[:2]], 30)
     assert got == [_solo(pair, p, 30) for p in PROMPTS[:2]]
     together = [r for r in rounds[0] if r.k][:4]  # the shortest reply ends last of all
@@ -438,7 +446,7 @@ def test_the_batch_times_the_shapes_it_has_not_measured_and_stores_them(pair) ->
     single = CostModel(7)
     costs = BatchCosts(single, on_measured=stored.append)
     batch = Decoder(pair.target.model, pair.draft.model, single, costs)
-    params = GenerationParams(num_draft=3)
+    params = GenerationParams(drafting=DraftSetting.of(3))
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 24)
     assert costs.measured(2, 4) and costs.draft_step(2) is not None
     assert stored and dict(stored[-1].verify)[2][3] is not None  # 2 sequences of 4 rows
@@ -448,7 +456,9 @@ def test_the_batch_measures_its_draft_steps_stacked_and_packed_and_runs_the_chea
     pair,
 ) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
-    got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS], 40)
+    got, _ = _turns(
+        [batch.generate(p, GenerationParams(drafting=DraftSetting.of(3))) for p in PROMPTS], 40
+    )
     assert got == [_solo(pair, p, 40) for p in PROMPTS]
     learned = batch.batch_costs.profile()
     stacked, packed = dict(learned.stacked), dict(learned.draft)
@@ -468,7 +478,9 @@ def test_a_stacked_draft_starts_with_what_each_request_committed(pair, monkeypat
     monkeypatch.setattr(batch_module, "stacked_step", step)
     batch = Decoder(pair.target.model, pair.draft.model)
     monkeypatch.setattr(batch.batch_costs, "stacks", lambda d: d > 1)  # every round stacked
-    got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS], 30)
+    got, _ = _turns(
+        [batch.generate(p, GenerationParams(drafting=DraftSetting.of(3))) for p in PROMPTS], 30
+    )
     assert got == [_solo(pair, p, 30) for p in PROMPTS]
     # After a fully accepted draft a request feeds two tokens: its last draft and the bonus.
     assert max(widths) == 2 and widths.count(1) > widths.count(2)
@@ -478,8 +490,8 @@ def test_a_round_where_one_request_drafts_on_alone_does_not_bar_stacking(pair) -
     batch = Decoder(pair.target.model, pair.draft.model)
     # From the second draft step only the first request still drafts: nothing to stack.
     gens = [
-        batch.generate([7], GenerationParams(num_draft=3)),
-        batch.generate(PROMPTS[0], GenerationParams(num_draft=1)),
+        batch.generate([7], GenerationParams(drafting=DraftSetting.of(3))),
+        batch.generate(PROMPTS[0], GenerationParams(drafting=DraftSetting.of(1))),
     ]
     assert all(isinstance(next(gen), Prefill) for gen in gens)  # both join the first round
     firsts = [next(e for e in gen if isinstance(e, Round)) for gen in gens]
@@ -494,7 +506,9 @@ def test_a_round_where_one_request_drafts_on_alone_does_not_bar_stacking(pair) -
 def test_requests_too_ragged_to_stack_draft_packed_and_stay_exact(pair) -> None:
     prompts = [list(range(40, 240)), [7, 8, 9], [11, 12, 13], [15, 16, 17]]
     batch = Decoder(pair.target.model, pair.draft.model)
-    got, _ = _turns([batch.generate(p, GenerationParams(num_draft=3)) for p in prompts], 12)
+    got, _ = _turns(
+        [batch.generate(p, GenerationParams(drafting=DraftSetting.of(3))) for p in prompts], 12
+    )
     assert got == [_solo(pair, p, 12) for p in prompts]
     assert not batch.batch_costs.stacks(4)  # the long prompt would pad the stack past SLACK
     assert 4 in dict(batch.batch_costs.profile().draft)  # so it drafted packed
@@ -502,7 +516,10 @@ def test_requests_too_ragged_to_stack_draft_packed_and_stay_exact(pair) -> None:
 
 def test_requests_together_teach_the_acceptance_a_lone_reply_plans_with(pair) -> None:
     decoder = Decoder(pair.target.model, pair.draft.model)
-    _turns([decoder.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS[:2]], 12)
+    _turns(
+        [decoder.generate(p, GenerationParams(drafting=DraftSetting.of(3))) for p in PROMPTS[:2]],
+        12,
+    )
     assert decoder.acceptance(False).evidence > 0  # what the batch saw, a lone reply plans with
     assert decoder.acceptance(True).evidence == 0  # sampled replies keep their own
 
@@ -525,7 +542,7 @@ def _chi_square(counts: np.ndarray, p: np.ndarray) -> tuple[float, float]:
 
 def test_sampled_first_token_keeps_the_target_distribution(pair) -> None:
     """Chi-square of the first token of concurrent sampled requests against p."""
-    params = GenerationParams(num_draft=3, temperature=0.8)
+    params = GenerationParams(drafting=DraftSetting.of(3), temperature=0.8)
     prompt = PROMPTS[0][:20]
     mx.random.seed(5)
     counts = np.zeros(pair.target.config["vocab_size"])
@@ -552,7 +569,7 @@ def test_a_lone_auto_request_plans_along_stretches_and_stays_exact(stretch: bool
     target, draft = syn.build("tiny"), syn.build("tiny", miss=0.1, seed=1)
     prompt = syn.prompt("tiny")
     batch = Decoder(target, draft, options=EngineOptions(stretch=stretch))
-    gen = batch.generate(prompt, GenerationParams(num_draft=None, k_max=12))
+    gen = batch.generate(prompt, GenerationParams(drafting=DraftSetting.of(None, 12)))
     (got,), (rounds,) = _turns([gen], 120)
     assert got == [syn.CYCLE_START + i % 64 for i in range(len(prompt), len(prompt) + 120)]
     assert any(r.k for r in rounds)
@@ -577,7 +594,9 @@ def _cutting(pair, setting: bool | None) -> Decoder:
 
 def test_a_batched_draft_cut_short_when_unsure_keeps_greedy_exact(pair) -> None:
     batch = _cutting(pair, True)
-    params = GenerationParams(num_draft=6)  # its budget leaves room for 6 in every round
+    params = GenerationParams(
+        drafting=DraftSetting.of(6)
+    )  # its budget leaves room for 6 in every round
     got, rounds = _turns([batch.generate(p, params) for p in PROMPTS[:3]], 40)
     assert got == [_solo(pair, p, 40) for p in PROMPTS[:3]]
     assert any(0 < r.k < 6 for rs in rounds for r in rs)
@@ -596,9 +615,8 @@ def test_batched_drafts_end_early_only_where_the_cutoff_is_asked_or_measured_to_
 
     monkeypatch.setattr(batch_module, "DraftCutoff", Spy)
     batch = _cutting(pair, setting)
-    params = GenerationParams(
-        num_draft=num_draft, k_max=6, temperature=temperature, seed=3, max_tokens=30
-    )
+    drafting = DraftSetting.of(num_draft, 6)
+    params = GenerationParams(drafting=drafting, temperature=temperature, seed=3, max_tokens=30)
     _turns([batch.generate(p, params) for p in PROMPTS[:2]], 30)
     assert stops  # rounds ran
     assert any(s > 0 for s in stops) is cuts
@@ -616,7 +634,7 @@ def test_a_round_of_several_requests_fades_their_acceptance_once(pair, monkeypat
 
     monkeypatch.setattr(Acceptance, "observe", spy)
     batch = Decoder(pair.target.model, pair.draft.model)
-    gens = [batch.generate(p, GenerationParams(num_draft=3)) for p in PROMPTS]
+    gens = [batch.generate(p, GenerationParams(drafting=DraftSetting.of(3))) for p in PROMPTS]
     assert all(isinstance(next(g), Prefill) for g in gens)
     for g in gens:
         assert next(e for e in g if isinstance(e, Round)).k == 0  # the first tokens, plainly
@@ -625,7 +643,7 @@ def test_a_round_of_several_requests_fades_their_acceptance_once(pair, monkeypat
     assert shares == [0.25] * 4
     shares.clear()
     alone = Decoder(pair.target.model, pair.draft.model).generate(
-        PROMPTS[0], GenerationParams(num_draft=3)
+        PROMPTS[0], GenerationParams(drafting=DraftSetting.of(3))
     )
     next(e for e in alone if isinstance(e, Round) and e.k)
     assert shares == [1.0]
@@ -655,7 +673,9 @@ def _timed_plain(costs: CostModel) -> bool:
 def test_a_lone_request_that_drafts_nothing_decodes_a_step_ahead_exactly(pair, params) -> None:
     costs = _slow()
     batch = Decoder(pair.target.model, pair.draft.model, costs)
-    got, rounds = _turns([batch.generate(PROMPTS[0], GenerationParams(num_draft=0, **params))], 30)
+    got, rounds = _turns(
+        [batch.generate(PROMPTS[0], GenerationParams(drafting=DraftSetting.of(0), **params))], 30
+    )
     assert got[0] == _solo(pair, PROMPTS[0], 30, **params)
     assert all(r.k == 0 and len(r.tokens) == 1 for r in rounds[0])
     # Its steps ran pipelined, one queued ahead, and priced the pair's plain step.
@@ -665,7 +685,7 @@ def test_a_lone_request_that_drafts_nothing_decodes_a_step_ahead_exactly(pair, p
 
 @pytest.mark.parametrize(
     "params",
-    [dict(num_draft=0), dict(num_draft=0, temperature=0.9, seed=5)],
+    [dict(drafting=DraftSetting.of(0)), dict(drafting=DraftSetting.of(0), temperature=0.9, seed=5)],
 )
 def test_a_request_joining_a_plain_burst_ends_it_and_every_reply_stays_exact(pair, params) -> None:
     plain = GenerationParams(**params)
@@ -677,7 +697,7 @@ def test_a_request_joining_a_plain_burst_ends_it_and_every_reply_stays_exact(pai
     first = batch.generate(PROMPTS[0], plain)
     early = _pull(first, 12)
     assert _timed_plain(costs)  # it was decoding plainly, pipelined
-    late = batch.generate(PROMPTS[1], GenerationParams(num_draft=4))
+    late = batch.generate(PROMPTS[1], GenerationParams(drafting=DraftSetting.of(4)))
     got, rounds = _turns([first, late], 40 - len(early))
     assert early + got[0] == alone[0]
     assert got[1] == _solo(pair, PROMPTS[1], len(got[1]))
@@ -688,13 +708,13 @@ def test_a_request_joining_a_plain_burst_ends_it_and_every_reply_stays_exact(pai
 
 
 def test_drafting_asked_for_mid_burst_ends_it_and_the_reply_stays_exact(pair) -> None:
-    control = DraftControl(0)
+    control = DraftControl(DraftSetting.fixed(0))
     costs = _slow()
     batch = Decoder(pair.target.model, pair.draft.model, costs)
-    gen = batch.generate(PROMPTS[2], GenerationParams(num_draft=0), control=control)
+    gen = batch.generate(PROMPTS[2], GenerationParams(drafting=DraftSetting.of(0)), control=control)
     early = _pull(gen, 10)
     assert _timed_plain(costs)  # it was decoding plainly, pipelined
-    control.set(3)
+    control.set(DraftSetting.fixed(3))
     got, rounds = _turns([gen], 30)
     assert early + got[0] == _solo(pair, PROMPTS[2], len(early) + 30)
     assert any(r.k == 3 for r in rounds[0])
@@ -703,7 +723,7 @@ def test_drafting_asked_for_mid_burst_ends_it_and_the_reply_stays_exact(pair) ->
 def test_a_request_closed_mid_burst_leaves_caches_a_follow_up_reuses_exactly(pair) -> None:
     costs = _slow()
     batch = Decoder(pair.target.model, costs=costs)  # the target's cache alone is reused
-    params = GenerationParams(num_draft=0)
+    params = GenerationParams(drafting=DraftSetting.of(0))
     gen = batch.generate(PROMPTS[0], params)
     reply = _pull(gen, 15)
     assert _timed_plain(costs)  # it was decoding plainly, pipelined
@@ -724,7 +744,9 @@ def test_a_lone_auto_request_probes_plain_steps_and_decodes_plainly_where_drafts
     # plain steps show that plain decoding is far cheaper than any drafting round here.
     costs = _slow()
     batch = Decoder(pair.target.model, pair.draft.model, costs)
-    gen = batch.generate(PROMPTS[0], GenerationParams(num_draft=None, k_max=8, max_tokens=80))
+    gen = batch.generate(
+        PROMPTS[0], GenerationParams(drafting=DraftSetting.of(None, 8), max_tokens=80)
+    )
     got, rounds = _turns([gen], 80)
     assert got[0] == _solo(pair, PROMPTS[0], 80)
     assert [r.k for r in rounds[0][:2]] == [0, 0]  # the probe: two plain tokens first

@@ -6,7 +6,7 @@ import pytest
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
 from app.engine.generate import encode_chat, new_decoder, stream_reply
-from app.engine.types import Reading
+from app.engine.types import DraftSetting, Reading
 from tests.conftest import TinyModels
 
 PROMPTS = [
@@ -35,8 +35,8 @@ def plain(tiny: TinyModels):
 def test_greedy_with_draft_equals_plain_greedy(tiny: TinyModels, plain, draft_name, k) -> None:
     pair = load_pair(tiny.target, getattr(tiny, draft_name))
     for messages in PROMPTS:
-        _, want = _run(plain, messages, max_tokens=40, num_draft=0)
-        _, got = _run(pair, messages, max_tokens=40, num_draft=k)
+        _, want = _run(plain, messages, max_tokens=40, drafting=DraftSetting.of(0))
+        _, got = _run(pair, messages, max_tokens=40, drafting=DraftSetting.of(k))
         assert got.token_ids == want.token_ids
         assert got.finish_reason == want.finish_reason
         assert got.stats.drafted > 0
@@ -44,13 +44,13 @@ def test_greedy_with_draft_equals_plain_greedy(tiny: TinyModels, plain, draft_na
 
 def test_noisy_draft_is_partly_accepted(tiny: TinyModels) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
-    _, f = _run(pair, PROMPTS[0], max_tokens=40, num_draft=4)
+    _, f = _run(pair, PROMPTS[0], max_tokens=40, drafting=DraftSetting.of(4))
     assert 0 < f.stats.accepted < f.stats.drafted
     assert Origin.CORRECTION in f.origins
 
 
 def test_copy_draft_accepts_everything(tiny_pair) -> None:
-    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=30, num_draft=4)
+    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=30, drafting=DraftSetting.of(4))
     s = f.stats
     assert s.drafted > 0
     assert s.accepted == s.drafted
@@ -63,7 +63,9 @@ def test_copy_draft_accepts_everything(tiny_pair) -> None:
 
 
 def test_copy_draft_accepts_everything_when_sampling(tiny_pair) -> None:
-    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=30, num_draft=3, temperature=1.0, seed=7)
+    _, f = _run(
+        tiny_pair, PROMPTS[0], max_tokens=30, drafting=DraftSetting.of(3), temperature=1.0, seed=7
+    )
     assert f.stats.drafted > 0
     assert f.stats.acceptance == 1.0
 
@@ -71,14 +73,16 @@ def test_copy_draft_accepts_everything_when_sampling(tiny_pair) -> None:
 def test_sampling_is_reproducible_with_a_seed(tiny: TinyModels) -> None:
     pair = load_pair(tiny.target, tiny.noisy)
     runs = [
-        _run(pair, PROMPTS[0], max_tokens=20, num_draft=3, temperature=0.8, seed=11)[1]
+        _run(
+            pair, PROMPTS[0], max_tokens=20, drafting=DraftSetting.of(3), temperature=0.8, seed=11
+        )[1]
         for _ in range(2)
     ]
     assert runs[0].token_ids == runs[1].token_ids
 
 
 def test_text_is_the_decoded_tokens(tiny_pair) -> None:
-    chunks, f = _run(tiny_pair, PROMPTS[1], max_tokens=25, num_draft=4)
+    chunks, f = _run(tiny_pair, PROMPTS[1], max_tokens=25, drafting=DraftSetting.of(4))
     text = "".join(c.text for c in chunks)
     assert text == tiny_pair.target.tokenizer.decode(list(f.token_ids))
     assert [t for c in chunks for t in c.token_ids] == list(f.token_ids)
@@ -86,7 +90,7 @@ def test_text_is_the_decoded_tokens(tiny_pair) -> None:
 
 
 def test_max_tokens_is_respected(tiny_pair) -> None:
-    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=5, num_draft=4)
+    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=5, drafting=DraftSetting.of(4))
     assert len(f.token_ids) <= 5
     if f.finish_reason == "length":
         assert len(f.token_ids) == 5
@@ -94,7 +98,7 @@ def test_max_tokens_is_respected(tiny_pair) -> None:
 
 
 def test_stats_are_consistent(tiny_pair) -> None:
-    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=30, num_draft=4)
+    _, f = _run(tiny_pair, PROMPTS[0], max_tokens=30, drafting=DraftSetting.of(4))
     s = f.stats
     assert s.prompt_tokens == len(encode_chat(tiny_pair.target.tokenizer, PROMPTS[0]))
     assert s.num_draft == 4
@@ -107,7 +111,7 @@ def test_stats_are_consistent(tiny_pair) -> None:
 def test_stop_ends_within_one_round(tiny_pair) -> None:
     cancel = threading.Event()
     events = stream_reply(
-        tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, num_draft=2), cancel
+        tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, drafting=DraftSetting.of(2)), cancel
     )
     first = next(e for e in events if not isinstance(e, Reading))
     assert isinstance(first, Chunk)
@@ -125,7 +129,7 @@ def test_stop_ends_within_one_round(tiny_pair) -> None:
 def test_stop_inside_a_round_ends_the_reply_as_cancelled(tiny_pair, monkeypatch) -> None:
     cancel = threading.Event()
     events = stream_reply(
-        tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, num_draft=4), cancel
+        tiny_pair, PROMPTS[0], GenerationParams(max_tokens=200, drafting=DraftSetting.of(4)), cancel
     )
     replies = (e for e in events if isinstance(e, Chunk))
     chunks = [next(replies)]
@@ -147,14 +151,14 @@ def test_stop_inside_a_round_ends_the_reply_as_cancelled(tiny_pair, monkeypatch)
 
 
 def test_without_draft_every_token_is_the_targets(tiny: TinyModels, plain) -> None:
-    _, f = _run(plain, PROMPTS[0], max_tokens=10, num_draft=4)
+    _, f = _run(plain, PROMPTS[0], max_tokens=10, drafting=DraftSetting.of(4))
     assert set(f.origins) == {Origin.TARGET}
     assert f.stats.drafted == 0
     assert f.stats.acceptance is None
 
 
 def test_each_chunk_carries_its_tokens_text_and_round(tiny_pair) -> None:
-    chunks, f = _run(tiny_pair, PROMPTS[1], max_tokens=30, num_draft=3)
+    chunks, f = _run(tiny_pair, PROMPTS[1], max_tokens=30, drafting=DraftSetting.of(3))
     token_chunks = [c for c in chunks if c.token_ids]
     for c in token_chunks:
         assert len(c.pieces) == len(c.token_ids) and "".join(c.pieces) == c.text
@@ -172,7 +176,7 @@ def test_each_chunk_carries_its_tokens_text_and_round(tiny_pair) -> None:
 def test_a_control_changes_k_mid_stream(tiny_pair) -> None:
     from app.engine.rounds import DraftControl
 
-    control = DraftControl(2)
+    control = DraftControl(DraftSetting.fixed(2))
     ks: list[int] = []
     for event in stream_reply(
         tiny_pair, PROMPTS[0], GenerationParams(max_tokens=40, seed=0), control=control
@@ -180,7 +184,7 @@ def test_a_control_changes_k_mid_stream(tiny_pair) -> None:
         if isinstance(event, Chunk) and event.round is not None:
             ks.append(event.round.k)
             if len(ks) == 3:
-                control.set(5)
+                control.set(DraftSetting.fixed(5))
         if isinstance(event, Finished):
             end = event
     assert set(ks[:3]) <= {0, 2} and 5 in ks[3:] and 2 not in ks[4:]
@@ -207,7 +211,7 @@ def test_a_conversation_longer_than_the_window_is_refused_with_numbers(
 
 
 def test_chunks_say_the_prompt_length_and_the_speed_is_over_the_rounds_time(tiny_pair) -> None:
-    chunks, f = _run(tiny_pair, PROMPTS[0], max_tokens=20, num_draft=4)
+    chunks, f = _run(tiny_pair, PROMPTS[0], max_tokens=20, drafting=DraftSetting.of(4))
     s = f.stats
     timed = [c.round for c in chunks if c.round is not None]
     assert timed and all(c.prompt_tokens == s.prompt_tokens for c in chunks if c.round)
@@ -244,7 +248,7 @@ def test_reading_the_prompt_streams_before_the_first_chunk(tiny: TinyModels, mon
 def test_drafts_past_the_end_of_the_reply_are_not_counted(tiny_pair) -> None:
     # A copy draft at k = 8; after the first token and two probes (5 plain tokens),
     # the decoder drafts no more than the budget leaves: 2 drafts and the target's own.
-    chunks, f = _run(tiny_pair, PROMPTS[0], max_tokens=8, num_draft=8)
+    chunks, f = _run(tiny_pair, PROMPTS[0], max_tokens=8, drafting=DraftSetting.of(8))
     s = f.stats
     assert s.tokens == 8 and s.drafted > 0
     # Before, the cut round's 8 drafts counted: "Tokens 6, acceptance 100 % (8 of 8)".

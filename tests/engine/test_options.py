@@ -9,6 +9,7 @@ import pytest
 from app.engine import GenerationParams, attention, load_pair, wide
 from app.engine.decoder import Decoder, take_turns
 from app.engine.options import EngineOptions
+from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
 
 
@@ -30,7 +31,7 @@ def test_each_decoder_runs_its_replies_on_its_own_paths(tiny: TinyModels) -> Non
     target = load_pair(tiny.target).target.model
     matmul = Decoder(target, options=EngineOptions(attention="matmul", wide="off"))
     sdpa = Decoder(target, options=EngineOptions(attention="sdpa", wide=64))
-    params = GenerationParams(num_draft=0, max_tokens=4)
+    params = GenerationParams(drafting=DraftSetting.of(0), max_tokens=4)
     for decoder, paths in ((matmul, ("matmul", "off")), (sdpa, ("sdpa", 64)), (matmul, None)):
         take_turns([decoder.generate([30, 31, 32], params)], 4)
         assert (attention.mode(), wide.mode()) == (paths or ("matmul", "off"))

@@ -21,6 +21,7 @@ from app.engine.generate import (
     stream_reply,
 )
 from app.engine.loader import ModelPair
+from app.engine.types import DraftSetting
 from app.errors import ModelError
 from tests.conftest import TinyModels
 from tests.fakes import _tandem_here
@@ -104,7 +105,7 @@ def test_the_reply_is_capped_at_what_the_window_leaves_and_says_so(
     if lane == "batch":
         draft = pair.draft.model if pair.draft is not None else None
         decoder = Decoder(pair.target.model, draft, decoder.costs)  # type: ignore[assignment]
-    params = GenerationParams(max_tokens=200, temperature=0.0, num_draft=3)
+    params = GenerationParams(max_tokens=200, temperature=0.0, drafting=DraftSetting.of(3))
     events = list(stream_reply(pair, messages, params, decoder=decoder))
     end = events[-1]
     assert isinstance(end, Finished)

@@ -11,6 +11,7 @@ from app.engine import GenerationParams, load_pair
 from app.engine.decoder import Decoder, take_turns
 from app.engine.loader import ModelPair
 from app.engine.rounds import Round
+from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
 
 PROMPT = list(range(40, 70))
@@ -51,24 +52,28 @@ def _among(pair: ModelPair, others: list[dict[str, Any]], **params: Any) -> list
 
 
 def test_a_seeded_reply_is_plain_decodings_at_any_k_alone_or_among_others(pair) -> None:
-    plain = _alone(pair, num_draft=0, seed=7, **SAMPLED)
+    plain = _alone(pair, drafting=DraftSetting.of(0), seed=7, **SAMPLED)
     for num_draft in (1, 4, 16, None):
-        assert _alone(pair, num_draft=num_draft, seed=7, **SAMPLED) == plain, num_draft
+        assert _alone(pair, drafting=DraftSetting.of(num_draft), seed=7, **SAMPLED) == plain, (
+            num_draft
+        )
     assert pair.draft is not None
     warm = Decoder(pair.target.model, pair.draft.model)  # caches, baseline and costs known
-    assert [_alone(pair, warm, num_draft=None, seed=7, **SAMPLED) for _ in range(2)] == [plain] * 2
+    assert [
+        _alone(pair, warm, drafting=DraftSetting.of(None), seed=7, **SAMPLED) for _ in range(2)
+    ] == [plain] * 2
     others: list[dict[str, Any]] = [
-        dict(num_draft=2, **SAMPLED),
-        dict(num_draft=None, seed=3, temperature=1.0),
+        dict(drafting=DraftSetting.of(2), **SAMPLED),
+        dict(drafting=DraftSetting.of(None), seed=3, temperature=1.0),
     ]
-    assert _among(pair, others, num_draft=4, seed=7, **SAMPLED) == plain
-    assert _among(pair, others[:1], num_draft=None, seed=7, **SAMPLED) == plain
+    assert _among(pair, others, drafting=DraftSetting.of(4), seed=7, **SAMPLED) == plain
+    assert _among(pair, others[:1], drafting=DraftSetting.of(None), seed=7, **SAMPLED) == plain
 
 
 def test_an_unseeded_reply_never_draws_from_the_global_generator(pair) -> None:
     mx.random.seed(11)
     want = mx.random.uniform(shape=(4,)).tolist()
     mx.random.seed(11)  # as another client's seed once did
-    replies = [_alone(pair, num_draft=3, **SAMPLED) for _ in range(2)]
+    replies = [_alone(pair, drafting=DraftSetting.of(3), **SAMPLED) for _ in range(2)]
     assert mx.random.uniform(shape=(4,)).tolist() == want  # nothing drawn from it
     assert replies[0] != replies[1]  # and nothing fixed by it

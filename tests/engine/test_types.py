@@ -9,6 +9,7 @@ import pytest
 from app.engine.types import (
     PARAM_RANGES,
     SEED_MAX,
+    DraftSetting,
     GenerationParams,
     InvalidParamError,
     InvalidTextError,
@@ -43,9 +44,6 @@ from app.store.presets import Preset
         ("seed", -1),
         ("seed", SEED_MAX + 1),
         ("seed", 2**70),
-        ("num_draft", 17),
-        ("num_draft", -1),
-        ("k_max", 0),
         ("repetition_context_size", -1),
         ("prompt_lookup", 1),
         ("accept_rule", "other"),
@@ -68,7 +66,7 @@ def test_the_edges_are_taken_and_every_seed_keys_its_draws() -> None:
     assert edges.seed == 2**64 - 1
     draws = Draws(edges.seed)  # the whole range keys draws of its own
     assert draws.key(0).tolist() != Draws(0).key(0).tolist()
-    GenerationParams(seed=0, num_draft=0, repetition_penalty=2.0, k_max=16)
+    GenerationParams(seed=0, drafting=DraftSetting.of(0, 16), repetition_penalty=2.0)
 
 
 def test_settings_presets_and_params_share_defaults_and_ranges() -> None:
@@ -121,14 +119,48 @@ def test_a_reply_too_short_to_time_has_no_speedup_and_says_why() -> None:
 
 @pytest.mark.parametrize(("written", "k"), [("auto", None), ("0", 0), ("16", 16), (4, 4), (0, 0)])
 def test_a_written_draft_length_is_auto_or_a_whole_number_in_range(written, k) -> None:
-    from app.engine.types import parse_num_draft
+    from app.engine.types import DraftSetting
 
-    assert parse_num_draft(written) == k
+    setting = DraftSetting.parse(written, limit=8)
+    assert setting.num_draft == k and setting.limit == 8
+    assert DraftSetting.parse(str(setting), limit=8) == setting  # written back as it reads
 
 
 @pytest.mark.parametrize("written", ["17", 17, -1, "many", True, None, 2.0, ""])
 def test_a_written_draft_length_out_of_range_names_the_rule(written) -> None:
-    from app.engine.types import InvalidParamError, parse_num_draft
+    from app.engine.types import DraftSetting, InvalidParamError
 
     with pytest.raises(InvalidParamError, match="'auto' or a whole number from 0 to 16"):
-        parse_num_draft(written)
+        DraftSetting.parse(written)
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [(dict(k=-1), "num_draft"), (dict(k=17), "num_draft"), (dict(limit=0), "k_max"),
+     (dict(limit=17), "k_max"), (dict(auto=1), "auto"), (dict(k=True), "num_draft")],
+)  # fmt: skip
+def test_a_draft_setting_out_of_range_is_refused_where_it_is_made(fields, name) -> None:
+    from app.engine.types import DraftSetting, InvalidParamError
+
+    with pytest.raises(InvalidParamError) as caught:
+        DraftSetting(**fields)
+    assert caught.value.name == name
+
+
+def test_settings_presets_and_params_share_one_sampling_declaration() -> None:
+    from dataclasses import fields
+
+    from app.engine.types import DraftSetting, GenerationParams, InvalidParamError, Sampling
+    from app.store.presets import Preset
+    from app.store.settings import Settings
+
+    shared = {f.name for f in fields(Sampling)}
+    for kind in (GenerationParams, Settings, Preset):
+        assert issubclass(kind, Sampling) and shared <= {f.name for f in fields(kind)}
+    chosen = Settings(temperature=0.7, top_k=40, drafting=DraftSetting.fixed(6))
+    params = GenerationParams(**chosen.sampling())
+    assert params.sampling() == chosen.sampling()
+    makers = (GenerationParams, Settings, lambda **kw: Preset("p", **kw))
+    for make in makers:  # each checks what it shares the same way
+        with pytest.raises(InvalidParamError, match="top_p must be a number from 0 to 1"):
+            make(top_p=1.5)

@@ -15,7 +15,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from app.engine import fuse, wide
 from app.engine.decoder import Decoder, take_turns
 from app.engine.options import EngineOptions
-from app.engine.types import GenerationParams
+from app.engine.types import DraftSetting, GenerationParams
 from app.testing import synthetic as syn
 
 
@@ -182,10 +182,10 @@ def test_decoders_read_wide_prompts_dequantized_with_the_same_replies(
 ) -> None:
     prompts = [syn.prompt("tiny", repeats=r) for r in (9, 12)]
     assert min(len(p) for p in prompts) > 64
-    params = GenerationParams(num_draft=4, max_tokens=24)
+    params = GenerationParams(drafting=DraftSetting.of(4), max_tokens=24)
     off, at_64 = EngineOptions(wide="off"), EngineOptions(wide=64)
     target = _model()
-    plain = replace(params, num_draft=0)
+    plain = replace(params, drafting=DraftSetting.of(0))
     want = [
         take_turns([Decoder(target, options=off).generate(p, plain)], 24).replies[0]
         for p in prompts

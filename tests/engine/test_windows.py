@@ -13,6 +13,7 @@ from app.engine.caches import WindowKVCache, new_cache, rewind
 from app.engine.decoder import Decoder
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair
+from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
 from tests.engine.families import FAMILIES, WINDOW, window_pair
 
@@ -51,7 +52,7 @@ LONG = [Message("user", "Summarise the following text in one sentence. " * 3)]
 @pytest.mark.parametrize("messages", [SHORT, LONG], ids=["short", "long"])
 def test_the_windows_reply_is_plain_greedy_past_the_window(pair, messages, num_draft) -> None:
     prompt = encode_chat(pair.target.tokenizer, messages)
-    end = _reply(pair, messages, new_decoder(pair), num_draft=num_draft)
+    end = _reply(pair, messages, new_decoder(pair), drafting=DraftSetting.of(num_draft))
     assert len(prompt) + len(end.token_ids) > 2 * WINDOW  # the reply crosses the window
     assert list(end.token_ids) == _plain(pair, prompt, 48)
     assert end.stats.accepted == end.stats.drafted > 0  # a copy's drafts are all right
@@ -61,12 +62,12 @@ def test_the_windows_reply_is_plain_greedy_past_the_window(pair, messages, num_d
 def test_a_follow_up_and_an_edit_reuse_the_caches_and_stay_exact(pair, batch: bool) -> None:
     draft = pair.draft.model if pair.draft is not None else None
     decoder = Decoder(pair.target.model, draft) if batch else new_decoder(pair)
-    first = _reply(pair, LONG, decoder, num_draft=4)
+    first = _reply(pair, LONG, decoder, drafting=DraftSetting.of(4))
     text = pair.target.tokenizer.decode(list(first.token_ids))
     follow = [*LONG, Message("assistant", text), Message("user", "And the sea?")]
     edited = [Message("user", "Write a haiku about the sea. " * 3)]
     for messages in (follow, edited):
-        end = _reply(pair, messages, decoder, num_draft=None)
+        end = _reply(pair, messages, decoder, drafting=DraftSetting.of(None))
         prompt = encode_chat(pair.target.tokenizer, messages)
         assert list(end.token_ids) == _plain(pair, prompt, 48)
 

@@ -18,7 +18,7 @@ import pytest
 
 from app.engine.generate import stream_reply
 from app.engine.loader import ModelPair, load_model
-from app.engine.types import Finished, GenerationParams, Message
+from app.engine.types import DraftSetting, Finished, GenerationParams, Message
 from app.errors import ModelError
 from app.hub.gguf_import import ImportCancelled, ImportProgress, convert, import_folder, import_gguf
 from app.hub.gguf_import import shards as shard_writer
@@ -54,7 +54,7 @@ def spm_tokenizer(*, add_space_prefix: bool) -> TokenizerMeta:
 
 def greedy(folder: Path) -> tuple[int, ...]:
     pair = ModelPair(load_model(folder))
-    params = GenerationParams(max_tokens=16, num_draft=0)
+    params = GenerationParams(max_tokens=16, drafting=DraftSetting.of(0))
     finished = list(stream_reply(pair, _PROMPT, params))[-1]
     assert isinstance(finished, Finished)
     return finished.token_ids

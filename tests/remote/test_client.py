@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin
+from app.engine.types import DraftSetting
 from app.errors import ModelError
 from app.remote import REMOTE_TOKEN, RemoteEngine, check_remote, stream_remote
 from app.remote.client import sse_lines
@@ -37,7 +38,7 @@ def _collect(engine: RemoteEngine, params: GenerationParams, cancel=None, stop_a
 def test_streams_a_reply_with_usage_and_no_made_up_drafts(mlx_url: str) -> None:
     engine = RemoteEngine(mlx_url + "/v1/", "mlx-lm")
     check_remote(engine)
-    chunks, done = _collect(engine, GenerationParams(max_tokens=12, num_draft=0))
+    chunks, done = _collect(engine, GenerationParams(max_tokens=12, drafting=DraftSetting.of(0)))
     assert chunks and all(c.token_ids == (REMOTE_TOKEN,) for c in chunks)
     assert all(c.origins == (Origin.TARGET,) and c.pieces == (c.text,) for c in chunks)
     assert done.finish_reason == "length"
@@ -51,7 +52,7 @@ def test_streams_a_reply_with_usage_and_no_made_up_drafts(mlx_url: str) -> None:
 def test_streams_with_a_draft_per_request(mlx_url: str, tiny: TinyModels) -> None:
     plain = RemoteEngine(mlx_url, "mlx-lm")
     drafted = RemoteEngine(mlx_url, "mlx-lm", draft_model=str(tiny.copy))
-    params = GenerationParams(max_tokens=10, num_draft=3)
+    params = GenerationParams(max_tokens=10, drafting=DraftSetting.of(3))
     plain_chunks, _ = _collect(plain, params)
     chunks, done = _collect(drafted, params)
     # Greedy decoding with a draft is lossless: the same text, and mlx-lm reports no acceptance.
@@ -62,12 +63,14 @@ def test_streams_with_a_draft_per_request(mlx_url: str, tiny: TinyModels) -> Non
 
 def test_stop_ends_the_stream_mid_reply(mlx_url: str) -> None:
     engine = RemoteEngine(mlx_url, "mlx-lm")
-    chunks, done = _collect(engine, GenerationParams(max_tokens=2000, num_draft=0), stop_after=3)
+    chunks, done = _collect(
+        engine, GenerationParams(max_tokens=2000, drafting=DraftSetting.of(0)), stop_after=3
+    )
     assert done.finish_reason == "cancelled"
     assert len(chunks) == 3
     assert done.stats.tokens == 3
     # The server is still there for the next reply.
-    again, finished = _collect(engine, GenerationParams(max_tokens=4, num_draft=0))
+    again, finished = _collect(engine, GenerationParams(max_tokens=4, drafting=DraftSetting.of(0)))
     assert again and finished.finish_reason == "length"
 
 

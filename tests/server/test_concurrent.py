@@ -16,7 +16,7 @@ import pytest
 
 from app.engine import GenerationParams, load_pair
 from app.engine.generate import stream_reply
-from app.engine.types import Chunk, Finished, Message
+from app.engine.types import Chunk, DraftSetting, Finished, Message
 from tests.conftest import TinyModels
 from tests.fakes import KEY, Server, _free_port, _kill, _start, served_url
 
@@ -42,7 +42,7 @@ def solo(tiny: TinyModels) -> dict[str, str]:
     pair = load_pair(tiny.target)
     out = {}
     for prompt in PROMPTS:
-        params = GenerationParams(max_tokens=TOKENS, temperature=0, num_draft=0)
+        params = GenerationParams(max_tokens=TOKENS, temperature=0, drafting=DraftSetting.of(0))
         events = list(stream_reply(pair, [Message("user", prompt)], params))
         assert isinstance(events[-1], Finished)
         out[prompt] = "".join(e.text for e in events if isinstance(e, Chunk))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.engine.types import GenerationParams, Stats
+from app.engine.types import DraftSetting, GenerationParams, Stats
 from app.server.protocol import (
     DONE,
     ChunkStream,
@@ -72,32 +72,36 @@ def test_parses_sampling_and_drafting_fields() -> None:
         7,
     )
     assert p.repetition_penalty == pytest.approx(1.1)
-    assert p.num_draft is None  # auto
+    assert p.drafting.num_draft is None  # auto
     assert req.stream and req.include_usage
 
 
 def test_defaults_fill_what_the_request_leaves_out() -> None:
-    defaults = GenerationParams(max_tokens=64, temperature=0.3, num_draft=5)
+    defaults = GenerationParams(max_tokens=64, temperature=0.3, drafting=DraftSetting.of(5))
     req = parse_chat_request({"messages": MESSAGES}, PAIR, defaults)
-    assert (req.params.max_tokens, req.params.temperature, req.params.num_draft) == (64, 0.3, 5)
+    assert (req.params.max_tokens, req.params.temperature, req.params.drafting.num_draft) == (
+        64,
+        0.3,
+        5,
+    )
     assert req.model == "target"
     assert not req.stream and not req.include_usage
 
 
 def test_num_draft_tokens_zero_turns_speculation_off() -> None:
     req = parse_chat_request({"messages": MESSAGES, "num_draft_tokens": 0}, PAIR)
-    assert req.params.num_draft == 0
+    assert req.params.drafting.num_draft == 0
 
 
 def test_without_a_draft_decoding_is_plain() -> None:
     req = parse_chat_request({"messages": MESSAGES, "num_draft_tokens": 3}, ModelsInfo("t"))
-    assert req.params.num_draft == 0
+    assert req.params.drafting.num_draft == 0
 
 
 @pytest.mark.parametrize("name", ["draft", "/models/draft"])
 def test_the_loaded_draft_may_be_named(name: str) -> None:
     req = parse_chat_request({"messages": MESSAGES, "draft_model": name}, PAIR)
-    assert req.params.num_draft == GenerationParams().num_draft
+    assert req.params.drafting.num_draft == GenerationParams().drafting.num_draft
 
 
 def test_another_draft_is_refused_not_ignored() -> None:

@@ -12,13 +12,14 @@ from app.engine.decoder import Decoder
 from app.engine.generate import encode_chat
 from app.engine.side_by_side import ROOM
 from app.engine.stacked import SLACK
+from app.engine.types import DraftSetting
 from app.hub.fit import kv_cache_bytes
 from app.services import EngineFailure, EngineService, GenerationResult
 from app.services import engine_service as es
 from tests.conftest import TinyModels
 from tests.fakes import _collect, _loaded
 
-LONG = GenerationParams(max_tokens=150, num_draft=3, temperature=0)
+LONG = GenerationParams(max_tokens=150, drafting=DraftSetting.of(3), temperature=0)
 
 
 def _prompt(topic: str) -> list[Message]:
@@ -71,7 +72,7 @@ def test_the_batch_stores_what_its_rounds_measured_beside_the_pair_profile(
     service = make_service(es.EngineWorker(profiles=store))
     _loaded(qtbot, service, str(tiny.target), str(tiny.noisy))
     _, ends = _collect(service)
-    short = GenerationParams(max_tokens=24, num_draft=None, k_max=4)
+    short = GenerationParams(max_tokens=24, drafting=DraftSetting.of(None, 4))
     ids = [service.generate(_prompt(t), short, shared=True).request_id for t in ("cats", "dogs")]
     qtbot.waitUntil(lambda: all(i in ends for i in ids), timeout=30_000)
     raw = store.entry(str(tiny.target), str(tiny.noisy), kind="batch")

@@ -14,6 +14,7 @@ from app.engine import (
     ModelPair,
     Stats,
 )
+from app.engine.types import DraftSetting
 from app.services import (
     CalibrationHandle,
     EngineFailure,
@@ -46,7 +47,9 @@ def test_real_pair_streams_started_tokens_finished_in_order(
         order="simple",
         timeout=20_000,
     ):
-        rid = service.generate(HELLO, GenerationParams(max_tokens=30, num_draft=3)).request_id
+        rid = service.generate(
+            HELLO, GenerationParams(max_tokens=30, drafting=DraftSetting.of(3))
+        ).request_id
     qtbot.waitUntil(lambda: "finished" in order)
     assert order[0] == "started" and order[-1] == "finished"
     assert set(order[1:-1]) == {"tokens"}
@@ -62,7 +65,7 @@ def test_batches_carry_the_text_and_the_result_its_stats_and_pair(
     batches: list[TokenBatch] = []
     service.tokens_generated.connect(batches.append)
     with qtbot.waitSignal(service.generation_finished, timeout=20_000) as blocker:
-        service.generate(HELLO, GenerationParams(max_tokens=20, num_draft=4))
+        service.generate(HELLO, GenerationParams(max_tokens=20, drafting=DraftSetting.of(4)))
     result: GenerationResult = blocker.args[0]
     # The text comes once, in the batches, token for token what the reply ended with.
     assert "".join(b.text for b in batches)
@@ -198,7 +201,7 @@ def test_batches_and_result_carry_text_by_origin_and_rounds(
     batches: list[TokenBatch] = []
     service.tokens_generated.connect(batches.append)
     with qtbot.waitSignal(service.generation_finished, timeout=20_000) as blocker:
-        service.generate(HELLO, GenerationParams(max_tokens=40, num_draft=3))
+        service.generate(HELLO, GenerationParams(max_tokens=40, drafting=DraftSetting.of(3)))
     result: GenerationResult = blocker.args[0]
     for b in batches:
         assert "".join(text for _, text in b.segments) == b.text
@@ -214,20 +217,20 @@ def test_draft_length_changes_for_the_reply_in_flight(qtbot: QtBot, make_service
     running = threading.Event()
 
     def stream(_pair, _messages, params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
-        seen.append(control.num_draft)
+        seen.append(control.setting.num_draft)
         running.set()
-        while control.num_draft != 7 and not cancel.is_set():
+        while control.setting.num_draft != 7 and not cancel.is_set():
             time.sleep(0.001)
-        seen.append(control.num_draft)
+        seen.append(control.setting.num_draft)
         yield Finished(Stats(), "stop", (), ())
 
     service = make_service(EngineWorker(load=_fake_load, stream=stream))
     _loaded(qtbot, service)
     with qtbot.waitSignal(service.generation_finished, timeout=5_000):
-        reply = service.generate(HELLO, GenerationParams(num_draft=2))
+        reply = service.generate(HELLO, GenerationParams(drafting=DraftSetting.of(2)))
         # generation_started comes before the stream runs: wait for the stream itself.
         qtbot.waitUntil(running.is_set)
-        reply.set_draft_length(7)
+        reply.set_drafting(DraftSetting.fixed(7))
     assert seen == [2, 7]
 
 
@@ -462,18 +465,18 @@ def test_each_reply_has_its_own_draft_length(qtbot: QtBot, make_service) -> None
     release = threading.Event()
 
     def stream(_pair, _messages, params, cancel, control=None, decoder=None):  # type: ignore[no-untyped-def]
-        seen.setdefault(params.seed, []).append(control.num_draft)
+        seen.setdefault(params.seed, []).append(control.setting.num_draft)
         release.wait(5)
-        seen[params.seed].append(control.num_draft)
+        seen[params.seed].append(control.setting.num_draft)
         yield Finished(Stats(), "stop", (), ())
 
     service = make_service(EngineWorker(load=_fake_load, stream=stream))
     _loaded(qtbot, service)
     results = _results(service)
-    first = service.generate(HELLO, GenerationParams(num_draft=2, seed=1))
-    second = service.generate(HELLO, GenerationParams(num_draft=3, seed=2))
+    first = service.generate(HELLO, GenerationParams(drafting=DraftSetting.of(2), seed=1))
+    second = service.generate(HELLO, GenerationParams(drafting=DraftSetting.of(3), seed=2))
     qtbot.waitUntil(lambda: 1 in seen)
-    second.set_draft_length(9)  # the waiting reply's, not the running one's
+    second.set_drafting(DraftSetting.fixed(9))  # the waiting reply's, not the running one's
     release.set()
     qtbot.waitUntil(lambda: second.request_id in results, timeout=5_000)
     assert seen == {1: [2, 2], 2: [9, 9]}
@@ -529,7 +532,7 @@ def _weight_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def _answers(qtbot: QtBot, service: EngineService) -> GenerationResult:
     with qtbot.waitSignal(service.generation_finished, timeout=60_000) as blocker:
-        service.generate(HELLO, GenerationParams(max_tokens=6, num_draft=3))
+        service.generate(HELLO, GenerationParams(max_tokens=6, drafting=DraftSetting.of(3)))
     return blocker.args[0]
 
 

@@ -9,7 +9,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.engine import Chunk, Finished, GenerationParams, Message, Origin, Stats
-from app.engine.types import FinishReason
+from app.engine.types import DraftSetting, FinishReason
 from app.remote import RemoteEngine
 from app.services import EngineFailure, EngineWorker, GenerationResult, PairInfo
 from app.services.engine_service import LoadRequest
@@ -40,7 +40,7 @@ def test_remote_engine_chats_through_the_service(
     batches: list = []
     service.tokens_generated.connect(batches.append)
     with qtbot.waitSignal(service.generation_finished, timeout=20_000) as blocker:
-        service.generate(HELLO, GenerationParams(max_tokens=8, num_draft=0))
+        service.generate(HELLO, GenerationParams(max_tokens=8, drafting=DraftSetting.of(0)))
     result: GenerationResult = blocker.args[0]
     assert "".join(b.text for b in batches)
     assert result.finished.finish_reason == "length"

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from app.engine.costs import K_MAX
+from app.engine.types import DraftSetting
 from app.store import BUILTIN_PRESETS, Preset, PresetsFile, is_builtin, remove, upsert
-from app.store.presets import MAX_DRAFT
 
 
 def test_builtins_are_valid_and_distinct() -> None:
@@ -22,13 +22,13 @@ def test_builtins_are_valid_and_distinct() -> None:
     code = by_name["Code"]
     assert code.prompt_lookup and code.temperature == 0 and "code" in code.system_prompt
     # Every built-in preset drafts, and lets the engine plan k from measured costs.
-    assert all(p.num_draft > 0 and p.auto_draft for p in BUILTIN_PRESETS)
-    assert Preset("Mine").auto_draft
+    assert all(p.drafting.k > 0 and p.drafting.auto for p in BUILTIN_PRESETS)
+    assert Preset("Mine").drafting.auto
 
 
 def test_k_runs_to_the_engines_longest_draft() -> None:
-    assert MAX_DRAFT == K_MAX == 16
-    assert Preset("Long", num_draft=16).validated().num_draft == 16
+    long = Preset("Long", drafting=DraftSetting.fixed(K_MAX))
+    assert long.validated().drafting.num_draft == K_MAX == 16
 
 
 def test_a_missing_file_gives_the_builtins(tmp_path: Path) -> None:
@@ -48,8 +48,7 @@ def test_round_trip_keeps_builtins_first_and_out_of_the_file(tmp_path: Path) -> 
         repetition_penalty=1.1,
         max_tokens=2048,
         seed=7,
-        num_draft=6,
-        auto_draft=False,  # not the default, so the file must keep it
+        drafting=DraftSetting(6, auto=False),  # not the default, so the file must keep it
         prompt_lookup=True,
     )
     presets = upsert(f.load(), mine)
@@ -96,7 +95,6 @@ def test_builtins_cannot_be_removed_or_replaced() -> None:
         ({"min_p": 2.0}, "min_p"),
         ({"repetition_penalty": 0.5}, "repetition_penalty"),
         ({"max_tokens": 0}, "max_tokens"),
-        ({"num_draft": 17}, "num_draft"),
         ({"seed": -1}, "seed"),
         ({"seed": 2**64}, "seed"),
         ({"top_p": float("inf")}, "top_p"),
@@ -104,12 +102,9 @@ def test_builtins_cannot_be_removed_or_replaced() -> None:
     ],
 )
 def test_validation_names_the_bad_field(changes: dict[str, Any], field: str) -> None:
-    preset = Preset(**{"name": "P", **changes})
     with pytest.raises(ValueError, match=field) as raised:
-        preset.validated()
+        upsert([], Preset(**{"name": "P", **changes}))  # a range as it is made, a name here
     assert "\n" not in str(raised.value)
-    with pytest.raises(ValueError):
-        upsert([], preset)
 
 
 def test_validation_accepts_the_edges() -> None:
@@ -137,12 +132,15 @@ def test_malformed_entries_are_dropped(tmp_path: Path) -> None:
         {"name": "Balanced", "temperature": 1.5},  # built-in names are reserved
         {"name": "Good", "temperature": 0.2},  # the first of a name wins
         {"name": "Seeded", "seed": 3, "unknown": "ignored"},
+        {"name": "Bad draft", "drafting": {"k": 99}},
+        {"name": "Older", "num_draft": 6, "auto_draft": False},  # before the one setting
     ]
     path.write_text(json.dumps({"version": 1, "presets": entries}))
     loaded = PresetsFile(path).load()
     assert loaded[: len(BUILTIN_PRESETS)] == list(BUILTIN_PRESETS)
     mine = loaded[len(BUILTIN_PRESETS) :]
-    assert mine == [Preset("Good", temperature=1.0), Preset("Seeded", seed=3)]
+    older = Preset("Older", drafting=DraftSetting(6, auto=False))
+    assert mine == [Preset("Good", temperature=1.0), Preset("Seeded", seed=3), older]
     assert isinstance(mine[0].temperature, float)
 
 

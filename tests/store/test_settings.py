@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from app.engine.types import DraftSetting
 from app.store import Settings, SettingsFile, write_atomic
 
 
@@ -13,8 +15,7 @@ def test_round_trip(tmp_path: Path) -> None:
     saved = Settings(
         target="/m/t",
         draft="/m/d",
-        num_draft=6,
-        auto_draft=False,  # not the default, so the file must keep it
+        drafting=DraftSetting(6, auto=False),  # not the default, so the file must keep it
         prompt_lookup=True,
         temperature=0.7,
     )
@@ -24,8 +25,8 @@ def test_round_trip(tmp_path: Path) -> None:
 
 def test_a_new_install_lets_auto_pick_k() -> None:
     s = Settings()
-    assert s.auto_draft is True
-    assert s.num_draft == 4  # the slider's fixed k, for when Auto is turned off
+    assert s.drafting.auto is True
+    assert s.drafting.k == 4  # the slider's fixed k, for when Auto is turned off
 
 
 @pytest.mark.parametrize("content", ["{", "[]", '{"num_draft": "x", "unknown": 1}', ""])
@@ -76,4 +77,21 @@ def test_best_k_per_pair_round_trips_and_bad_values_are_dropped(tmp_path: Path) 
     assert pair_key("/m/t", None) == "/m/t|"
     (tmp_path / "s.json").write_text(json.dumps({"best_k": {key: "five"}, "num_draft": 3}))
     back = f.load()
-    assert back.best_k == {} and back.num_draft == 3
+    assert back.best_k == {} and back.drafting == DraftSetting(3)  # an older file's k
+
+
+@pytest.mark.parametrize(
+    ("entry", "drafting"),
+    [({"num_draft": 7, "auto_draft": False}, DraftSetting(7, auto=False)),
+     ({"auto_draft": False}, DraftSetting(auto=False)),
+     ({"drafting": {"k": 2, "auto": True, "limit": 8}}, DraftSetting(2, limit=8)),
+     ({"drafting": {"k": 17}}, DraftSetting()),
+     ({"drafting": {"k": 2, "speed": 1}}, DraftSetting()),
+     ({"drafting": [2]}, DraftSetting())],
+)  # fmt: skip
+def test_the_draft_setting_reads_from_this_file_or_an_older_ones(
+    tmp_path: Path, entry: dict[str, object], drafting: DraftSetting
+) -> None:
+    (tmp_path / "s.json").write_text(json.dumps({**entry, "temperature": 0.5}))
+    back = SettingsFile(tmp_path / "s.json").load()
+    assert back.drafting == drafting and back.temperature == 0.5  # a bad one drops alone

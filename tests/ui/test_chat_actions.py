@@ -263,7 +263,7 @@ def test_presets_apply_save_and_delete(qtbot: QtBot, chat, tmp_path: Path) -> No
     assert chat.params().top_p == pytest.approx(creative.top_p)
     chat.panel.k_slider.setValue(6)
     saved = chat.save_preset("Mine")
-    assert saved is not None and saved.num_draft == 6
+    assert saved is not None and saved.drafting.k == 6
     assert [p.name for p in PresetsFile(tmp_path / "presets.json").load()][-1] == "Mine"
     chat.model_bar.preset_combo.setCurrentText("Mine")
     chat.presets_menu.delete_chosen()

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.engine.types import Origin, Stats
+from app.engine.types import DraftSetting, Origin, Stats
 from app.services import EngineWorker
 from app.store import SettingsFile
 from app.store.calibrations import CalibrationsFile
@@ -369,7 +369,7 @@ def test_k_slider_applies_to_the_reply_in_flight(qtbot: QtBot, make_window) -> N
         gate.set()
     assert seen[0] == 4 and seen[-1] is None
     assert window.panel.k_value.text() == "auto"  # no round since said Auto chose its k
-    assert window.settings.auto_draft and window.settings.num_draft == 7
+    assert window.settings.drafting == DraftSetting(7, auto=True)
 
 
 def test_a_new_install_drafts_with_auto_up_to_16(qtbot: QtBot, make_window) -> None:
@@ -382,7 +382,7 @@ def test_a_new_install_drafts_with_auto_up_to_16(qtbot: QtBot, make_window) -> N
     _load(qtbot, window, "/m/target", "/m/draft")
     _send(qtbot, window, "Hello")
     assert seen and set(seen) == {None}  # the engine plans every round
-    assert window.params().num_draft is None and window.params().k_max == 16
+    assert window.params().drafting.num_draft is None and window.params().drafting.limit == 16
 
 
 def test_the_k_label_shows_what_auto_chose_while_a_reply_streams(qtbot: QtBot, make_window) -> None:
@@ -423,7 +423,7 @@ def test_rounds_auto_did_not_plan_leave_the_k_label_alone(qtbot: QtBot, make_win
     # Rounds of a fixed k, as right after Auto is turned on mid-reply.
     window = make_window(EngineWorker(load=_fake_load, stream=_rounds(), flush_interval=0.0))
     _load(qtbot, window, "/m/target", "/m/draft")
-    assert window.panel.num_draft() is None
+    assert window.panel.drafting().num_draft is None
     _send(qtbot, window, "Hello")
     assert window.panel.k_value.text() == "auto"
     window.panel.set_num_draft(4)
@@ -507,7 +507,7 @@ def test_tune_runs_a_sweep_and_its_best_k_is_used_only_when_asked(
     assert SettingsFile(tmp_path / "settings.json").load().best_k == {key: result.best_k}
     window.panel.set_num_draft(12)
     _load(qtbot, window, str(tiny.target), str(tiny.copy))
-    assert window.panel.num_draft() == result.best_k
+    assert window.panel.drafting().num_draft == result.best_k
 
 
 def test_tune_reopens_with_the_pairs_last_result(qtbot: QtBot, make_window, tmp_path: Path) -> None:
@@ -535,9 +535,9 @@ def test_a_calibrated_pair_keeps_auto_on_with_its_best_k_as_the_fixed_one(
     SettingsFile(tmp_path / "settings.json").save(Settings(best_k=best))
     window = make_window(EngineWorker(load=_fake_load, stream=_rounds()))
     _load(qtbot, window, "/m/target", "/m/draft")
-    assert window.panel.num_draft() is None and window.panel.k_slider.value() == 6
+    assert window.panel.drafting().num_draft is None and window.panel.k_slider.value() == 6
     window.panel.auto_check.setChecked(False)
-    assert window.panel.num_draft() == 6
+    assert window.panel.drafting().num_draft == 6
 
 
 def test_tune_needs_a_pair_with_a_draft(qtbot: QtBot, make_window, tiny: TinyModels) -> None:

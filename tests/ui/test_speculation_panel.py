@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pytestqt.qtbot import QtBot
 
+from app.engine.types import DraftSetting
 from app.store import Settings
 from app.ui.speculation_panel import SpeculationPanel
 
@@ -15,16 +16,16 @@ def _panel(qtbot: QtBot, settings: Settings | None = None) -> SpeculationPanel:
 def test_k_runs_from_off_to_16_and_auto_is_the_default(qtbot: QtBot) -> None:
     panel = _panel(qtbot)
     assert (panel.k_slider.minimum(), panel.k_slider.maximum()) == (0, 16)
-    assert panel.num_draft() is None and panel.k_value.text() == "auto"
-    long = _panel(qtbot, Settings(num_draft=16, auto_draft=False))
-    assert long.num_draft() == 16 and long.k_value.text() == "k: 16"  # not clamped at 12
+    assert panel.drafting().num_draft is None and panel.k_value.text() == "auto"
+    long = _panel(qtbot, Settings(drafting=DraftSetting.fixed(16)))
+    assert long.drafting().num_draft == 16 and long.k_value.text() == "k: 16"  # not clamped at 12
     long.set_num_draft(0)
     assert long.k_value.text() == "k: off"
 
 
 def test_show_auto_k_labels_autos_choice_only_while_auto_is_on(qtbot: QtBot) -> None:
     panel = _panel(qtbot)
-    with qtbot.assertNotEmitted(panel.draft_length_changed):  # what is shown, not what is asked
+    with qtbot.assertNotEmitted(panel.drafting_changed):  # what is shown, not what is asked
         panel.show_auto_k(8)
     assert panel.k_value.text() == "auto: 8"
     panel.show_auto_k(None)
@@ -34,9 +35,9 @@ def test_show_auto_k_labels_autos_choice_only_while_auto_is_on(qtbot: QtBot) -> 
     assert panel.k_value.text() == "k: 5"
     panel.show_auto_k(9)  # a round Auto planned, still in flight as k was fixed
     assert panel.k_value.text() == "k: 5"
-    with qtbot.waitSignal(panel.draft_length_changed) as blocker:
+    with qtbot.waitSignal(panel.drafting_changed) as blocker:
         panel.auto_check.setChecked(True)
-    assert blocker.args == [None]
+    assert blocker.args == [DraftSetting(5, auto=True)]  # the slider's k kept
     assert panel.k_value.text() == "auto"  # until Auto's next round
     panel.show_auto_k(3)
     assert panel.k_value.text() == "auto: 3"
@@ -45,6 +46,6 @@ def test_show_auto_k_labels_autos_choice_only_while_auto_is_on(qtbot: QtBot) -> 
 def test_set_fixed_k_leaves_auto_on(qtbot: QtBot) -> None:
     panel = _panel(qtbot)
     panel.set_fixed_k(6)
-    assert panel.num_draft() is None and panel.k_slider.value() == 6
+    assert panel.drafting().num_draft is None and panel.k_slider.value() == 6
     panel.auto_check.setChecked(False)
-    assert panel.num_draft() == 6
+    assert panel.drafting().num_draft == 6
