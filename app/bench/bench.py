@@ -51,7 +51,7 @@ class Run:
 
     tokens: list[int]
     seconds: float  # after the first token
-    first_tokens: int  # tokens delivered with the first token
+    first_tokens: int  # tokens of the round that delivered the first token
     drafted: int
     accepted: int
     target_calls: int
@@ -151,10 +151,13 @@ def run_mlx_lm(
         max_tokens=max_tokens,
         sampler=_sampler(temp),
     )
-    out, secs, first = _timed(gen, max_tokens, lambda _x: 1)
+    out, secs, _ = _timed(gen, max_tokens, lambda _x: 1)
     tokens = [int(t) for t, _, _ in out]
     accepted = sum(1 for _, _, from_draft in out if from_draft)
     rounds = sum(1 for _, _, from_draft in out if not from_draft)
+    # The loop yields a round's tokens one by one, all computed: the first round's
+    # accepted drafts come with its first token and are not decoding time's.
+    first = next((i + 1 for i, (_, _, drafted) in enumerate(out) if not drafted), len(out))
     # Each round drafts k tokens (fewer only at the very end) and ends on a target token.
     return Run(tokens, secs, first, rounds * k, accepted, rounds)
 

@@ -300,3 +300,19 @@ def test_wide_sets_the_rows_both_models_dequantize_from(tmp_path: Path) -> None:
     r = _bench("--synthetic", "tiny:tiny", "--wide", "wider")
     assert r.returncode == 2
     assert "--wide takes auto, off or a positive row count, not 'wider'" in r.stderr
+
+
+def test_mlx_lms_rate_leaves_out_its_whole_first_round_as_tandems_does() -> None:
+    """mlx-lm's loop yields a round's tokens one by one, all computed: its first round's
+    accepted drafts arrive with its first token and were never decoding time."""
+    from app.bench.bench import run_mlx_lm, run_tandem
+    from app.engine.decoder import Decoder
+    from app.testing import synthetic as syn
+
+    target, draft = syn.build("tiny"), syn.build("tiny")  # the copy's drafts are all accepted
+    prompt = syn.prompt("tiny")
+    theirs = run_mlx_lm(target, draft, prompt, 24, 0.0, 4)
+    assert theirs.first_tokens == 5  # four accepted drafts and the target's token
+    ours = run_tandem(Decoder(target, draft), prompt, 24, 0.0, 4)
+    assert ours.first_tokens == 1  # a plain first round
+    assert theirs.tokens == ours.tokens
