@@ -69,7 +69,7 @@ def first_tokens(gens: list[Generator[Any, None, None]]) -> list[list[int]]:
 
 def together(share: bool, salt: int) -> str:
     batch = Decoder(target, options=EngineOptions(share_prompts=share))
-    batch.observer = counted
+    batch.subscribe(counted)
     rows[0] = 0
     start = time.perf_counter()
     gens = [batch.generate([salt, *system, *question(j)], params) for j in range(count)]
@@ -86,7 +86,7 @@ def together(share: bool, salt: int) -> str:
 
 def joining(share: bool, salt: int) -> str:
     batch = Decoder(target, options=EngineOptions(share_prompts=share))
-    batch.observer = counted
+    batch.subscribe(counted)
     running = batch.generate([salt, *system, *question(99)], params)
     first_tokens([running])
     rows[0] = 0

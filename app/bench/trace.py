@@ -16,7 +16,7 @@ from app.engine.observe import EngineEvent, Observer
 
 
 class Observed(Protocol):
-    observer: Observer | None
+    def subscribe(self, observer: Observer) -> None: ...
 
 
 D = TypeVar("D", bound=Observed)
@@ -54,5 +54,5 @@ def attach(decoder: D) -> D:
         row = {"decoder": number, "event": type(event).__name__, **asdict(event)}
         trace.out.write(json.dumps(row) + "\n")
 
-    decoder.observer = write
+    decoder.subscribe(write)
     return decoder

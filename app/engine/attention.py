@@ -125,7 +125,10 @@ def set_mode(mode: Mode) -> None:
 
 def mode() -> str:
     """The concrete mode: ``auto`` resolved on this machine unless :func:`set_mode` chose."""
-    return _state.setdefault("mode", resolve("auto"))
+    now = _state.get("mode")
+    if now is None:  # resolved once: every layer of every forward asks
+        now = _state["mode"] = resolve("auto")
+    return now
 
 
 def install(model: nn.Module) -> None:

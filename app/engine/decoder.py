@@ -58,7 +58,9 @@ from app.engine.observe import (
     EngineEvent,
     Observer,
     PlainBurst,
+    PlainToken,
     PrefillChunk,
+    PromptCopied,
     RoundPlanned,
     RoundRun,
 )
@@ -249,33 +251,6 @@ def _plain_tokens(plan: Plan, left: int) -> int:
     return min(max(1, round(plan.tokens)), left)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchStats:
-    """What the decoder has done since it was made, for ``/metrics``.
-
-    Attributes:
-        active: Requests open now.
-        rounds: Rounds run.
-        drafted: Tokens proposed across requests.
-        accepted: Of those, tokens the target kept.
-        tokens: Tokens committed across requests.
-        largest: Most requests one round verified together.
-        shared: Prompt tokens a request copied from another's caches rather than read.
-    """
-
-    active: int = 0
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    tokens: int = 0
-    largest: int = 0
-    shared: int = 0
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-
 class Decoder:
     """Runs the rounds of every open request together, on the thread that owns the models.
 
@@ -329,9 +304,7 @@ class Decoder:
         # cannot drag along, the baseline of every speedup shown.
         self._step = Samples()
         self._kept: list[_Kept] = []  # newest last
-        self._rounds = self._drafted = self._accepted = self._tokens = self._largest = 0
-        self._shared = 0
-        self.observer: Observer | None = None  # told what each round planned and cost
+        self._observers: list[Observer] = []  # told what each round planned and cost
 
     @property
     def active(self) -> int:
@@ -352,17 +325,9 @@ class Decoder:
         """The running acceptance of greedy or sampled drafting, with or without lookup."""
         return self._acceptance.setdefault((sampling, lookup), Acceptance())
 
-    def stats(self) -> BatchStats:
-        """A snapshot of the decoder's totals."""
-        return BatchStats(
-            self.active,
-            self._rounds,
-            self._drafted,
-            self._accepted,
-            self._tokens,
-            self._largest,
-            self._shared,
-        )
+    def subscribe(self, observer: Observer) -> None:
+        """Tells ``observer`` every event from now on (:mod:`app.engine.observe`)."""
+        self._observers.append(observer)
 
     def generate(
         self,
@@ -625,7 +590,7 @@ class Decoder:
         request.t_cache = _copied(rows)
         if request.d_cache is not None and d_cache is not None and nd > len(request.d_tokens):
             request.d_cache, request.d_tokens = _copied(_front(d_cache, nd)), request.seq[:nd]
-        self._shared += n - request.read
+        self._tell(PromptCopied(n - request.read))
         request.reused += n - request.read
         request.read = n
         # Now, so that no lazy slice keeps a whole stack or cache it was cut from.
@@ -807,8 +772,8 @@ class Decoder:
         burst.left += more
 
     def _tell(self, event: EngineEvent) -> None:
-        if self.observer is not None:
-            self.observer(event)
+        for observer in self._observers:
+            observer(event)
 
     def _stops(self, turns: list[_Turn]) -> list[float]:
         """Per turn, the chance of its draft so far below which its draft ends (0: never).
@@ -884,8 +849,6 @@ class Decoder:
             draft_seconds = (self.costs.draft_step or 0.0) * turns[0].drafts
         else:
             draft_seconds = (draft_end - start) if any(ks) else 0.0
-        self._rounds += 1
-        self._largest = max(self._largest, len(turns))
         shares = self._shares(turns)
         for t, v, share in zip(turns, verdicts, shares, strict=True):
             self._commit(t, v, share, trim=side is None)
@@ -893,7 +856,7 @@ class Decoder:
         # A lone round with lookup's tokens costs no draft steps: it prices no width.
         priceable = not lone or (turns[0].drafts > 0 and not turns[0].looked)
         self._last = (ks, turns[0].rows, start) if priceable and not timed else None
-        if self.observer is not None:
+        if self._observers:
             priced = self.batch_costs.round_seconds(*round_shape) if len(ks) > 1 else None
             run = RoundRun(
                 ks=tuple(ks),
@@ -904,7 +867,7 @@ class Decoder:
                 priced=priced,
                 seconds=time.perf_counter() - start,  # its commit included
             )
-            self.observer(run)
+            self._tell(run)
 
     def _close_period(self, turns: list[_Turn], start: float) -> None:
         """Times the last round from its start to this one's: what it cost, reading it included.
@@ -947,11 +910,6 @@ class Decoder:
     ) -> None:
         """Queues the round's tokens for ``turn``'s request, counted in the totals."""
         r, k, n = turn.request, turn.k, verdict.accepted
-        self._drafted, self._accepted, self._tokens = (
-            self._drafted + k,
-            self._accepted + n,
-            self._tokens + n + 1,
-        )
         looked = len(turn.looked)
         origins = [Origin.LOOKUP if i < looked else Origin.DRAFT for i in range(n)]
         r.out.append(
@@ -1270,8 +1228,7 @@ class Decoder:
         r.seq.append(t)
         if r.lookup is not None:
             r.lookup.extend([t])
-        self._rounds, self._tokens = self._rounds + 1, self._tokens + 1
-        self._largest = max(self._largest, 1)
+        self._tell(PlainToken())
         r.belief = FRESH  # a plain token tests no draft
         r.out.append(
             Round(
@@ -1403,7 +1360,6 @@ def _last_origin(k: int, accepted: int) -> Origin:
 __all__ = [
     "IDLE_READ",
     "PREFILL_CHUNK",
-    "BatchStats",
     "Decoder",
     "Turns",
     "take_turns",

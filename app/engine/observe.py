@@ -1,15 +1,16 @@
-"""What a decoder tells an observer as it runs: immutable events, one per step of its work.
+"""What a decoder tells its observers as it runs: immutable events, one per step of its work.
 
-A decoder's ``observer`` (``None`` by default) is called on the engine thread
-with each event, so that tools, ``tandem bench --trace`` and measurements see
-what a round planned and cost without reaching into the decoder. An observer
-must be quick and must not raise.
+A decoder's observers (:meth:`~app.engine.decoder.Decoder.subscribe`) are
+called on the engine thread with each event, so that ``/metrics``
+(:class:`Totals`), ``tandem bench --trace`` and the tools see what a round
+planned and cost without reaching into the decoder. An observer must be quick
+and must not raise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -51,5 +52,73 @@ class PlainBurst:
     tokens: int
 
 
-EngineEvent = RoundPlanned | RoundRun | PrefillChunk | PlainBurst
+@dataclass(frozen=True)
+class PlainToken:
+    """A plain step's token went out on its own: a probe, or a plain stretch."""
+
+
+@dataclass(frozen=True)
+class PromptCopied:
+    """A joining request copied ``rows`` prompt rows from another's caches rather than read them."""
+
+    rows: int
+
+
+EngineEvent = RoundPlanned | RoundRun | PrefillChunk | PlainBurst | PlainToken | PromptCopied
 Observer = Callable[[EngineEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What a decoder has done since it was made, for ``/metrics``.
+
+    Attributes:
+        active: Requests open now.
+        rounds: Rounds run, a plain step's included.
+        drafted: Tokens proposed across requests.
+        accepted: Of those, tokens the target kept.
+        tokens: Tokens committed across requests.
+        largest: Most requests one round verified together.
+        shared: Prompt tokens a request copied from another's caches rather than read.
+    """
+
+    active: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens: int = 0
+    largest: int = 0
+    shared: int = 0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+class Totals:
+    """An observer that counts a decoder's work from its events: the figures ``/metrics`` serves."""
+
+    def __init__(self) -> None:
+        self._counts = BatchStats()
+
+    def __call__(self, event: EngineEvent) -> None:
+        c = self._counts
+        if isinstance(event, RoundRun):
+            self._counts = replace(
+                c,
+                rounds=c.rounds + 1,
+                drafted=c.drafted + sum(event.ks),
+                accepted=c.accepted + sum(event.accepted),
+                tokens=c.tokens + sum(event.accepted) + len(event.ks),
+                largest=max(c.largest, len(event.ks)),
+            )
+        elif isinstance(event, PlainToken):
+            self._counts = replace(
+                c, rounds=c.rounds + 1, tokens=c.tokens + 1, largest=max(c.largest, 1)
+            )
+        elif isinstance(event, PromptCopied):
+            self._counts = replace(c, shared=c.shared + event.rows)
+
+    def snapshot(self, active: int = 0) -> BatchStats:
+        """The totals so far, with the requests open now."""
+        return replace(self._counts, active=active)

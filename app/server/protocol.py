@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, cast, get_args
 
-from app.engine.decoder import BatchStats
+from app.engine.observe import BatchStats
 from app.engine.types import (
     PARAM_RANGES,
     DraftSetting,

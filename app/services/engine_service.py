@@ -32,7 +32,7 @@ from typing import Any, Literal
 from PySide6.QtCore import QObject, QThread, QThreadPool, Signal, Slot
 
 from app.engine.costs import ProfileStore
-from app.engine.decoder import BatchStats, Decoder
+from app.engine.decoder import Decoder
 from app.engine.generate import (
     PromptTooLongError,
     new_decoder,
@@ -41,6 +41,7 @@ from app.engine.generate import (
     stream_reply,
 )
 from app.engine.loader import LoadProgress, ModelPair, free_memory
+from app.engine.observe import BatchStats, Totals
 from app.engine.rounds import DraftControl
 from app.engine.side_by_side import ROOM
 from app.engine.stacked import SLACK
@@ -396,6 +397,7 @@ class EngineWorker(QObject):
         self._pair: ModelPair | None = None
         # The loaded pair's decoder: every reply's caches, kept across turns, its rounds shared.
         self._decoder: Decoder | None = None
+        self._totals = Totals()  # its work, from its events: what /metrics serves
         self._remote: RemoteEngine | None = None
         self._info: PairInfo | None = None
 
@@ -403,6 +405,9 @@ class EngineWorker(QObject):
         """Makes ``pair`` the loaded one, with a decoder of its own (costs in this folder)."""
         self._pair = pair
         self._decoder = new_decoder(pair, self._profiles) if pair is not None else None
+        self._totals = Totals()
+        if self._decoder is not None:
+            self._decoder.subscribe(self._totals)
 
     def _load_remote(self, request: LoadRequest) -> bool:
         """Connects a remote engine instead of a local pair; ``False`` for local folders."""
@@ -712,7 +717,7 @@ class EngineWorker(QObject):
         if not force and now - self._reported < LOAD_EVERY:
             return
         self._reported = now
-        batch = self._decoder.stats() if self._decoder is not None else BatchStats()
+        batch = self._totals.snapshot(self._decoder.active if self._decoder is not None else 0)
         self._load_now = EngineLoad(
             active=len(self._streams),
             waiting=len(self._waiting) + self._inbox.qsize(),

@@ -555,7 +555,7 @@ def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
         options=EngineOptions(probe_every=10_000),
     )
     bursts: list[PlainBurst] = []
-    decoder.observer = lambda e: bursts.append(e) if isinstance(e, PlainBurst) else None
+    decoder.subscribe(lambda e: bursts.append(e) if isinstance(e, PlainBurst) else None)
     log: list[str] = []
     target = type(pair.target.model)
     forward = target.__call__
@@ -933,13 +933,30 @@ def test_the_baseline_leaves_out_the_cold_first_probe(models, monkeypatch) -> No
 
 
 def test_the_observer_hears_each_prompt_chunk_burst_and_round_as_it_ran(models) -> None:
-    from app.engine.observe import EngineEvent, PlainBurst, PrefillChunk, RoundRun
+    from app.engine.observe import (
+        BatchStats,
+        EngineEvent,
+        PlainBurst,
+        PrefillChunk,
+        RoundRun,
+        Totals,
+    )
 
     pair = models["noisy"]
     decoder = Decoder(pair.target.model, pair.draft.model)
     heard: list[EngineEvent] = []
-    decoder.observer = heard.append
+    totals = Totals()  # what /metrics counts, from the same events
+    decoder.subscribe(heard.append)
+    decoder.subscribe(totals)
     _, rounds = _tokens(decoder, PROMPT_IDS, 40, drafting=DraftSetting.of(3))
+    counted = BatchStats(
+        rounds=len(rounds),
+        drafted=sum(r.k for r in rounds),
+        accepted=sum(r.accepted for r in rounds),
+        tokens=sum(len(r.tokens) for r in rounds),
+        largest=1,
+    )
+    assert totals.snapshot() == counted and counted.drafted > 0
     assert sum(e.rows for e in heard if isinstance(e, PrefillChunk)) == len(PROMPT_IDS) - 1
     runs = [e for e in heard if isinstance(e, RoundRun)]
     drafted = [r for r in rounds if r.k]

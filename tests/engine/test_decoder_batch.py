@@ -14,6 +14,7 @@ from app.engine import decoder as batch_module
 from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile
 from app.engine.decoder import IDLE_READ, PREFILL_CHUNK, Decoder, take_turns
+from app.engine.observe import Totals
 from app.engine.options import EngineOptions
 from app.engine.rounds import DraftControl, DraftCutoff, Prefill, Round
 from app.engine.sampling import log_probs
@@ -45,6 +46,13 @@ def _solo(pair, prompt: list[int], n: int, **params) -> list[int]:
     return out[:n]
 
 
+def _counted(decoder: Decoder) -> Totals:
+    """What ``decoder`` does from now on, counted from its events as ``/metrics`` counts it."""
+    totals = Totals()
+    decoder.subscribe(totals)
+    return totals
+
+
 def _turns(
     gens: list[Generator[Reading | Prefill | Round, None, None]], n: int
 ) -> tuple[list[list[int]], list[list[Round]]]:
@@ -62,11 +70,12 @@ def _turns(
 )
 def test_each_greedy_reply_equals_its_solo_reply_with_caches_apart(pair, params) -> None:
     batch = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(side_by_side=False))
+    totals = _counted(batch)
     gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
     got, rounds = _turns(gens, 40)
     rep = {k: v for k, v in params.items() if k.startswith("repetition")}
     assert got == [_solo(pair, p, 40, **rep) for p in PROMPTS]
-    stats = batch.stats()
+    stats = totals.snapshot(batch.active)
     assert all(any(r.k for r in rs) for rs in rounds)  # every request drafted
     assert stats.largest == len(PROMPTS)  # the rounds were shared
     assert stats.drafted > stats.accepted > 0  # drafts were made, some rejected
@@ -77,13 +86,14 @@ def test_each_greedy_reply_equals_its_solo_reply_with_caches_apart(pair, params)
 def test_requests_with_prompt_lookup_share_rounds_and_each_stays_exact(pair, drafts) -> None:
     draft = pair.draft.model if drafts else None
     batch = Decoder(pair.target.model, draft)
+    totals = _counted(batch)
     looked = GenerationParams(drafting=DraftSetting.of(4), prompt_lookup=True)
     # The repeating prompt gives lookup n-grams to propose; one request drafts without it.
     params = [looked, looked, GenerationParams(drafting=DraftSetting.of(3 if drafts else 0))]
     gens = [batch.generate(p, q) for p, q in zip(PROMPTS[1:], params, strict=True)]
     got, rounds = _turns(gens, 30)
     assert got == [_solo(pair, p, 30) for p in PROMPTS[1:]]
-    assert batch.stats().largest == 3  # the rounds were shared
+    assert totals.snapshot(batch.active).largest == 3  # the rounds were shared
     assert any(r.source.startswith("lookup") for rs in rounds[:2] for r in rs)  # it proposed
 
 
@@ -102,12 +112,15 @@ def test_by_default_each_greedy_reply_equals_its_solo_reply_side_by_side(
 
     monkeypatch.setattr(SideBySide, "__init__", spy)
     batch = Decoder(pair.target.model, pair.draft.model)
+    totals = _counted(batch)
     gens = [batch.generate(p, GenerationParams(**params)) for p in PROMPTS]
     got, _ = _turns(gens, 40)
     assert got == [_solo(pair, p, 40) for p in PROMPTS]
     # Laid out once for the four; again only as requests left.
     assert laid[0] == len(PROMPTS) and len(laid) <= len(PROMPTS)
-    assert batch.stats().rounds > len(laid)  # the same stack served round after round
+    assert totals.snapshot(batch.active).rounds > len(
+        laid
+    )  # the same stack served round after round
 
 
 def test_side_by_side_keeps_its_stack_when_a_request_that_never_ran_leaves(
@@ -204,29 +217,33 @@ def test_a_long_prompt_is_read_a_chunk_per_round(pair) -> None:
 
 def test_requests_that_come_together_read_their_prompts_in_one_round(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
+    totals = _counted(batch)
     params = GenerationParams(drafting=DraftSetting.of(2))
     gens = [batch.generate(p, params) for p in PROMPTS]
     assert isinstance(next(gens[0]), Prefill)
     # The first pull read every prompt (under one chunk in all), so all start at once.
     assert all(isinstance(next(g), Prefill) for g in gens[1:])
-    assert batch.stats().rounds == 0
+    assert totals.snapshot(batch.active).rounds == 0
     for g in gens:
         assert isinstance(next(g), Round)
-    assert batch.stats().rounds == 1
+    assert totals.snapshot(batch.active).rounds == 1
     for g in gens:
         g.close()
 
 
 def test_requests_that_come_to_an_idle_batch_start_together_past_one_chunk(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
+    totals = _counted(batch)
     params = GenerationParams(drafting=DraftSetting.of(2))
     prompts = [[30 + j + i % 50 for i in range(150)] for j in range(7)]
     assert PREFILL_CHUNK < sum(map(len, prompts)) <= IDLE_READ
     gens = [batch.generate(p, params) for p in prompts]
     assert all(isinstance(next(g), Prefill) for g in gens)  # one read took every prompt
-    assert batch.stats().rounds == 0
+    assert totals.snapshot(batch.active).rounds == 0
     got, rounds = _turns(gens, 8)
-    assert batch.stats().largest == len(prompts)  # the first round verified all of them
+    assert totals.snapshot(batch.active).largest == len(
+        prompts
+    )  # the first round verified all of them
     # Each first token at plain latency, then drafting.
     assert all(rs[0].k == 0 and rs[1].k == 2 for rs in rounds)
     assert got == [_solo(pair, p, 8) for p in prompts]
@@ -264,16 +281,17 @@ def test_requests_that_join_together_read_the_start_they_share_once(
 
     monkeypatch.setattr(Decoder, "_read_into", spy)
     batch = Decoder(pair.target.model, pair.draft.model)
+    totals = _counted(batch)
     gens = [batch.generate(p, params) for p in prompts]
     prefills = [next(g) for g in gens]
-    assert batch.stats().rounds == 0  # one pull started all of them
+    assert totals.snapshot(batch.active).rounds == 0  # one pull started all of them
     reused = [e.reused_tokens if isinstance(e, Prefill) else None for e in prefills]
     assert reused == [0, 70, 73, 0, 70]
-    assert batch.stats().shared == 70 + 73 + 70
+    assert totals.snapshot(batch.active).shared == 70 + 73 + 70
     # The shared start was read once; each other request read only its own rest.
     assert sorted(read.values()) == sorted([73, 1, len(PROMPTS[1]) - 1, 39])
     got, _ = _turns(gens, 24)
-    assert batch.stats().largest == len(prompts)
+    assert totals.snapshot(batch.active).largest == len(prompts)
     alone = [
         _turns([Decoder(pair.target.model, pair.draft.model).generate(p, params)], 24)[0][0]
         for p in prompts
@@ -325,6 +343,7 @@ def test_another_conversation_copies_a_finished_one_s_start_and_leaves_it_its_ca
     pair,
 ) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
+    totals = _counted(batch)
     params = GenerationParams(drafting=DraftSetting.of(3))
     first = [*SYSTEM, 5, 6]
     reply = _turns([batch.generate(first, params)], 20)[0][0]
@@ -333,7 +352,7 @@ def test_another_conversation_copies_a_finished_one_s_start_and_leaves_it_its_ca
     prefill = next(other)
     assert isinstance(prefill, Prefill) and prefill.reused_tokens == len(SYSTEM)
     assert _turns([other], 10)[0][0] == _solo(pair, [*SYSTEM, 9, 10], 10)
-    assert batch.stats().shared == len(SYSTEM)
+    assert totals.snapshot(batch.active).shared == len(SYSTEM)
     # ...and the first conversation's next turn still finds all of its own.
     follow_up = [*first, *reply, 7, 8]
     gen = batch.generate(follow_up, params)
@@ -390,6 +409,7 @@ def test_a_seeded_sampled_reply_is_the_same_whatever_runs_beside_it(pair, side_b
 
 def test_a_request_closed_before_its_first_pull_leaves_the_batch(pair) -> None:
     batch = Decoder(pair.target.model, pair.draft.model)
+    totals = _counted(batch)
     params = GenerationParams(drafting=DraftSetting.of(3))
     dropped = batch.generate(PROMPTS[0], params)
     going = batch.generate(PROMPTS[2], params)
@@ -398,7 +418,7 @@ def test_a_request_closed_before_its_first_pull_leaves_the_batch(pair) -> None:
     assert batch.active == 1
     got, _ = _turns([going], 20)
     assert got[0] == _solo(pair, PROMPTS[2], 20)
-    assert batch.stats().largest == 1  # no round carried the dropped request
+    assert totals.snapshot(batch.active).largest == 1  # no round carried the dropped request
 
 
 def test_a_cancelled_request_ends_without_stopping_the_others(pair) -> None:
@@ -673,6 +693,7 @@ def _timed_plain(costs: CostModel) -> bool:
 def test_a_lone_request_that_drafts_nothing_decodes_a_step_ahead_exactly(pair, params) -> None:
     costs = _slow()
     batch = Decoder(pair.target.model, pair.draft.model, costs)
+    totals = _counted(batch)
     got, rounds = _turns(
         [batch.generate(PROMPTS[0], GenerationParams(drafting=DraftSetting.of(0), **params))], 30
     )
@@ -680,7 +701,7 @@ def test_a_lone_request_that_drafts_nothing_decodes_a_step_ahead_exactly(pair, p
     assert all(r.k == 0 and len(r.tokens) == 1 for r in rounds[0])
     # Its steps ran pipelined, one queued ahead, and priced the pair's plain step.
     assert _timed_plain(costs)
-    assert batch.stats().tokens == 30
+    assert totals.snapshot(batch.active).tokens == 30
 
 
 @pytest.mark.parametrize(
@@ -694,6 +715,7 @@ def test_a_request_joining_a_plain_burst_ends_it_and_every_reply_stays_exact(pai
     )
     costs = _slow()
     batch = Decoder(pair.target.model, pair.draft.model, costs)
+    totals = _counted(batch)
     first = batch.generate(PROMPTS[0], plain)
     early = _pull(first, 12)
     assert _timed_plain(costs)  # it was decoding plainly, pipelined
@@ -702,7 +724,9 @@ def test_a_request_joining_a_plain_burst_ends_it_and_every_reply_stays_exact(pai
     assert early + got[0] == alone[0]
     assert got[1] == _solo(pair, PROMPTS[1], len(got[1]))
     assert any(r.k for r in rounds[1])  # the joiner drafted beside the plain request
-    assert batch.stats().largest == 2  # and their rounds were shared after the burst
+    assert (
+        totals.snapshot(batch.active).largest == 2
+    )  # and their rounds were shared after the burst
     if params.get("temperature", 0) == 0:
         assert alone[0] == _solo(pair, PROMPTS[0], 40)
 

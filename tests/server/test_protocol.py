@@ -244,7 +244,7 @@ def test_error_and_models_bodies() -> None:
 
 
 def test_metrics_say_how_many_prompt_tokens_were_shared_rather_than_read() -> None:
-    from app.engine.decoder import BatchStats
+    from app.engine.observe import BatchStats
     from app.server.protocol import Metrics, metrics_text
 
     text = metrics_text(Metrics(active=2, batched=2, batch=BatchStats(rounds=3, shared=140)))

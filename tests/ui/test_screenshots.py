@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.engine.decoder import BatchStats
+from app.engine.observe import BatchStats
 from app.services import EngineLoad, EngineService, EngineWorker
 from app.store import Settings, SettingsFile, Store
 from app.ui.main_window import MainWindow

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.engine.decoder import BatchStats
+from app.engine.observe import BatchStats
 from app.server.http import RequestLog
 from app.services import EngineLoad
 from app.ui.main_window import MainWindow
