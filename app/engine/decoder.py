@@ -352,9 +352,9 @@ class Decoder:
         """
         if len(prompt) < 1:
             raise ValueError("a prompt needs at least one token")
-        self.options.apply()  # this decoder's paths from this request on
         if self.target_trimmable is None:
-            self.target_trimmable = prepare(self.target, self.draft)
+            with self.options.applied():  # its paths put into the models
+                self.target_trimmable = prepare(self.target, self.draft)
         wanted = (control.setting if control is not None else params.drafting).num_draft
         proposes = self.draft is not None or params.prompt_lookup
         check_drafting(self.target_trimmable, proposes, wanted)
@@ -465,12 +465,16 @@ class Decoder:
         return self._lengths[key]
 
     def step(self) -> None:
-        """One round for every open request that waits for one.
+        """One round for every open request that waits for one, on this decoder's paths.
 
         Joining requests read their prompts first, :data:`PREFILL_CHUNK`
         tokens in all (:data:`IDLE_READ` while none decodes), oldest first, in
         one packed forward.
         """
+        with self.options.applied():
+            self._advance()
+
+    def _advance(self) -> None:
         for gone in [r for r in self._open if r.stopped]:
             self._leave(gone)  # cancelled, perhaps before it was ever pulled
         if self._burst is not None:

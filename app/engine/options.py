@@ -6,8 +6,10 @@ the app runs the defaults and ``tandem bench`` compares the others.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import get_args
+from typing import cast, get_args
 
 from app.engine import attention, wide
 
@@ -51,13 +53,28 @@ class EngineOptions:
             raise ValueError("probe_every must be 0 or more")
 
     def apply(self) -> None:
-        """Sets the paths mlx-lm's models call into (process-wide) to these options'.
+        """Sets the paths mlx-lm's models call into, for the whole process, to these options'.
 
-        A decoder applies its options as each reply or request begins; the
-        engine runs one decoder's work at a time, on one thread.
+        What ``tandem bench`` does so that mlx-lm's loop runs the paths its
+        decoders do; a decoder itself runs them only inside :meth:`applied`.
         """
         attention.set_mode(self.attention)
         wide.set_mode(self.wide)
+
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        """These options' paths for what runs inside; the process's own again after.
+
+        A decoder's forwards all run inside, so one decoder's paths never reach
+        another decoder's or code beside it that calls the same models.
+        """
+        before = attention.mode(), wide.mode()
+        self.apply()
+        try:
+            yield
+        finally:
+            attention.set_mode(cast(attention.Mode, before[0]))
+            wide.set_mode(before[1])
 
 
 DEFAULT_OPTIONS = EngineOptions()
