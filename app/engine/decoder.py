@@ -77,6 +77,7 @@ from app.engine.rounds import (
     common_prefix,
     draft_cuts,
     draft_kept,
+    drafting_now,
     fit_vocab,
     judge,
     penalty_history,
@@ -154,7 +155,7 @@ class _Request:
     @property
     def drafting(self) -> DraftSetting:
         """Its draft setting now: its control's where it has one."""
-        return self.control.setting if self.control is not None else self.params.drafting
+        return drafting_now(self.params, self.control)
 
     def num_draft(self) -> int | None:
         """Tokens it drafts per round: 0 where nothing proposes, ``None`` on Auto."""
@@ -355,7 +356,7 @@ class Decoder:
         if self.target_trimmable is None:
             with self.options.applied():  # its paths put into the models
                 self.target_trimmable = prepare(self.target, self.draft)
-        wanted = (control.setting if control is not None else params.drafting).num_draft
+        wanted = drafting_now(params, control).num_draft
         proposes = self.draft is not None or params.prompt_lookup
         check_drafting(self.target_trimmable, proposes, wanted)
         drafts = self.draft is not None and self.target_trimmable
@@ -912,7 +913,7 @@ class Decoder:
     def _hand(
         self, turn: _Turn, verdict: Verdict, seconds: float, draft_seconds: float, timed: bool
     ) -> None:
-        """Queues the round's tokens for ``turn``'s request, counted in the totals."""
+        """Queues the round's tokens for ``turn``'s request."""
         r, k, n = turn.request, turn.k, verdict.accepted
         looked = len(turn.looked)
         origins = [Origin.LOOKUP if i < looked else Origin.DRAFT for i in range(n)]

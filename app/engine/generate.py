@@ -15,7 +15,7 @@ from app.engine.batch_costs import BatchCosts, BatchProfile
 from app.engine.costs import CostModel, CostProfile, ProfileStore
 from app.engine.decoder import Decoder
 from app.engine.loader import ModelPair
-from app.engine.rounds import CacheError, DraftControl, Prefill
+from app.engine.rounds import CacheError, DraftControl, Prefill, drafting_now
 from app.engine.types import (
     Chunk,
     Finished,
@@ -416,7 +416,7 @@ def stream_reply(
         target_calls=calls,
         draft_rounds=draft_rounds,
         # The setting in force at the end: the slider may have moved mid-reply.
-        num_draft=(control.setting if control is not None else params.drafting).num_draft
+        num_draft=drafting_now(params, control).num_draft
         if (pair.draft is not None or params.prompt_lookup)
         else 0,
         k_min=min(ks, default=0),

@@ -88,6 +88,11 @@ class DraftControl:
             self._setting = setting
 
 
+def drafting_now(params: GenerationParams, control: DraftControl | None) -> DraftSetting:
+    """A reply's draft setting now: its control's where it has one, else what it asked."""
+    return control.setting if control is not None else params.drafting
+
+
 def prepare(target: nn.Module, draft: nn.Module | None) -> bool:
     """Puts the engine's attention and wide paths, as the options applied say, into both models.
 

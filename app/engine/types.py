@@ -304,15 +304,7 @@ class Sampling:
         return self.repetition_penalty != 1.0
 
 
-SAMPLING_FIELDS = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "seed",
-)
+SAMPLING_FIELDS = tuple(f.name for f in fields(Sampling) if f.name in PARAM_RANGES)
 """The :class:`Sampling` fields with a range in :data:`PARAM_RANGES`."""
 
 

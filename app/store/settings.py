@@ -42,7 +42,11 @@ def read_drafting(entry: dict[str, Any]) -> DraftSetting | None:
     slider's k) and ``auto_draft``: it reads the same."""
     value = entry.get("drafting")
     if value is None and ("num_draft" in entry or "auto_draft" in entry):
-        value = {"k": entry.get("num_draft", 4), "auto": entry.get("auto_draft", True)}
+        default = DraftSetting()
+        value = {
+            "k": entry.get("num_draft", default.k),
+            "auto": entry.get("auto_draft", default.auto),
+        }
     if not isinstance(value, dict) or not set(value) <= {"k", "auto", "limit"}:
         return None
     try:

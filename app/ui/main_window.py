@@ -378,7 +378,7 @@ class MainWindow(QMainWindow):
         cid = self.chat_view.conversation_id
         conversation = self.store.conversation(cid) if cid is not None else None
         prompt = (conversation.system_prompt or "") if conversation else ""
-        return self.presets_menu.save_current(name, self._settings, prompt)
+        return self.presets_menu.save_current(name, self.params(), prompt)
 
     # Speculation panel and Tune
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.engine.types import SAMPLING_FIELDS, DraftSetting
+from app.engine.types import SAMPLING_FIELDS, DraftSetting, Sampling
 from app.errors import first_line
 from app.store import Settings
 from app.store import presets as p
@@ -100,15 +100,9 @@ class PresetsMenu(QObject):
     def _on_drafting_changed(self, _setting: DraftSetting) -> None:
         self.follow_settings()
 
-    def save_current(self, name: str, settings: Settings, system_prompt: str) -> Preset | None:
-        """Saves what shows now (temperature, lookup, draft) and ``settings``' sampling."""
-        shown = {
-            "temperature": self._model_bar.temperature(),
-            "drafting": self._panel.drafting(),
-            "prompt_lookup": self._model_bar.uses_lookup(),
-        }
-        sampling = {**settings.sampling(), **shown}
-        return self.save(Preset(name, system_prompt, **sampling))
+    def save_current(self, name: str, sampling: Sampling, system_prompt: str) -> Preset | None:
+        """Saves ``sampling``: what the window's replies are asked with now."""
+        return self.save(Preset(name, system_prompt, **sampling.sampling()))
 
     def save(self, preset: Preset) -> Preset | None:
         """Saves ``preset`` (replacing one of its name) and chooses it in the list."""
