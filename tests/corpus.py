@@ -513,7 +513,7 @@ FOLDERS: tuple[Entry, ...] = (
         None,
         load=None,
         check=None,
-        pair="hybrid or recurrent layers",
+        pair="its Mamba layers keep a state that cannot be given back",
     ),
     # Odd but usable: nothing may hang or fail on them.
     Entry("link-loops-inside", _mutated(_inner_loops), None, load=None, check=None),

@@ -17,9 +17,16 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_causal_mask
-from mlx_lm.models.cache import RotatingKVCache, _BaseCache, make_prompt_cache
+from mlx_lm.models.cache import (
+    ArraysCache,
+    CacheList,
+    RotatingKVCache,
+    _BaseCache,
+    make_prompt_cache,
+)
 
-from app.engine import attention
+from app.engine import attention, recurrent
+from app.engine.recurrent import RecurrentCache, leaves
 
 # Rows a window keeps beyond itself: the most a round or a pad gives back
 # (16 drafts verified padded to 32 rows, a prompt chunk's pad under 64).
@@ -126,17 +133,34 @@ class WindowKVCache(_BaseCache):
 
 
 def new_cache(model: nn.Module) -> list[Any]:
-    """``model``'s cache as mlx-lm makes it, with each plain window made exact to rewind."""
-    cache = make_prompt_cache(model)
-    return [
-        WindowKVCache(c.max_size) if type(c) is RotatingKVCache and c.keep == 0 else c
-        for c in cache
-    ]
+    """``model``'s cache as mlx-lm makes it, plain windows and recurrent states made to go back."""
+    return [_exact(c) for c in make_prompt_cache(model)]
+
+
+def _exact(c: Any) -> Any:
+    if type(c) is RotatingKVCache and c.keep == 0:
+        return WindowKVCache(c.max_size)
+    if type(c) is ArraysCache:
+        return RecurrentCache(len(c.cache))
+    if isinstance(c, CacheList):
+        c.caches = tuple(_exact(x) for x in c.caches)
+    return c
 
 
 def can_rewind(cache: Sequence[Any]) -> bool:
     """Whether ``cache`` (fresh from :func:`new_cache`) can give back rejected rows."""
-    return all(type(c) is not RotatingKVCache and c.is_trimmable() for c in cache)
+    return all(type(c) is not RotatingKVCache and c.is_trimmable() for c in leaves(cache))
+
+
+def refusal(model: nn.Module) -> str | None:
+    """Why ``model``'s cache cannot give back rejected rows, one line naming its layers, or None."""
+    cache = new_cache(model)
+    for c in leaves(cache):
+        if type(c) is RotatingKVCache:
+            return "its sliding-window layers that keep their first rows cannot go back"
+        if not c.is_trimmable():
+            return f"its {type(c).__name__} layers cannot go back"
+    return recurrent.refusal(model, cache)
 
 
 def rewind(cache: Sequence[Any], n: int) -> bool:
@@ -144,17 +168,62 @@ def rewind(cache: Sequence[Any], n: int) -> bool:
 
     Returns:
         False when some layer cannot go back that far (a window past its
-        slack): the caller reads the tokens again into a fresh cache.
+        slack, a recurrent state past its newest forwards): the caller reads
+        the tokens again into a fresh cache.
     """
     if n <= 0:
         return True
-    if not all(c.can_go_back(n) for c in cache if isinstance(c, WindowKVCache)):
+    layers = list(leaves(cache))
+    if not all(c.can_go_back(n) for c in layers if isinstance(c, WindowKVCache | RecurrentCache)):
         return False
     if not can_rewind(cache):
         return False
-    for c in cache:
+    for c in layers:
         c.trim(n)
     return True
+
+
+def mark(cache: Sequence[Any]) -> None:
+    """Keeps the recurrent states at this point, for a later :func:`back_to` (an edit, a retry)."""
+    for c in leaves(cache):
+        if isinstance(c, RecurrentCache):
+            c.mark()
+
+
+def reachable(cache: Sequence[Any], offset: int) -> int:
+    """The greatest row count at most ``offset`` every layer of ``cache`` can go back to."""
+    layers = list(leaves(cache))
+    at = min(offset, *(c.offset for c in layers)) if layers else offset
+    for c in layers:
+        if isinstance(c, RecurrentCache):
+            at = min(at, c.reachable(at))
+        elif isinstance(c, WindowKVCache) and not c.can_go_back(c.offset - at):
+            return 0
+    return at
+
+
+def back_to(cache: Sequence[Any], offset: int) -> None:
+    """Cuts every layer of ``cache`` back to ``offset`` rows, which :func:`reachable` gave."""
+    for c in leaves(cache):
+        if isinstance(c, RecurrentCache):
+            c.back_to(offset)
+        else:
+            c.trim(c.offset - offset)
+
+
+def layout(model: nn.Module) -> tuple[int, int, int]:
+    """``model``'s layers, those whose keys and values grow with the context, and the bytes
+    of one request's recurrent states (fixed in size; a marked copy holds as much again).
+
+    The states' shapes come from one token's forward that is never evaluated:
+    ``model`` may be built from its config alone, its weights never made.
+    """
+    cache = new_cache(model)
+    layers = list(leaves(cache))
+    states = [c for c in layers if isinstance(c, RecurrentCache)]
+    if states:
+        model(mx.array([[0]]), cache=cache)  # shapes only
+    return len(layers), len(layers) - len(states), sum(c.nbytes for c in states)
 
 
 def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int], step: int = 512) -> None:

@@ -51,7 +51,7 @@ from mlx_lm.models.cache import KVCache
 from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
-from app.engine.caches import new_cache, rewind
+from app.engine.caches import back_to, mark, new_cache, reachable, rewind
 from app.engine.costs import K_MAX, CostModel, PlainPace, Plan, Samples, expected_tokens
 from app.engine.lookup import PromptLookup
 from app.engine.observe import (
@@ -284,9 +284,9 @@ class Decoder:
         self._planner.stretch = options.stretch
         self.batch_costs.can_stack = draft is not None and stackable(draft)
         self.vocab_size: int | None = getattr(getattr(target, "args", None), "vocab_size", None)
-        # Whether the target's cache can be rewound; learned on the first request,
-        # so that making a decoder costs nothing until it decodes.
-        self.target_trimmable: bool | None = None
+        # Why the target's cache cannot be rewound ("" where it can); learned on the
+        # first request, so that making a decoder costs nothing until it decodes.
+        self.refused: str | None = None
         # Whether the pair's caches are plain KV caches, whose rows can be copied.
         self._copies: bool | None = None
         # The target's caches of the requests last verified together, side by side.
@@ -353,14 +353,14 @@ class Decoder:
         """
         if len(prompt) < 1:
             raise ValueError("a prompt needs at least one token")
-        if self.target_trimmable is None:
+        if self.refused is None:
             with self.options.applied():  # its paths put into the models
-                self.target_trimmable = prepare(self.target, self.draft)
+                self.refused = prepare(self.target, self.draft) or ""
         wanted = drafting_now(params, control).num_draft
         proposes = self.draft is not None or params.prompt_lookup
-        check_drafting(self.target_trimmable, proposes, wanted)
-        drafts = self.draft is not None and self.target_trimmable
-        lookup = params.prompt_lookup and self.target_trimmable
+        check_drafting(self.refused or None, proposes, wanted)
+        drafts = self.draft is not None and not self.refused
+        lookup = params.prompt_lookup and not self.refused
         request = _Request(
             seq=list(prompt),
             prompt=len(prompt),
@@ -419,7 +419,7 @@ class Decoder:
             self._unstack()  # its own cache back before it is kept
         self._open.remove(request)
         self._last = None  # the time to the next round is not this one's
-        if keep and self.target_trimmable and request.read:
+        if keep and not self.refused and request.read:
             held = request.seq[: request.read] if request.reading else request.seq[:-1]
             kept = _Kept(held, request.t_cache, request.d_tokens, request.d_cache)
             self._kept = [*self._kept, kept][-KEEP:]
@@ -444,16 +444,19 @@ class Decoder:
             self._copy_into(request, _front(best.t_cache, n), best.d_cache, n, nd)
             return
         self._kept.remove(best)
-        if not rewind(best.t_cache, len(best.tokens) - n):
-            return  # a window cannot go back that far: read the prompt anew
+        # As far back as every layer can go: a window within its slack, a
+        # recurrent state within its newest forwards or to a marked point.
+        n = reachable(best.t_cache, n)
+        if n == 0:
+            return  # read the prompt anew
+        back_to(best.t_cache, n)
         request.t_cache, request.read, request.reused = best.t_cache, n, n
         kept = best.d_cache
-        if (
-            request.d_cache is not None
-            and kept is not None
-            and rewind(kept, len(best.d_tokens) - nd)
-        ):
-            request.d_cache, request.d_tokens = kept, goal[:nd]
+        if request.d_cache is not None and kept is not None:
+            nd = reachable(kept, min(nd, n))
+            if nd:
+                back_to(kept, nd)
+                request.d_cache, request.d_tokens = kept, goal[:nd]
 
     def _length(self, request: _Request) -> DraftLength:
         """The controller of ``request``'s setting, shared by the requests of that setting."""
@@ -496,6 +499,7 @@ class Decoder:
             self._read(reading)
         for r in joining:
             if not r.reading:
+                mark(r.t_cache)  # where a retry or an edit of what follows comes back to
                 r.out.append(Prefill(len(r.seq), r.reused, time.perf_counter() - r.started))
                 r.announced = True
         if ready:

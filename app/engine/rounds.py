@@ -18,8 +18,8 @@ from typing import Literal, cast
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.engine import attention, wide
-from app.engine.caches import can_rewind, new_cache
+from app.engine import attention, recurrent, wide
+from app.engine.caches import refusal
 from app.engine.sampling import Draws, contexts_for, log_probs, penalize
 from app.engine.types import AcceptRule, DraftSetting, GenerationParams, Origin
 
@@ -93,31 +93,30 @@ def drafting_now(params: GenerationParams, control: DraftControl | None) -> Draf
     return control.setting if control is not None else params.drafting
 
 
-def prepare(target: nn.Module, draft: nn.Module | None) -> bool:
-    """Puts the engine's attention and wide paths, as the options applied say, into both models.
+def prepare(target: nn.Module, draft: nn.Module | None) -> str | None:
+    """Puts the engine's attention and wide paths, as the options applied say, into both models,
+    and notes their recurrent layers' states.
 
     Returns:
-        Whether the target's cache can be rewound, as verifying drafts needs.
+        Why the target's cache cannot be rewound, as verifying drafts needs; None where it can.
     """
     for model in (target, draft):
         if model is not None:
             attention.install(model)
             wide.install(model)
-    return can_rewind(new_cache(target))
+            recurrent.install(model)
+    return refusal(target)
 
 
-def check_drafting(rewinds: bool, proposes: bool, wanted: int | None) -> None:
+def check_drafting(refused: str | None, proposes: bool, wanted: int | None) -> None:
     """Refuses drafting where the target's cache cannot give back rejected rows.
 
     Raises:
         CacheError: Drafts are asked for (``wanted`` is not 0 and something
-            ``proposes``) but the target's cache does not rewind.
+            ``proposes``) but the target's cache does not rewind (``refused`` says why).
     """
-    if proposes and wanted != 0 and not rewinds:
-        raise CacheError(
-            "the target's cache cannot be rewound (hybrid or recurrent layers), "
-            "so it cannot verify drafts; turn drafting off"
-        )
+    if proposes and wanted != 0 and refused is not None:
+        raise CacheError(f"the target cannot verify drafts: {refused}; turn drafting off")
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

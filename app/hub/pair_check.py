@@ -314,18 +314,17 @@ def _check_added_tokens(t: _Side, d: _Side) -> Check:
 
 def _check_caches(t: _Side, d: _Side) -> Check:
     name = "cache rewind"
-    fixed = []
+    refused = []
     for side in (t, d):
         try:
-            trimmable = _cache_trimmable(side.config)
+            why = _cache_refusal(side.config)
         except Exception as exc:  # mlx-lm model classes reject odd configs in many ways
             return Check(name, False, f"cannot build the {side.role}'s model ({first_line(exc)})")
-        if not trimmable:
-            fixed.append(side)
-    if not fixed:
+        if why is not None:
+            refused.append(f"the {side.role} ({side.info.name}) cannot rewind its cache: {why}")
+    if not refused:
         return Check(name, True, "both caches can be rewound")
-    whose = " and ".join(f"the {s.role} ({s.info.name})" for s in fixed)
-    return Check(name, False, f"{whose} cannot rewind its cache: hybrid or recurrent layers")
+    return Check(name, False, "; ".join(refused))
 
 
 def _check_draft_size(t: _Side, d: _Side) -> Check:
@@ -355,15 +354,14 @@ def _check_chat_templates(t: _Side, d: _Side) -> Check:
     return Check("chat template", False, f"the {missing[0]} has no chat template")
 
 
-def _cache_trimmable(config: dict[str, Any]) -> bool:
-    """Builds the model object lazily, never evaluating it, to ask for its caches."""
+def _cache_refusal(config: dict[str, Any]) -> str | None:
+    """Builds the model object lazily, never evaluating it, to ask whether its caches go back."""
     from mlx_lm.utils import _get_classes
 
-    from app.engine.caches import can_rewind, new_cache
+    from app.engine.caches import refusal
 
     model_class, args_class = _get_classes(config)
-    model = model_class(args_class.from_dict(config))
-    return can_rewind(new_cache(model))
+    return refusal(model_class(args_class.from_dict(config)))
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:

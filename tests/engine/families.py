@@ -80,3 +80,156 @@ def window_pair(root: Path, family: str, tokenizer_from: Path) -> tuple[Path, Pa
     _silence_the_end(target / "model.safetensors", config["eos_token_id"])
     copy = build_model(root / "copy", config, tokenizer_from=tokenizer_from, weights_from=target)
     return target, copy
+
+
+# Hybrid families: recurrent layers (Gated DeltaNet, Mamba, short convolutions) among attention.
+HYBRIDS = (
+    "qwen3_5",
+    "qwen3_next",
+    "nemotron_h",
+    "lfm2",
+    "granitemoehybrid",
+    "falcon_h1",
+    "jamba",
+    "kimi_linear",
+)
+
+
+def hybrid_config(family: str, seed_layers: int = 4) -> dict[str, Any]:
+    """A tiny ``family`` config: ``seed_layers`` layers, recurrent and attention mixed."""
+    base = model_config(family, num_hidden_layers=seed_layers)
+    gdn = dict(
+        linear_num_value_heads=4,
+        linear_num_key_heads=2,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_conv_kernel_dim=4,
+        full_attention_interval=2,
+        head_dim=16,
+        partial_rotary_factor=0.25,
+        rope_theta=10000.0,
+    )
+    if family == "qwen3_5":
+        text = {**base, **gdn, "model_type": "qwen3_5_text"}
+        return {**base, "model_type": "qwen3_5", "text_config": text}
+    if family == "qwen3_next":
+        return {
+            **base,
+            **gdn,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "decoder_sparse_step": 1,
+            "shared_expert_intermediate_size": 64,
+            "mlp_only_layers": [],
+            "moe_intermediate_size": 32,
+        }
+    mamba = dict(
+        mamba_n_heads=4, mamba_d_head=16, mamba_d_state=16, mamba_d_conv=4, mamba_n_groups=1
+    )
+    if family == "nemotron_h":
+        return {
+            **base,
+            "attention_bias": False,
+            "mamba_num_heads": 4,
+            "mamba_head_dim": 16,
+            "mamba_proj_bias": False,
+            "ssm_state_size": 16,
+            "conv_kernel": 4,
+            "n_groups": 1,
+            "mlp_bias": False,
+            "layer_norm_epsilon": 1e-5,
+            "use_bias": False,
+            "use_conv_bias": True,
+            "hybrid_override_pattern": "M*M-",
+            "head_dim": 16,
+        }
+    if family == "lfm2":
+        return {
+            **base,
+            "norm_eps": 1e-5,
+            "conv_bias": False,
+            "conv_L_cache": 3,
+            "block_dim": 64,
+            "block_multiple_of": 16,
+            "block_ffn_dim_multiplier": 1.0,
+            "block_auto_adjust_ff_dim": False,
+            "block_ff_dim": 128,
+            "full_attn_idxs": [1, 3],
+        }
+    if family == "granitemoehybrid":
+        return {
+            **base,
+            **mamba,
+            "attention_bias": False,
+            "embedding_multiplier": 1.0,
+            "attention_multiplier": 0.25,
+            "logits_scaling": 1.0,
+            "residual_multiplier": 1.0,
+            "layer_types": ["mamba", "attention", "mamba", "attention"],
+            "mamba_expand": 1,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "shared_intermediate_size": 64,
+            "mamba_proj_bias": False,
+            "mamba_conv_bias": True,
+            "tie_word_embeddings": False,
+        }
+    if family == "falcon_h1":
+        return {
+            **base,
+            **mamba,
+            "head_dim": 16,
+            "mamba_d_ssm": 64,
+            "mamba_expand": 1,
+            "mlp_expansion_factor": 2,
+            "tie_word_embeddings": False,
+        }
+    if family == "jamba":
+        return {
+            **base,
+            "attn_layer_offset": 1,
+            "attn_layer_period": 2,
+            "expert_layer_offset": 1,
+            "expert_layer_period": 2,
+            "mamba_d_conv": 4,
+            "mamba_d_state": 8,
+            "mamba_expand": 1,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "tie_word_embeddings": False,
+        }
+    if family == "kimi_linear":
+        return {
+            **base,
+            "head_dim": 16,
+            "linear_attn_config": {
+                "kda_layers": [1, 3],
+                "full_attn_layers": [2, 4],
+                "num_heads": 4,
+                "head_dim": 16,
+                "short_conv_kernel_size": 4,
+            },
+            "model_max_length": 4096,
+            "num_experts": 4,
+            "num_experts_per_token": 2,
+            "moe_intermediate_size": 32,
+            "kv_lora_rank": 16,
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 16,
+            "first_k_dense_replace": 1,
+        }
+    raise ValueError(f"no tiny config for {family}")
+
+
+def hybrid_pair(root: Path, family: str, tokenizer_from: Path) -> tuple[Path, Path, Path]:
+    """Folders of a tiny hybrid ``family`` target, a byte copy of it (every draft right) and
+    a draft of the same family with weights of its own (some drafts wrong)."""
+    target = build_model(root / "target", hybrid_config(family), tokenizer_from=tokenizer_from)
+    config = json.loads((target / "config.json").read_text())
+    _silence_the_end(target / "model.safetensors", config["eos_token_id"])
+    copy = build_model(root / "copy", config, tokenizer_from=tokenizer_from, weights_from=target)
+    other = build_model(
+        root / "other", config, tokenizer_from=tokenizer_from, weights_from=target, noise=0.02
+    )
+    return target, copy, other

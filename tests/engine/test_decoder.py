@@ -308,8 +308,8 @@ def test_edit_trims_to_the_common_prefix(tiny: TinyModels) -> None:
 def test_drafting_is_refused_when_the_cache_cannot_rewind(models) -> None:
     pair = models["noisy"]
     decoder = Decoder(pair.target.model, pair.draft.model)
-    decoder.target_trimmable = False
-    with pytest.raises(CacheError, match="cannot be rewound"):
+    decoder.refused = "its recurrent layers keep a state that cannot be given back"
+    with pytest.raises(CacheError, match="cannot verify drafts: its recurrent layers"):
         next(decoder.generate(PROMPT_IDS, GenerationParams(drafting=DraftSetting.of(3))))
     # Plain decoding still works.
     out, _ = _tokens(decoder, PROMPT_IDS, 5, drafting=DraftSetting.of(0))

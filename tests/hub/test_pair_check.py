@@ -148,7 +148,8 @@ def test_recurrent_draft_cannot_rewind(tmp_path: Path, tiny: TinyModels, small_d
 
     assert list(failed) == ["cache rewind"]
     assert failed["cache rewind"] == (
-        "the draft (tiny-mamba) cannot rewind its cache: hybrid or recurrent layers"
+        "the draft (tiny-mamba) cannot rewind its cache: "
+        "its Mamba layers keep a state that cannot be given back"
     )
 
 

@@ -1,0 +1,176 @@
+"""Hybrid models (Gated DeltaNet, Mamba, short convolutions among attention): speculation exact.
+
+Each family is a tiny random model of mlx-lm's own class; its draft a byte copy
+(every draft right) or a model of the family with weights of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+from app.engine import Finished, GenerationParams, Message, load_pair
+from app.engine.caches import back_to, mark, new_cache, reachable, refusal, rewind
+from app.engine.decoder import Decoder, take_turns
+from app.engine.generate import encode_chat, new_decoder, stream_reply
+from app.engine.loader import ModelPair
+from app.engine.recurrent import DEPTH, RecurrentCache, install, leaves
+from app.engine.types import DraftSetting
+from tests.conftest import TinyModels
+from tests.engine.families import HYBRIDS, hybrid_pair
+
+TOKENS = 40
+
+
+@pytest.fixture(scope="module", params=HYBRIDS)
+def pairs(
+    request: pytest.FixtureRequest, tiny: TinyModels, tmp_path_factory
+) -> tuple[ModelPair, ModelPair]:
+    """A tiny hybrid target with its copy as the draft, and with a draft of its own."""
+    root = tmp_path_factory.mktemp(request.param)
+    target, copy, other = hybrid_pair(root, request.param, tiny.target)
+    same = load_pair(target, copy)
+    assert same.draft is not None
+    return same, load_pair(target, other)
+
+
+def _plain(pair: ModelPair, prompt: list[int], n: int = TOKENS) -> list[int]:
+    """mlx-lm's own greedy decoding over its own caches: the reference."""
+    eos = set(pair.target.tokenizer.eos_token_ids)
+    out: list[int] = []
+    for token, _ in generate_step(mx.array(prompt), pair.target.model, max_tokens=n):
+        if int(token) in eos:
+            break
+        out.append(int(token))
+    return out
+
+
+def _reply(pair: ModelPair, messages: list[Message], decoder: Any, **params: Any) -> Finished:
+    *_, last = stream_reply(
+        pair,
+        messages,
+        GenerationParams(temperature=0, max_tokens=TOKENS, **params),
+        decoder=decoder,
+    )
+    assert isinstance(last, Finished)
+    return last
+
+
+SHORT = [Message("user", "Hi")]
+LONG = [Message("user", "Summarise the following text in one sentence. " * 14)]
+
+
+@pytest.mark.parametrize(
+    ("num_draft", "messages"),
+    [(1, SHORT), (4, LONG), (16, SHORT), (None, LONG)],
+    ids=["k1-short", "k4-long", "k16-short", "auto-long"],
+)
+def test_the_windows_reply_is_plain_greedy(pairs, num_draft, messages) -> None:
+    same, other = pairs
+    prompt = encode_chat(same.target.tokenizer, messages)
+    want = _plain(same, prompt)
+    end = _reply(same, messages, new_decoder(same), drafting=DraftSetting.of(num_draft))
+    assert list(end.token_ids) == want
+    assert end.stats.accepted == end.stats.drafted > 0  # a copy's drafts are all right
+    end = _reply(other, messages, new_decoder(other), drafting=DraftSetting.of(num_draft))
+    assert list(end.token_ids) == want
+
+
+def test_lookup_drafting_is_plain_greedy(pairs) -> None:
+    same, _ = pairs
+    messages = [Message("user", "Repeat: the cat sat on the mat, the cat sat on the mat.")]
+    prompt = encode_chat(same.target.tokenizer, messages)
+    end = _reply(same, messages, new_decoder(same), drafting=DraftSetting.of(4), prompt_lookup=True)
+    assert list(end.token_ids) == _plain(same, prompt)
+
+
+def test_requests_of_a_batch_with_different_acceptance_are_plain_greedy(pairs) -> None:
+    _, other = pairs
+    assert other.draft is not None
+    decoder = Decoder(other.target.model, other.draft.model)
+    tok = other.target.tokenizer
+    chats = [SHORT, LONG, [Message("user", "Name three colours.")]]
+    prompts = [encode_chat(tok, m) for m in chats]
+    gens = [
+        decoder.generate(p, GenerationParams(temperature=0, drafting=DraftSetting.of(k)))
+        for p, k in zip(prompts, (1, 4, None), strict=True)
+    ]
+    turns = take_turns(gens, TOKENS)
+    for prompt, reply in zip(prompts, turns.replies, strict=True):
+        want = _plain(other, prompt)
+        assert reply[: len(want)] == want
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_a_follow_up_a_retry_and_an_edit_reuse_the_caches_and_stay_exact(pairs, batch) -> None:
+    same, _ = pairs
+    draft = same.draft.model if same.draft is not None else None
+    decoder = Decoder(same.target.model, draft) if batch else new_decoder(same)
+    first = _reply(same, LONG, decoder, drafting=DraftSetting.of(4))
+    text = same.target.tokenizer.decode(list(first.token_ids))
+    follow = [*LONG, Message("assistant", text), Message("user", "And the sea?")]
+    edited = [*LONG, Message("assistant", text), Message("user", "And the sky at night?")]
+    for messages in (follow, follow, edited):  # a turn, its retry, then an edit of it
+        end = _reply(same, messages, decoder, drafting=DraftSetting.of(None))
+        prompt = encode_chat(same.target.tokenizer, messages)
+        assert list(end.token_ids) == _plain(same, prompt)
+        # The long first prompt is not read again: a marked state or the newest rows.
+        assert end.stats.reused_tokens > len(encode_chat(same.target.tokenizer, LONG)) // 2
+
+
+def test_sampling_with_a_copy_accepts_its_drafts(pairs) -> None:
+    same, _ = pairs
+    *_, last = stream_reply(
+        same,
+        SHORT,
+        GenerationParams(temperature=0.8, max_tokens=TOKENS, seed=3, drafting=DraftSetting.of(4)),
+        decoder=new_decoder(same),
+    )
+    assert isinstance(last, Finished) and last.stats.drafted
+    # The target's distribution is the draft's: only rounding keeps a draft out.
+    assert last.stats.accepted >= 0.9 * last.stats.drafted
+
+
+def test_a_forward_goes_back_to_the_state_of_the_rows_it_keeps(pairs) -> None:
+    model = pairs[0].target.model
+    install(model)
+    prompt, rows = mx.arange(3, 13)[None], mx.arange(20, 25)[None]
+    cache = new_cache(model)
+    model(prompt, cache=cache)
+    model(rows, cache=cache)
+    assert rewind(cache, 3)
+    got = model(mx.array([[7]]), cache=cache)
+    fresh = new_cache(model)
+    model(prompt, cache=fresh)
+    model(rows[:, :2], cache=fresh)
+    # Equal up to rounding: the attention layers' rows of 5 against 2 may take other kernels.
+    assert mx.allclose(got, model(mx.array([[7]]), cache=fresh), rtol=1e-5, atol=1e-5)
+    assert [c.offset for c in leaves(cache)] == [c.offset for c in leaves(fresh)]
+
+
+def test_a_recurrent_state_goes_back_within_its_depth_or_to_a_mark(pairs) -> None:
+    model = pairs[0].target.model
+    install(model)
+    cache = new_cache(model)
+    assert any(isinstance(c, RecurrentCache) for c in leaves(cache))
+    model(mx.arange(1, 2 * DEPTH)[None], cache=cache)  # deeper than any forward kept
+    mark(cache)
+    at = 2 * DEPTH - 1
+    for t in range(5):
+        model(mx.array([[t + 30]]), cache=cache)
+    assert not rewind(cache, 6)  # into the long forward: refused whole
+    assert reachable(cache, at - 1) == 0
+    assert reachable(cache, at) == at  # the mark
+    assert reachable(cache, at + 2) == at + 2  # within the newest forwards
+    back_to(cache, at)
+    got = model(mx.array([[9]]), cache=cache)
+    fresh = new_cache(model)
+    model(mx.arange(1, 2 * DEPTH)[None], cache=fresh)
+    assert mx.array_equal(got, model(mx.array([[9]]), cache=fresh))
+
+
+def test_every_hybrid_family_here_is_rewound(pairs) -> None:
+    assert refusal(pairs[0].target.model) is None
