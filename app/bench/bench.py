@@ -285,6 +285,51 @@ def profile_table(profile: CostProfile) -> str:
     return "\n".join(lines)
 
 
+def rewind_costs(target: nn.Module, widths: int, context: int) -> list[dict[str, float]]:
+    """What giving back rejected rows costs a hybrid target, against verifying them.
+
+    For a few widths m: the verification of m rows (the best of 3) and the
+    rewind to m // 2 of them (the recurrence recomputed over those, evaluated).
+    Empty for a target with no recurrent layers, whose rewind is a trim.
+    """
+    from app.engine.caches import layout, new_cache, prefill, rewind
+    from app.engine.costs import probe_tokens, vocab_size
+    from app.engine.recurrent import install
+
+    if not layout(target)[2]:
+        return []
+    install(target)
+    tokens = probe_tokens(vocab_size(target), context + widths)
+    cache = new_cache(target)
+    prefill(target, cache, tokens[:context])
+    out = []
+    for m in sorted({w for w in (2, 5, 9, widths) if 1 < w <= widths}):
+        x = mx.array(tokens[context : context + m])[None]
+        verify, back = [], []
+        for _ in range(4):  # the first builds kernels
+            t0 = time.perf_counter()
+            mx.eval(target(x, cache=cache), [c.state for c in cache])
+            t1 = time.perf_counter()
+            rewind(cache, m - m // 2)
+            mx.eval([c.state for c in cache])
+            verify.append(t1 - t0)
+            back.append(time.perf_counter() - t1)
+            rewind(cache, m // 2)
+        out.append({"m": m, "verify_ms": min(verify[1:]) * 1e3, "rewind_ms": min(back[1:]) * 1e3})
+    return out
+
+
+def rewind_table(rows: list[dict[str, float]], state_bytes: int) -> str:
+    lines = [f"{'m':>3} {'verify ms':>10} {'rewind ms':>10} {'share':>6}  (rewind to m // 2 rows)"]
+    for r in rows:
+        share = r["rewind_ms"] / r["verify_ms"]
+        lines.append(
+            f"{r['m']:>3.0f} {r['verify_ms']:>10.2f} {r['rewind_ms']:>10.2f} {share:>6.1%}"
+        )
+    lines.append(f"recurrent state {state_bytes / 2**20:.1f} MiB a request")
+    return "\n".join(lines)
+
+
 def read_prompts(path: Path) -> list[str]:
     """Prompts from a JSON list (of strings or of {"prompt": ...}) or one per line.
 
@@ -874,6 +919,11 @@ def _main(args: Any) -> int:
             profile = replace(profile, build=built)
             print(profile_table(profile))
             meta["profile"] = profile.as_dict()
+            if miss == drafts[0][0] and (rewinds := rewind_costs(target, k_max + 1, args.context)):
+                from app.engine.caches import layout
+
+                meta["rewind"], meta["state_bytes"] = rewinds, layout(target)[2]
+                print(rewind_table(rewinds, meta["state_bytes"]))
         json_path = _json_path(args.json, miss if len(drafts) > 1 else None)
         if args.profile:
             if json_path:

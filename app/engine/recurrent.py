@@ -1,27 +1,26 @@
 """Recurrent layers' states that go back exactly, so hybrid targets can verify drafts.
 
-Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3-Next, Kimi-Linear, OLMo hybrid),
-Mamba and Mamba2 layers (Nemotron-H, Falcon-H1, Granite 4, Plamo 2, Jamba) and
-short convolutions (LFM2) keep, in mlx-lm's ``ArraysCache``, states that each
-token overwrites: a convolution's last few inputs and a recurrent matrix.
-Verifying k drafts reads k + 1 rows, so a rejected draft would stay in them.
+Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3-Next, Kimi-Linear), Mamba2 and
+Mamba layers (Nemotron-H, Falcon-H1, Granite 4, Jamba) and short convolutions
+(LFM2) keep, in mlx-lm's ``ArraysCache``, states that each row overwrites: a
+convolution's last few inputs and a recurrent matrix. Verifying k drafts reads
+k + 1 rows, so a rejected draft would stay in them.
 
-:class:`RecurrentCache` goes back instead of giving up. While a forward runs,
-each of its layers notes what produced the states it writes (:func:`noted`):
-the convolution's input (the state after j rows is a slice of it) and the
-recurrence's inputs. Going back to j rows of a forward recomputes the
-recurrence over those j rows alone from the state before it (no projection,
-no matmul: elementwise work on the layer's state) and slices the
-convolution's input. A round that keeps every row costs nothing; keeping the
-per-position states instead would hold (k + 1) states a layer (a Qwen3.6-27B
-shape: 151 MB a position) for what a recomputation of at most k rows gives.
+:class:`RecurrentCache` goes back instead. While a forward runs, each of its
+layers notes how the states it writes are made: the convolution's input (the
+state after j rows is a slice of it) and the recurrence's inputs. Off Metal
+mlx-lm runs the Gated DeltaNet recurrence a row at a time (:func:`_stepwise`
+keeps each row's state while its forward is the newest); otherwise going back
+to j rows recomputes the recurrence over those rows alone from the state
+before the forward (no projection, no matmul). A round that keeps every row
+costs nothing. docs/architecture.md says why, with what each method measured.
 
-A layer is noted by what mlx-lm's models call: ``gated_delta_update`` and
-``ssm_update`` (wrapped where the model's module imported them), a
-``Conv1d`` of the model (its class swapped for :class:`_NotedConv1d`), and
-Mamba's ``ssm_step`` (its per-token states chained). A state written with no
-note cannot be recomputed: that forward cannot be gone back into, and a model
-whose layers write such states is refused by :func:`unrewindable`.
+A layer is noted through what mlx-lm's models call: ``gated_delta_update`` and
+``ssm_update`` (wrapped where the model's module imported them), a ``Conv1d``
+of the model (its class swapped for :class:`_NotedConv1d`) and Jamba's
+``ssm_step``. A state written with no note cannot be recomputed: that forward
+cannot be gone back into, and :func:`refusal` names the models whose layers
+write such states.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +57,12 @@ class _Note:
     rows: int
     at: Callable[[int], Any] | None  # the state after j rows (0 < j < rows); None: too deep
     made: Any = None  # the final state, for a recurrence's note; None for a convolution's
+    again: Callable[[int], Any] | None = None  # ``at`` once kept states are let go
+
+    def age(self) -> None:
+        """Lets go of states kept per row: going back into an older forward recomputes."""
+        if self.again is not None:
+            self.at, self.again = self.again, None
 
 
 @dataclass
@@ -73,7 +79,6 @@ class _Forward:
     rows: int = 0
     convs: list[_Note] = field(default_factory=list)  # noted, not yet matched to a slot
     recurrences: list[_Note] = field(default_factory=list)
-    chain: list[Any] = field(default_factory=list)  # Mamba's per-token states, first the one before
 
     def exact(self) -> bool:
         """Whether every state it wrote can be recomputed at any of its rows."""
@@ -90,7 +95,8 @@ class RecurrentCache(ArraysCache):
         super().__init__(size)
         self.depth = depth
         self.offset = 0  # rows read
-        self._forwards: list[_Forward] = []  # closed, newest last
+        self._forwards: deque[_Forward] = deque()  # closed, newest last
+        self._held = 0  # their rows
         self._open: _Forward | None = None
         self._marks: list[tuple[int, list[Any]]] = []  # (offset, slots), oldest first
 
@@ -111,16 +117,14 @@ class RecurrentCache(ArraysCache):
         if made is not None:
             forward.recurrences.remove(made)
             self._fill(forward, slot, made)
-        elif forward.chain and forward.chain[-1] is value and len(forward.chain) > 1:
-            states = list(forward.chain)
-            rows = len(states) - 1
-            self._fill(
-                forward, slot, _Note(rows, states.__getitem__ if rows <= self.depth else None)
-            )
         self._match(forward)
 
     def _forward(self) -> _Forward:
         if self._open is None:
+            if self._forwards:  # the newest until now: each is aged once, as it stops being
+                for slot in self._forwards[-1].slots.values():
+                    if slot.note is not None:
+                        slot.note.age()
             self._open = _Forward()
         return self._open
 
@@ -134,13 +138,6 @@ class RecurrentCache(ArraysCache):
             self._match(forward)
         else:
             forward.recurrences.append(note)
-
-    def stepped(self, before: Any, after: Any) -> None:
-        """A per-token recurrence went from ``before`` to ``after`` (Mamba's ``ssm_step``)."""
-        forward = self._forward()
-        if not forward.chain or forward.chain[-1] is not before:
-            forward.chain = [before]
-        forward.chain.append(after)
 
     def _match(self, forward: _Forward) -> None:
         """Pairs convolutions with the slots written without a note, in order."""
@@ -161,10 +158,12 @@ class RecurrentCache(ArraysCache):
             return
         if not forward.exact():
             self._forwards.clear()  # nothing before it can be reached either
+            self._held = 0
             return
         self._forwards.append(forward)
-        while sum(f.rows for f in self._forwards) > self.depth:
-            self._forwards.pop(0)
+        self._held += forward.rows
+        while self._held > self.depth:
+            self._held -= self._forwards.popleft().rows
 
     def can_go_back(self, n: int) -> bool:
         """Whether the newest ``n`` rows are within forwards that can be gone back into."""
@@ -182,7 +181,7 @@ class RecurrentCache(ArraysCache):
         return True
 
     def trim(self, n: int) -> int:
-        """Gives back the newest ``n`` rows: their forwards' states before them, recomputed."""
+        """Gives back the newest ``n`` rows: the states before them, kept or recomputed."""
         if n <= 0:
             return 0
         if not self.can_go_back(n):
@@ -194,13 +193,15 @@ class RecurrentCache(ArraysCache):
                 for idx, slot in forward.slots.items():
                     self.cache[idx] = slot.before
                 self._forwards.pop()
+                self._held -= forward.rows
                 left -= forward.rows
                 continue
             keep = forward.rows - left
             for idx, slot in forward.slots.items():
                 assert slot.note is not None and slot.note.at is not None
                 self.cache[idx] = slot.note.at(keep)
-                slot.note = _Note(keep, slot.note.at)
+                slot.note = _Note(keep, slot.note.at, again=slot.note.again)
+            self._held -= forward.rows - keep
             forward.rows, left = keep, 0
         self.offset -= n
         self._marks = [m for m in self._marks if m[0] <= self.offset]
@@ -233,6 +234,7 @@ class RecurrentCache(ArraysCache):
                 raise ValueError(f"no state kept at row {offset}")
             state = [None] * len(self.cache)
         self._forwards.clear()
+        self._held = 0
         self.cache = list(state)
         self.offset = offset
         self._marks = [m for m in self._marks if m[0] <= offset]
@@ -255,6 +257,13 @@ class RecurrentCache(ArraysCache):
         return sum(int(a.nbytes) for a in arrays if a is not None)
 
 
+def steps_kept() -> bool:
+    """Whether a Gated DeltaNet forward keeps its state after each row (:func:`_stepwise`):
+    off Metal, where mlx-lm runs the recurrence step by step; on Metal its kernel gives
+    only the last state, and going back recomputes over the rows kept."""
+    return not (mx.default_device() == mx.gpu and mx.metal.is_available())
+
+
 def leaves(cache: Sequence[Any]) -> Iterator[Any]:
     """Every layer's cache, those inside a ``CacheList`` included."""
     for c in cache:
@@ -264,38 +273,95 @@ def leaves(cache: Sequence[Any]) -> Iterator[Any]:
             yield c
 
 
-def _note(rows: int, at: Callable[[int], Any], made: Any = None, before: Any = ...) -> None:
+def _note(
+    rows: int,
+    at: Callable[[int], Any],
+    made: Any = None,
+    before: Any = ...,
+    again: Callable[[int], Any] | None = None,
+) -> None:
     cache = _active()
-    if cache is not None:
-        cache.noted(_Note(rows, at if rows <= cache.depth else None, made), before)
+    if cache is not None and rows <= cache.depth:
+        cache.noted(_Note(rows, at, made, again), before)
+    elif cache is not None:
+        cache.noted(_Note(rows, None, made), before)
 
 
 def _recurrence(fn: Callable[..., Any], timed: tuple[str, ...]) -> Callable[..., Any]:
-    """``fn`` (returning ``(output, state)``), noting how to recompute its state after j rows.
+    """``fn`` (returning ``(output, state)``), noting how to get its state after j rows.
 
-    ``timed`` names the arguments whose second axis is the rows.
+    ``timed`` names the arguments whose second axis is the rows, the first
+    one first. Where the recurrence ran step by step (:func:`_stepwise`), its
+    states after each row are kept while its forward is the newest: going
+    back into it costs nothing. Otherwise, and once a newer forward runs, the
+    state is recomputed over the rows kept; arguments are bound by name only
+    then, so a forward pays a lookup per layer, not a binding.
     """
     signature = inspect.signature(fn)
+    state_at = list(signature.parameters).index("state")
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
+        _local.steps = None
         out = fn(*args, **kwargs)
+        steps, _local.steps = _local.steps, None
         if _active() is None:
             return out
-        bound = signature.bind(*args, **kwargs)
-        rows = bound.arguments[timed[0]].shape[1]
+        first = args[0] if args else kwargs[timed[0]]
+        before = args[state_at] if len(args) > state_at else kwargs.get("state")
 
-        def at(j: int) -> Any:
-            cut = dict(bound.arguments)
+        def again(j: int) -> Any:
+            cut = dict(signature.bind(*args, **kwargs).arguments)
             for name in timed:
                 if cut.get(name) is not None:
                     cut[name] = cut[name][:, :j]
             return fn(**cut)[1]
 
-        _note(rows, at, made=out[1], before=bound.arguments.get("state"))
+        rows = first.shape[1]
+        if steps is not None and len(steps) == rows:
+            _note(rows, lambda j: steps[j - 1], made=out[1], before=before, again=again)
+        else:
+            _note(rows, again, made=out[1], before=before)
         return out
 
     recorded.__wrapped__ = fn  # type: ignore[attr-defined]
     return recorded
+
+
+def _stepwise(step: Callable[..., Any]) -> Callable[..., Any]:
+    """mlx-lm's ``gated_delta_ops`` (the recurrence off Metal), its state after each row kept.
+
+    The same steps in the same order as mlx-lm's loop, so its output is the
+    same to the bit; the states it makes anyway are handed to
+    :func:`_recurrence` instead of let go.
+    """
+
+    def gated_delta_ops(
+        q: mx.array,
+        k: mx.array,
+        v: mx.array,
+        g: mx.array,
+        beta: mx.array,
+        state: mx.array | None = None,
+        mask: mx.array | None = None,
+    ) -> tuple[mx.array, mx.array]:
+        b, rows, hk, dk = q.shape
+        hv, dv = v.shape[-2:]
+        if state is None:
+            state = mx.zeros((b, hv, dv, dk), dtype=mx.float32)
+        if (repeat := hv // hk) > 1:
+            q, k = mx.repeat(q, repeat, -2), mx.repeat(k, repeat, -2)
+        ys, states = [], []
+        for t in range(rows):
+            m = None if mask is None else mask[:, t]
+            y, state = step(q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], state, m)
+            ys.append(y)
+            states.append(state)
+        if _active() is not None:
+            _local.steps = states
+        return mx.stack(ys, axis=1), state
+
+    gated_delta_ops.__wrapped__ = step  # type: ignore[attr-defined]
+    return gated_delta_ops
 
 
 # The recurrences mlx-lm's hybrid models call, and their arguments along the rows.
@@ -318,7 +384,11 @@ class _NotedConv1d(nn.Conv1d):
 
 
 def _stepped(step: Callable[..., Any]) -> Callable[..., Any]:
-    """Mamba's ``ssm_step``: over a forward's rows (Jamba's), or one token at a time, chained."""
+    """Jamba's ``ssm_step`` over a forward's rows, noted as a recurrence.
+
+    Mamba's own (``mlx_lm.models.mamba``) runs a token at a time and is not
+    noted: its states cannot go back, and the model is refused.
+    """
 
     def recorded(x: mx.array, A: mx.array, state: mx.array | None = None) -> Any:  # noqa: N803
         y, new = step(x, A, state)
@@ -327,8 +397,6 @@ def _stepped(step: Callable[..., Any]) -> Callable[..., Any]:
             return y, new
         if x.ndim == 3:  # (batch, rows, channels)
             _note(x.shape[1], lambda j: step(x[:, :j], A, state)[1], made=new, before=state)
-        else:
-            cache.stepped(state, new)
         return y, new
 
     recorded.__wrapped__ = step  # type: ignore[attr-defined]
@@ -337,6 +405,11 @@ def _stepped(step: Callable[..., Any]) -> Callable[..., Any]:
 
 def install(model: nn.Module) -> None:
     """Notes ``model``'s recurrent layers' states: its convolutions and its modules' recurrences."""
+    from mlx_lm.models import gated_delta
+
+    ops = gated_delta.gated_delta_ops
+    if not hasattr(ops, "__wrapped__"):
+        gated_delta.gated_delta_ops = _stepwise(gated_delta._gated_delta_step_ops)
     for module in list(sys.modules.values()):
         name = getattr(module, "__name__", "")
         if not name.startswith("mlx_lm.models."):

@@ -9,6 +9,8 @@ total), less what the pair already loaded keeps while the new one loads.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import subprocess
@@ -48,6 +50,8 @@ class MemoryFit:
             of ``needed_bytes`` and already in memory, so counted once.
         held_bytes: Weights of the loaded pair, which stay in memory until the
             new pair has loaded (``available_bytes`` is net of them).
+        state_bytes: Recurrent states of hybrid models, one request's and the
+            copies marked for a retry or an edit; part of ``needed_bytes``.
     """
 
     weights_bytes: int
@@ -58,6 +62,7 @@ class MemoryFit:
     detail: str
     reused_bytes: int = 0
     held_bytes: int = 0
+    state_bytes: int = 0
 
 
 def total_memory_bytes() -> int:
@@ -171,6 +176,52 @@ def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int
     return 2 * layers * kv_heads * head_dim * max(0, context_length) * dtype_bytes
 
 
+def recurrent_layout(config: dict[str, Any]) -> tuple[float, int] | None:
+    """For a hybrid model, the share of its layers that keep keys and values and one
+    request's recurrent state bytes; None for a model of attention layers only."""
+    from app.engine.recurrent import KINDS, REWOUND
+
+    if str(config.get("model_type", "")) not in REWOUND | set(KINDS):
+        return None
+    return _layout(json.dumps(config, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _layout(config: str) -> tuple[float, int] | None:
+    """:func:`recurrent_layout` of a config's JSON, built once (a model object, never evaluated)."""
+    from mlx_lm.utils import _get_classes
+
+    from app.engine.caches import layout
+
+    try:
+        model_class, args_class = _get_classes(json.loads(config))
+        layers, attention, state = layout(model_class(args_class.from_dict(json.loads(config))))
+    except Exception:  # mlx-lm model classes reject odd configs in many ways
+        return None
+    return attention / max(1, layers), state
+
+
+def request_cache_bytes(config: dict[str, Any], tokens: int) -> tuple[int, int]:
+    """One request's caches in a model: its KV caches at ``tokens`` and its recurrent states.
+
+    A hybrid model's KV caches are its attention layers'; its states count a
+    request's own, its marked copies and, where a verification keeps the state
+    after each row (off Metal), those of the longest verification.
+
+    Raises:
+        ModelError: The config lacks the attention shape.
+    """
+    from app.engine.costs import K_MAX
+    from app.engine.recurrent import MARKS, steps_kept
+
+    kv = kv_cache_bytes(config, tokens)
+    hybrid = recurrent_layout(config)
+    if hybrid is None:
+        return kv, 0
+    copies = 1 + MARKS + (K_MAX + 1 if steps_kept() else 0)
+    return int(kv * hybrid[0]), hybrid[1] * copies
+
+
 def memory_fit(
     target: Path,
     draft: Path | None,
@@ -198,7 +249,7 @@ def memory_fit(
     Raises:
         ModelError: A folder is not a usable model; the message is one line.
     """
-    weights = kv = reused = 0
+    weights = kv = reused = states = 0
     tokens = context_length
     in_memory = {_key(p) for p in loaded}
     held = sum(_weights_size(k) for k in in_memory)
@@ -216,16 +267,20 @@ def memory_fit(
             reused += size  # already in memory, and the load keeps it
             counted.add(key)
         try:
-            kv += kv_cache_bytes(config, model_tokens)
+            model_kv, model_states = request_cache_bytes(config, model_tokens)
         except ModelError as exc:
             raise ModelError(f"{folder.name}: {exc}") from exc
-    needed = int((weights + kv) * (1 + _OVERHEAD))
+        kv += model_kv
+        states += model_states
+    needed = int((weights + kv + states) * (1 + _OVERHEAD))
     if available is None:
         available = usable_memory_bytes(held=held)
     fits = needed - reused <= available
     detail = (
         f"needs {human_size(needed)} (weights {human_size(weights)} + KV cache "
-        f"{human_size(kv)} at {tokens:,} tokens + {_OVERHEAD:.0%} overhead) "
+        f"{human_size(kv)} at {tokens:,} tokens"
+        + (f" + recurrent states {human_size(states)}" if states else "")
+        + f" + {_OVERHEAD:.0%} overhead) "
         f"of {human_size(available)} usable"
     )
     if held:
@@ -234,7 +289,7 @@ def memory_fit(
         detail += f", {human_size(reused)} of it loaded already"
     if not fits:
         detail += f"; {human_size(needed - reused - available)} short"
-    return MemoryFit(weights, kv, needed, available, fits, detail, reused, held)
+    return MemoryFit(weights, kv, needed, available, fits, detail, reused, held, states)
 
 
 def _vm_stat_available() -> int | None:

@@ -55,7 +55,7 @@ from app.engine.types import (
     Stats,
 )
 from app.errors import ModelError
-from app.hub.fit import kv_cache_bytes, usable_memory_bytes
+from app.hub.fit import request_cache_bytes, usable_memory_bytes
 from app.hub.library import human_size
 from app.hub.pair_check import load_checked_pair
 from app.logs import private
@@ -280,7 +280,8 @@ def reply_kv_bytes(
     batched: bool = False,
     prompt_tokens: int | None = None,
 ) -> int:
-    """The KV caches one reply may grow to, in both models (0 where it cannot be told).
+    """The caches one reply may grow to, in both models (0 where it cannot be told): KV
+    caches, and a hybrid model's recurrent states (:func:`app.hub.fit.request_cache_bytes`).
 
     A ``batched`` reply's caches count :data:`~app.engine.stacked.SLACK` times
     more: a round's stacked draft steps copy the draft's, padded, and the
@@ -310,7 +311,7 @@ def reply_kv_bytes(
         if model is None:
             continue
         try:
-            total += sum(n * kv_cache_bytes(model.config, t) for t, n in copies)
+            total += sum(n * sum(request_cache_bytes(model.config, t)) for t, n in copies)
         except ModelError:
             continue
     return total

@@ -7,10 +7,13 @@ so its greedy acceptance is known in advance. The other weights are random,
 so every forward costs what the real shape costs, and no weights need to be
 downloaded.
 
-Shapes come in two families, qwen2 (Qwen2.5) and llama (Llama 3.x); see
-:data:`SHAPES`. Models can be quantized to 4 or 8 bits: the one-hot rows of
-the embedding and head (values 0 and 1) survive affine quantization exactly,
-so the cycle, and the draft's acceptance, are the same as in full precision.
+Shapes come in three families, qwen2 (Qwen2.5), llama (Llama 3.x) and
+qwen3_5 (Qwen3.5 / 3.6: Gated DeltaNet layers with full attention every few);
+see :data:`SHAPES`. A Gated DeltaNet layer's output projection is zero too, so
+its state is read and written at full cost and never reaches the tokens.
+Models can be quantized to 4 or 8 bits: the one-hot rows of the embedding
+and head (values 0 and 1) survive affine quantization exactly, so the cycle,
+and the draft's acceptance, are the same as in full precision.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
-Family = Literal["qwen2", "llama"]
+Family = Literal["qwen2", "llama", "qwen3_5"]
 
 CYCLE_START = 10
 BITS = (4, 8)
@@ -42,6 +45,9 @@ class Shape:
         kv_heads: Key/value heads.
         intermediate: MLP intermediate size.
         vocab: Vocabulary size.
+        head_size: Attention head size; 0 for ``hidden // heads``.
+        linear: Gated DeltaNet key heads, value heads and head size (qwen3_5).
+        full_every: One layer in this many has full attention (qwen3_5).
     """
 
     family: Family
@@ -51,10 +57,13 @@ class Shape:
     kv_heads: int
     intermediate: int
     vocab: int
+    head_size: int = 0
+    linear: tuple[int, int, int] = (0, 0, 0)
+    full_every: int = 0
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
 
 
 SHAPES: dict[str, Shape] = {
@@ -71,6 +80,12 @@ SHAPES: dict[str, Shape] = {
     "3b": Shape("llama", 28, 3072, 24, 8, 8192, 128256),
     "8b": Shape("llama", 32, 4096, 32, 8, 14336, 128256),
     "70b": Shape("llama", 80, 8192, 64, 8, 28672, 128256),
+    # Qwen3.6-27B (48 of 64 layers Gated DeltaNet) and Qwen3.5-0.8B; and a target of
+    # the 27B's size with attention in every layer, to weigh what the hybrid costs.
+    "qwen3.6-27b": Shape("qwen3_5", 64, 5120, 24, 4, 17408, 248320, 256, (16, 48, 128), 4),
+    "qwen3.5-0.8b": Shape("qwen3_5", 24, 1024, 8, 2, 3584, 248320, 256, (16, 16, 128), 4),
+    "27b-attention": Shape("llama", 64, 5120, 24, 4, 17408, 248320, 256),
+    "tiny-hybrid": Shape("qwen3_5", 4, 64, 4, 2, 128, 384, 16, (2, 4, 16), 2),
 }
 
 _FAMILY_CONFIG: dict[Family, dict[str, Any]] = {
@@ -86,6 +101,13 @@ _FAMILY_CONFIG: dict[Family, dict[str, Any]] = {
         "max_position_embeddings": 131072,
         "attention_bias": False,
         "mlp_bias": False,
+    },
+    "qwen3_5": {
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 262144,
+        "linear_conv_kernel_dim": 4,
+        "partial_rotary_factor": 0.25,
+        "rope_parameters": {"type": "default", "rope_theta": 10000000.0},
     },
 }
 
@@ -119,15 +141,32 @@ def config(shape: str, vocab_size: int | None = None) -> dict[str, Any]:
         "tie_word_embeddings": False,
         **_FAMILY_CONFIG[s.family],
     }
-    if s.family == "llama":
+    if s.family != "qwen2":
         cfg["head_dim"] = s.head_dim
+    if s.family == "qwen3_5":
+        keys, values, size = s.linear
+        text = {
+            **cfg,
+            "model_type": "qwen3_5_text",
+            "linear_num_key_heads": keys,
+            "linear_num_value_heads": values,
+            "linear_key_head_dim": size,
+            "linear_value_head_dim": size,
+            "full_attention_interval": s.full_every,
+        }
+        return {"model_type": "qwen3_5", "text_config": text, **{k: cfg[k] for k in _TOP}}
     return cfg
+
+
+# What a qwen3_5 config keeps at its top level beside its text model's.
+_TOP = ("vocab_size", "tie_word_embeddings")
 
 
 def describe(shape: str) -> str:
     """One line for logs and benchmark tables, e.g. ``"llama 80 layers, hidden 8192"``."""
     s = _shape(shape)
-    return f"{s.family} {s.layers} layers, hidden {s.hidden}"
+    linear = f" ({s.layers - s.layers // s.full_every} Gated DeltaNet)" if s.full_every else ""
+    return f"{s.family} {s.layers} layers{linear}, hidden {s.hidden}"
 
 
 def cycle_length(shape: str) -> int:
@@ -149,6 +188,8 @@ def _check_quantization(shape: str, bits: int | None, group_size: int) -> None:
         "attention width": s.heads * s.head_dim,
         "intermediate size": s.intermediate,
     }
+    if s.full_every:
+        dims["Gated DeltaNet width"] = s.linear[1] * s.linear[2]
     bad = [f"{name} {dim}" for name, dim in dims.items() if dim % group_size]
     if bad:
         raise ValueError(
@@ -206,33 +247,36 @@ def build(
     mx.random.seed(seed)
     # Lazy: nothing is allocated until a layer is evaluated below.
     model: nn.Module = family.Model(family.ModelArgs.from_dict(cfg))
-    for layer in model.model.layers:
+    text: Any = getattr(model, "language_model", model)  # qwen3_5 wraps its text model
+    for layer in text.model.layers:
         layer.set_dtype(dtype)
-        layer.self_attn.o_proj.weight = mx.zeros_like(layer.self_attn.o_proj.weight)
+        mixer = layer.linear_attn.out_proj if hasattr(layer, "linear_attn") else None
+        out = mixer if mixer is not None else layer.self_attn.o_proj
+        out.weight = mx.zeros_like(out.weight)
         layer.mlp.down_proj.weight = mx.zeros_like(layer.mlp.down_proj.weight)
         if bits is not None:
             nn.quantize(layer, group_size, bits)
         mx.eval(layer.parameters())
-    model.model.norm.set_dtype(dtype)
-    mx.eval(model.model.norm.parameters())
+    text.model.norm.set_dtype(dtype)
+    mx.eval(text.model.norm.parameters())
 
-    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    hidden, vocab = _shape(shape).hidden, cfg["vocab_size"]
     length = cycle_length(shape)
     embed = _one_hot(vocab, hidden, [CYCLE_START + i for i in range(length)], dtype)
-    model.model.embed_tokens.weight = embed
+    text.model.embed_tokens.weight = embed
     if bits is not None:
-        model.model.embed_tokens = model.model.embed_tokens.to_quantized(group_size, bits)
-    mx.eval(model.model.embed_tokens.parameters())
+        text.model.embed_tokens = text.model.embed_tokens.to_quantized(group_size, bits)
+    mx.eval(text.model.embed_tokens.parameters())
     del embed
 
     # Scatter the misses: an even spacing would alias with the rhythm of rounds.
     missed = set(random.Random(seed).sample(range(length), round(miss * length)))
     nexts = [CYCLE_START + (i + (2 if i in missed else 1)) % length for i in range(length)]
     head = _one_hot(vocab, hidden, nexts, dtype)
-    model.lm_head.weight = head
+    text.lm_head.weight = head
     if bits is not None:
-        model.lm_head = model.lm_head.to_quantized(group_size, bits)
-    mx.eval(model.lm_head.parameters())
+        text.lm_head = text.lm_head.to_quantized(group_size, bits)
+    mx.eval(text.lm_head.parameters())
     del head
     # Hand the freed full-precision buffers back rather than keep them cached.
     mx.clear_cache()

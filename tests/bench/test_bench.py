@@ -316,3 +316,13 @@ def test_mlx_lms_rate_leaves_out_its_whole_first_round_as_tandems_does() -> None
     ours = run_tandem(Decoder(target, draft), prompt, 24, 0.0, 4)
     assert ours.first_tokens == 1  # a plain first round
     assert theirs.tokens == ours.tokens
+
+
+def test_a_hybrid_target_s_rewind_is_timed_against_its_verification() -> None:
+    from app.bench.bench import rewind_costs
+    from app.testing import synthetic as syn
+
+    rows = rewind_costs(syn.build("tiny-hybrid"), widths=9, context=32)
+    assert [r["m"] for r in rows] == [2, 5, 9]
+    assert all(r["verify_ms"] > 0 and r["rewind_ms"] > 0 for r in rows)
+    assert rewind_costs(syn.build("tiny"), widths=9, context=32) == []  # a trim: nothing to time

@@ -22,7 +22,7 @@ from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
 from tests.engine.families import HYBRIDS, hybrid_pair
 
-TOKENS = 40
+TOKENS = 32
 
 
 @pytest.fixture(scope="module", params=HYBRIDS)
@@ -75,8 +75,9 @@ def test_the_windows_reply_is_plain_greedy(pairs, num_draft, messages) -> None:
     end = _reply(same, messages, new_decoder(same), drafting=DraftSetting.of(num_draft))
     assert list(end.token_ids) == want
     assert end.stats.accepted == end.stats.drafted > 0  # a copy's drafts are all right
-    end = _reply(other, messages, new_decoder(other), drafting=DraftSetting.of(num_draft))
-    assert list(end.token_ids) == want
+    if messages is LONG:  # and a draft of its own, some of its drafts rejected
+        end = _reply(other, messages, new_decoder(other), drafting=DraftSetting.of(num_draft))
+        assert list(end.token_ids) == want
 
 
 def test_lookup_drafting_is_plain_greedy(pairs) -> None:
@@ -104,11 +105,9 @@ def test_requests_of_a_batch_with_different_acceptance_are_plain_greedy(pairs) -
         assert reply[: len(want)] == want
 
 
-@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
-def test_a_follow_up_a_retry_and_an_edit_reuse_the_caches_and_stay_exact(pairs, batch) -> None:
+def test_a_follow_up_a_retry_and_an_edit_reuse_the_caches_and_stay_exact(pairs) -> None:
     same, _ = pairs
-    draft = same.draft.model if same.draft is not None else None
-    decoder = Decoder(same.target.model, draft) if batch else new_decoder(same)
+    decoder = new_decoder(same)
     first = _reply(same, LONG, decoder, drafting=DraftSetting.of(4))
     text = same.target.tokenizer.decode(list(first.token_ids))
     follow = [*LONG, Message("assistant", text), Message("user", "And the sea?")]
@@ -174,3 +173,14 @@ def test_a_recurrent_state_goes_back_within_its_depth_or_to_a_mark(pairs) -> Non
 
 def test_every_hybrid_family_here_is_rewound(pairs) -> None:
     assert refusal(pairs[0].target.model) is None
+
+
+def test_tune_sweeps_a_hybrid_pair(pairs) -> None:
+    from app.engine.calibrate import CalibrationResult, calibrate
+
+    same, _ = pairs
+    *_, result = calibrate(same, ["Hi", "Name three colours."], [0, 4, None], max_tokens=12)
+    assert isinstance(result, CalibrationResult)
+    _plain, fixed, _auto = result.points
+    assert fixed.acceptance == 1.0  # a copy's drafts
+    assert len({p.tokens for p in result.points}) == 1  # greedy: every k the same reply

@@ -39,13 +39,26 @@ def test_config_of_32b_is_qwen2() -> None:
 
 @pytest.mark.parametrize("shape", list(syn.SHAPES))
 def test_every_config_reads_as_its_family_args(shape: str) -> None:
-    from mlx_lm.models import llama, qwen2
+    from mlx_lm.models import llama, qwen2, qwen3_5
 
     cfg = syn.config(shape)
-    family = {"llama": llama, "qwen2": qwen2}[cfg["model_type"]]
+    family = {"llama": llama, "qwen2": qwen2, "qwen3_5": qwen3_5}[cfg["model_type"]]
     args = family.ModelArgs.from_dict(cfg)
+    if cfg["model_type"] == "qwen3_5":  # its text model's arguments
+        args = qwen3_5.TextModelArgs.from_dict(args.text_config)
+        assert args.full_attention_interval == syn.SHAPES[shape].full_every
     assert args.num_hidden_layers == syn.SHAPES[shape].layers
     assert args.tie_word_embeddings is False
+
+
+def test_a_hybrid_pair_continues_the_cycle_and_misses_where_set() -> None:
+    length = syn.cycle_length("tiny-hybrid")
+    prompt = syn.prompt("tiny-hybrid")
+    for miss in (0.0, 0.25):
+        model = syn.build("tiny-hybrid", miss=miss, seed=1, bits=4)
+        nexts = cast(list[int], mx.argmax(model(mx.array([prompt]))[0], axis=-1).tolist())
+        want = [syn.CYCLE_START + (t - syn.CYCLE_START + 1) % length for t in prompt]
+        assert sum(n != w for n, w in zip(nexts, want, strict=True)) == 2 * round(miss * length)
 
 
 def test_parse_pair_and_describe() -> None:
