@@ -431,6 +431,7 @@ def install(model: nn.Module) -> None:
 REWOUND = frozenset(
     {
         "qwen3_5",
+        "qwen3_5_moe",
         "qwen3_next",
         "kimi_linear",
         "nemotron_h",

@@ -85,6 +85,7 @@ def window_pair(root: Path, family: str, tokenizer_from: Path) -> tuple[Path, Pa
 # Hybrid families: recurrent layers (Gated DeltaNet, Mamba, short convolutions) among attention.
 HYBRIDS = (
     "qwen3_5",
+    "qwen3_5_moe",
     "qwen3_next",
     "nemotron_h",
     "lfm2",
@@ -109,9 +110,16 @@ def hybrid_config(family: str, seed_layers: int = 4) -> dict[str, Any]:
         partial_rotary_factor=0.25,
         rope_theta=10000.0,
     )
-    if family == "qwen3_5":
-        text = {**base, **gdn, "model_type": "qwen3_5_text"}
-        return {**base, "model_type": "qwen3_5", "text_config": text}
+    if family in ("qwen3_5", "qwen3_5_moe"):
+        text = {**base, **gdn, "model_type": f"{family}_text"}
+        if family == "qwen3_5_moe":  # Qwen3.5 / 3.6's mixture-of-experts models (35B-A3B)
+            text.update(
+                num_experts=4,
+                num_experts_per_tok=2,
+                shared_expert_intermediate_size=64,
+                moe_intermediate_size=32,
+            )
+        return {**base, "model_type": family, "text_config": text}
     if family == "qwen3_next":
         return {
             **base,
