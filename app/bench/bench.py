@@ -289,18 +289,18 @@ def rewind_costs(target: nn.Module, widths: int, context: int) -> list[dict[str,
     """What giving back rejected rows costs a hybrid target, against verifying them.
 
     For a few widths m: the verification of m rows (the best of 3) and the
-    rewind to m // 2 of them (the recurrence recomputed over those, evaluated).
+    rewind to m // 2 of them (their states kept or recomputed, evaluated).
     Empty for a target with no recurrent layers, whose rewind is a trim.
     """
-    from app.engine.caches import layout, new_cache, prefill, rewind
+    from app.engine.caches import new_cache, prefill, rewind
     from app.engine.costs import probe_tokens, vocab_size
-    from app.engine.recurrent import install
+    from app.engine.recurrent import RecurrentCache, install, leaves
 
-    if not layout(target)[2]:
+    cache = new_cache(target)
+    if not any(isinstance(c, RecurrentCache) for c in leaves(cache)):
         return []
     install(target)
     tokens = probe_tokens(vocab_size(target), context + widths)
-    cache = new_cache(target)
     prefill(target, cache, tokens[:context])
     out = []
     for m in sorted({w for w in (2, 5, 9, widths) if 1 < w <= widths}):

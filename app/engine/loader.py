@@ -276,6 +276,18 @@ def model_classes(config: dict[str, Any], name: str) -> tuple[Any, Any]:
         raise ModelError(f"{name}: config.json is malformed ({first_line(exc)})") from exc
 
 
+def config_model(config: dict[str, Any]) -> Any:
+    """``config``'s mlx-lm model object, its weights never evaluated (only its shape is read).
+
+    Raises:
+        Exception: mlx-lm's model classes reject odd configs in many ways.
+    """
+    from mlx_lm.utils import _get_classes
+
+    model_class, args_class = _get_classes(config)
+    return model_class(args_class.from_dict(config))
+
+
 def check_weights(path: Path, config: dict[str, Any]) -> None:
     """Checks that the weights are exactly the tensors, of the shapes, the config's model has.
 

@@ -200,7 +200,7 @@ class RecurrentCache(ArraysCache):
             for idx, slot in forward.slots.items():
                 assert slot.note is not None and slot.note.at is not None
                 self.cache[idx] = slot.note.at(keep)
-                slot.note = _Note(keep, slot.note.at, again=slot.note.again)
+                slot.note.rows = keep
             self._held -= forward.rows - keep
             forward.rows, left = keep, 0
         self.offset -= n
@@ -241,12 +241,11 @@ class RecurrentCache(ArraysCache):
 
     def marked_bytes(self) -> int:
         """Bytes the marked states hold beyond the current one."""
-        current = {id(a) for a in self.cache}
-        seen: set[int] = set()
+        seen = {id(a) for a in self.cache}  # the current state's, and each counted once
         total = 0
         for _, state in self._marks:
             for a in state:
-                if a is not None and id(a) not in current and id(a) not in seen:
+                if a is not None and id(a) not in seen:
                     seen.add(id(a))
                     total += a.nbytes
         return total
@@ -281,10 +280,9 @@ def _note(
     again: Callable[[int], Any] | None = None,
 ) -> None:
     cache = _active()
-    if cache is not None and rows <= cache.depth:
-        cache.noted(_Note(rows, at, made, again), before)
-    elif cache is not None:
-        cache.noted(_Note(rows, None, made), before)
+    if cache is not None:
+        deep = rows > cache.depth  # too many rows to keep the means to go back into
+        cache.noted(_Note(rows, None if deep else at, made, None if deep else again), before)
 
 
 def _recurrence(fn: Callable[..., Any], timed: tuple[str, ...]) -> Callable[..., Any]:
@@ -392,9 +390,6 @@ def _stepped(step: Callable[..., Any]) -> Callable[..., Any]:
 
     def recorded(x: mx.array, A: mx.array, state: mx.array | None = None) -> Any:  # noqa: N803
         y, new = step(x, A, state)
-        cache = _active()
-        if cache is None:
-            return y, new
         if x.ndim == 3:  # (batch, rows, channels)
             _note(x.shape[1], lambda j: step(x[:, :j], A, state)[1], made=new, before=state)
         return y, new

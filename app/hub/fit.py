@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import read_config, user_path
+from app.engine.loader import config_model, read_config, user_path
 from app.errors import ModelError
 from app.hub.library import human_size
 
@@ -189,13 +189,10 @@ def recurrent_layout(config: dict[str, Any]) -> tuple[float, int] | None:
 @functools.lru_cache(maxsize=8)
 def _layout(config: str) -> tuple[float, int] | None:
     """:func:`recurrent_layout` of a config's JSON, built once (a model object, never evaluated)."""
-    from mlx_lm.utils import _get_classes
-
     from app.engine.caches import layout
 
     try:
-        model_class, args_class = _get_classes(json.loads(config))
-        layers, attention, state = layout(model_class(args_class.from_dict(json.loads(config))))
+        layers, attention, state = layout(config_model(json.loads(config)))
     except Exception:  # mlx-lm model classes reject odd configs in many ways
         return None
     return attention / max(1, layers), state

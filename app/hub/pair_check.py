@@ -16,6 +16,7 @@ from typing import Any
 from app.engine.loader import (
     LoadProgress,
     ModelPair,
+    config_model,
     is_model_file,
     load_json,
     load_pair,
@@ -356,12 +357,9 @@ def _check_chat_templates(t: _Side, d: _Side) -> Check:
 
 def _cache_refusal(config: dict[str, Any]) -> str | None:
     """Builds the model object lazily, never evaluating it, to ask whether its caches go back."""
-    from mlx_lm.utils import _get_classes
-
     from app.engine.caches import refusal
 
-    model_class, args_class = _get_classes(config)
-    return refusal(model_class(args_class.from_dict(config)))
+    return refusal(config_model(config))
 
 
 def _vocab_size(config: dict[str, Any]) -> int | None:

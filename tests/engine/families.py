@@ -9,9 +9,11 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
 from app.engine.fuse import fuse
+from app.engine.loader import ModelPair
 from app.testing.tiny import build_model, model_config
 
 
@@ -25,6 +27,17 @@ def tiny_model(model_type: str, tied: bool = False, fused: bool = False) -> nn.M
     if fused:  # q/k/v and gate/up as one matmul each
         fuse(model)
     return model
+
+
+def plain_greedy(pair: ModelPair, prompt: list[int], n: int) -> list[int]:
+    """mlx-lm's own greedy decoding over its own caches, to the end token: the reference."""
+    eos = set(pair.target.tokenizer.eos_token_ids)
+    out: list[int] = []
+    for token, _ in generate_step(mx.array(prompt), pair.target.model, max_tokens=n):
+        if int(token) in eos:
+            break
+        out.append(int(token))
+    return out
 
 
 def cache_of(model: nn.Module, prompt: list[int]) -> list[Any]:

@@ -10,7 +10,6 @@ from typing import Any
 
 import mlx.core as mx
 import pytest
-from mlx_lm.generate import generate_step
 
 from app.engine import Finished, GenerationParams, Message, load_pair
 from app.engine.caches import back_to, mark, new_cache, reachable, refusal, rewind
@@ -20,7 +19,7 @@ from app.engine.loader import ModelPair
 from app.engine.recurrent import DEPTH, RecurrentCache, install, leaves
 from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
-from tests.engine.families import HYBRIDS, hybrid_pair
+from tests.engine.families import HYBRIDS, hybrid_pair, plain_greedy
 
 TOKENS = 24
 
@@ -44,13 +43,7 @@ def _plain(pair: ModelPair, prompt: list[int]) -> list[int]:
     """mlx-lm's own greedy decoding over its own caches: the reference (once per prompt)."""
     key = (str(pair.target.path), tuple(prompt))
     if key not in _PLAIN:
-        eos = set(pair.target.tokenizer.eos_token_ids)
-        out: list[int] = []
-        for token, _ in generate_step(mx.array(prompt), pair.target.model, max_tokens=TOKENS):
-            if int(token) in eos:
-                break
-            out.append(int(token))
-        _PLAIN[key] = out
+        _PLAIN[key] = plain_greedy(pair, prompt, TOKENS)
     return _PLAIN[key]
 
 

@@ -6,7 +6,6 @@ from typing import Any
 
 import mlx.core as mx
 import pytest
-from mlx_lm.generate import generate_step
 
 from app.engine import Finished, GenerationParams, Message, load_pair
 from app.engine.caches import WindowKVCache, new_cache, rewind
@@ -15,7 +14,7 @@ from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair
 from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
-from tests.engine.families import FAMILIES, WINDOW, window_pair
+from tests.engine.families import FAMILIES, WINDOW, plain_greedy, window_pair
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -23,17 +22,6 @@ def pair(request: pytest.FixtureRequest, tiny: TinyModels, tmp_path_factory) -> 
     """A tiny ``family`` target with a byte copy of itself as the draft: every draft is right."""
     root = tmp_path_factory.mktemp(request.param)
     return load_pair(*window_pair(root, request.param, tiny.target))
-
-
-def _plain(pair: ModelPair, prompt: list[int], n: int) -> list[int]:
-    """mlx-lm's own greedy decoding over its own rotating caches: the reference."""
-    eos = set(pair.target.tokenizer.eos_token_ids)
-    out: list[int] = []
-    for token, _ in generate_step(mx.array(prompt), pair.target.model, max_tokens=n):
-        if int(token) in eos:
-            break
-        out.append(int(token))
-    return out
 
 
 def _reply(pair: ModelPair, messages: list[Message], decoder: Any, **params: Any) -> Finished:
@@ -54,7 +42,7 @@ def test_the_windows_reply_is_plain_greedy_past_the_window(pair, messages, num_d
     prompt = encode_chat(pair.target.tokenizer, messages)
     end = _reply(pair, messages, new_decoder(pair), drafting=DraftSetting.of(num_draft))
     assert len(prompt) + len(end.token_ids) > 2 * WINDOW  # the reply crosses the window
-    assert list(end.token_ids) == _plain(pair, prompt, 48)
+    assert list(end.token_ids) == plain_greedy(pair, prompt, 48)
     assert end.stats.accepted == end.stats.drafted > 0  # a copy's drafts are all right
 
 
@@ -69,7 +57,7 @@ def test_a_follow_up_and_an_edit_reuse_the_caches_and_stay_exact(pair, batch: bo
     for messages in (follow, edited):
         end = _reply(pair, messages, decoder, drafting=DraftSetting.of(None))
         prompt = encode_chat(pair.target.tokenizer, messages)
-        assert list(end.token_ids) == _plain(pair, prompt, 48)
+        assert list(end.token_ids) == plain_greedy(pair, prompt, 48)
 
 
 def test_a_window_goes_back_exactly_only_within_its_slack(pair) -> None:
