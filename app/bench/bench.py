@@ -747,6 +747,9 @@ def _concurrent(
 
 
 def _measure(target: nn.Module, draft: nn.Module | None, widths: int, context: int) -> CostProfile:
+    from app.engine.rounds import prepare
+
+    prepare(target, draft)  # the paths the runs take (the options are the process's here)
     profile = None
     for event in measure_profile(target, draft, widths=widths, context=context):
         if not isinstance(event, ProfileProgress):

@@ -22,7 +22,6 @@ from app.engine.costs import (
     CostProfile,
     Plan,
     ProfileProgress,
-    measure_profile,
     plan_round,
 )
 from app.engine.costs import predicted_rates as _predicted_rates
@@ -418,12 +417,9 @@ def _sweep(
     if cancelled():
         return
     # Verification costs first: they explain the sweep and Auto plans with them.
-    draft = pair.draft.model if pair.draft is not None else None
     profile: CostProfile | None = None
     widths = k_max + 1
-    for event in measure_profile(
-        pair.target.model, draft, widths=widths, repeats=COST_REPEATS, cancel=cancel
-    ):
+    for event in decoder.measure_costs(widths, COST_REPEATS, cancel):
         if isinstance(event, ProfileProgress):
             yield CalibrationProgress(0, total, f"measuring costs: {event.text}")
         else:

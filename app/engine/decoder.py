@@ -40,7 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -52,7 +52,17 @@ from app.engine import attention
 from app.engine.adaptive import Acceptance, DraftLength
 from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
 from app.engine.caches import back_to, mark, new_cache, reachable, rewind
-from app.engine.costs import K_MAX, CostModel, PlainPace, Plan, Samples, expected_tokens
+from app.engine.costs import (
+    K_MAX,
+    CostModel,
+    CostProfile,
+    PlainPace,
+    Plan,
+    ProfileProgress,
+    Samples,
+    expected_tokens,
+    measure_profile,
+)
 from app.engine.lookup import PromptLookup
 from app.engine.observe import (
     EngineEvent,
@@ -353,9 +363,7 @@ class Decoder:
         """
         if len(prompt) < 1:
             raise ValueError("a prompt needs at least one token")
-        if self.refused is None:
-            with self.options.applied():  # its paths put into the models
-                self.refused = prepare(self.target, self.draft) or ""
+        self._prepare()
         wanted = drafting_now(params, control).num_draft
         proposes = self.draft is not None or params.prompt_lookup
         check_drafting(self.refused or None, proposes, wanted)
@@ -383,6 +391,23 @@ class Decoder:
             request.out.append(Reading(request.read, request.prompt, request.reused))
         self._open.append(request)  # now, so that it joins the next round even unpulled
         return _Stream(self._stream(request), lambda: self._leave(request))
+
+    def measure_costs(
+        self, widths: int, repeats: int = 2, cancel: threading.Event | None = None
+    ) -> Iterator[ProfileProgress | CostProfile]:
+        """Measures the pair's costs (:func:`~app.engine.costs.measure_profile`) on the paths
+        its rounds run: the models prepared, its options applied."""
+        self._prepare()
+        with self.options.applied():
+            yield from measure_profile(
+                self.target, self.draft, widths=widths, repeats=repeats, cancel=cancel
+            )
+
+    def _prepare(self) -> None:
+        """Puts the decoder's paths into its models, once (a decoder costs nothing till used)."""
+        if self.refused is None:
+            with self.options.applied():
+                self.refused = prepare(self.target, self.draft) or ""
 
     def forget(self) -> int:
         """Drops the caches kept from finished requests; returns the bytes they held."""

@@ -37,11 +37,16 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache, CacheList
 
+from app.engine import delta_kernel
+
 # Rows a recurrent cache can go back: the rows of its newest forwards, up to
 # this many (a round's 16 drafts padded to 32 rows; the draft's steps of a round).
 DEPTH = 128
 # States kept at marked positions (a prompt's end) for a regenerated reply or an edit.
 MARKS = 4
+# A forward of at most this many rows keeps its state after each row off Metal
+# (a round's 16 drafts and the token before them); a longer one recomputes.
+ROWS_KEPT = 17
 
 _local = threading.local()
 
@@ -328,9 +333,10 @@ def _recurrence(fn: Callable[..., Any], timed: tuple[str, ...]) -> Callable[...,
 def _stepwise(step: Callable[..., Any]) -> Callable[..., Any]:
     """mlx-lm's ``gated_delta_ops`` (the recurrence off Metal), its state after each row kept.
 
-    The same steps in the same order as mlx-lm's loop, so its output is the
-    same to the bit; the states it makes anyway are handed to
-    :func:`_recurrence` instead of let go.
+    On CUDA one kernel runs the rows (:mod:`app.engine.delta_kernel`);
+    elsewhere the same steps in the same order as mlx-lm's loop, so its output
+    is the same to the bit. A forward of at most :data:`ROWS_KEPT` rows hands
+    the states it makes anyway to :func:`_recurrence` instead of letting them go.
     """
 
     def gated_delta_ops(
@@ -346,6 +352,12 @@ def _stepwise(step: Callable[..., Any]) -> Callable[..., Any]:
         hv, dv = v.shape[-2:]
         if state is None:
             state = mx.zeros((b, hv, dv, dk), dtype=mx.float32)
+        keep = _active() is not None and rows <= ROWS_KEPT
+        if delta_kernel.available() and delta_kernel.fits(q, v, g, mask):
+            y, states = delta_kernel.gated_delta_rows(q, k, v, g, beta, state, keep)
+            if keep:
+                _local.steps = states
+            return y, states[-1]
         if (repeat := hv // hk) > 1:
             q, k = mx.repeat(q, repeat, -2), mx.repeat(k, repeat, -2)
         ys, states = [], []
@@ -354,7 +366,7 @@ def _stepwise(step: Callable[..., Any]) -> Callable[..., Any]:
             y, state = step(q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], state, m)
             ys.append(y)
             states.append(state)
-        if _active() is not None:
+        if keep:
             _local.steps = states
         return mx.stack(ys, axis=1), state
 

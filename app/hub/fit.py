@@ -208,14 +208,13 @@ def request_cache_bytes(config: dict[str, Any], tokens: int) -> tuple[int, int]:
     Raises:
         ModelError: The config lacks the attention shape.
     """
-    from app.engine.costs import K_MAX
-    from app.engine.recurrent import MARKS, steps_kept
+    from app.engine.recurrent import MARKS, ROWS_KEPT, steps_kept
 
     kv = kv_cache_bytes(config, tokens)
     hybrid = recurrent_layout(config)
     if hybrid is None:
         return kv, 0
-    copies = 1 + MARKS + (K_MAX + 1 if steps_kept() else 0)
+    copies = 1 + MARKS + (ROWS_KEPT if steps_kept() else 0)
     return int(kv * hybrid[0]), hybrid[1] * copies
 
 

@@ -165,3 +165,29 @@ def test_progress_within_runs_counts_tokens_and_estimates_the_time_left(pair) ->
     # Without progress_every, runs stay silent between rounds.
     quiet = list(calibrate(pair, PROMPTS[:1], [0, 2], max_tokens=12))
     assert not [e for e in quiet if isinstance(e, CalibrationProgress) and e.run_done]
+
+
+def test_costs_are_measured_on_the_paths_the_replies_run(
+    tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Tune before any reply measures the models as the decoder runs them: prepared (a hybrid's
+    states noted, so each width's rows go back) and under the decoder's attention path."""
+    from app.engine import attention
+    from app.engine import decoder as decoder_module
+    from app.engine.decoder import Decoder
+    from app.engine.options import EngineOptions
+
+    seen: list[tuple[str | None, str]] = []
+    fresh = load_pair(tiny.target, tiny.copy)
+    assert fresh.draft is not None
+    decoder = Decoder(
+        fresh.target.model, fresh.draft.model, options=EngineOptions(attention="matmul")
+    )
+
+    def measured(*_args: object, **_kwargs: object):
+        seen.append((decoder.refused, attention.mode()))
+        return iter(())
+
+    monkeypatch.setattr(decoder_module, "measure_profile", measured)
+    assert list(calibrate(fresh, PROMPTS, KS, decoder=decoder)) == []
+    assert seen == [("", "matmul")]  # not the process's own (sdpa here)

@@ -6,6 +6,7 @@ Each family is a tiny random model of mlx-lm's own class; its draft a byte copy
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import mlx.core as mx
@@ -19,7 +20,7 @@ from app.engine.loader import ModelPair
 from app.engine.recurrent import DEPTH, RecurrentCache, install, leaves
 from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
-from tests.engine.families import HYBRIDS, hybrid_pair, plain_greedy
+from tests.engine.families import HYBRIDS, hybrid_config, hybrid_pair, plain_greedy
 
 TOKENS = 24
 
@@ -183,3 +184,34 @@ def test_tune_sweeps_a_hybrid_pair(pairs) -> None:
     _plain, fixed, _auto = result.points
     assert fixed.acceptance == 1.0  # a copy's drafts
     assert len({p.tokens for p in result.points}) == 1  # greedy: every k the same reply
+
+
+def test_only_a_rounds_rows_keep_their_states() -> None:
+    """Each row's state is kept for a verification's rows, not a prompt's: a 100-row
+    forward of a 27B-shaped model would hold 15 GB of them."""
+    from mlx_lm.utils import _get_classes
+
+    from app.engine.costs import K_MAX
+    from app.engine.recurrent import ROWS_KEPT
+
+    assert ROWS_KEPT == K_MAX + 1  # a round's rows: its drafts and the token before
+    config = hybrid_config("qwen3_5")
+    model_class, args_class = _get_classes(config)
+    model = model_class(args_class.from_dict(config))
+    mx.eval(model.parameters())
+    install(model)
+
+    def held(rows: int) -> tuple[int, int]:
+        cache = new_cache(model)
+        gc.collect()
+        before = mx.get_active_memory()
+        out = model(mx.arange(1, rows + 1)[None], cache=cache)
+        mx.eval(out, [c.state for c in leaves(cache)])
+        del out
+        gc.collect()
+        state = sum(c.nbytes for c in leaves(cache) if isinstance(c, RecurrentCache))
+        return mx.get_active_memory() - before, state
+
+    (short, state), (long, _) = held(ROWS_KEPT), held(100)
+    assert short > ROWS_KEPT // 2 * state  # a verification's states are kept
+    assert long - short < 50 * state  # 100 rows' would be 83 more
