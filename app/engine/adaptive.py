@@ -222,8 +222,8 @@ class DraftLength:
             plan = plan_round(profile, rates, self.k_max, self.fixed, keep=self._width)
             return plan or Plan(k=self.fixed, width=self.fixed + 1)
         # Plain decoding (k = 0) competes too: Auto is never slower than not drafting.
-        # Only measured acceptance may rule drafting out, never the prior alone.
-        plain = self.acceptance.evidence >= EVIDENCE
+        # Measured acceptance may rule drafting out, or the costs alone, never the prior.
+        plain = self.acceptance.evidence >= EVIDENCE or self._cannot_pay(profile)
         start = min(4, self.k_max)  # nothing measured yet: a short draft
         best = plan_round(profile, rates, self.k_max, plain=plain, keep=self._width)
         if best is not None and best.k == 0 and not self._plain_for_sure(profile):
@@ -238,6 +238,11 @@ class DraftLength:
         else:
             plan = self._explore(profile, rates, best)
         return plan
+
+    def _cannot_pay(self, profile: CostProfile) -> bool:
+        """Whether plain decoding wins even were every draft accepted."""
+        ceiling = plan_round(profile, [1.0] * self.k_max, self.k_max, keep=self._width)
+        return ceiling is not None and ceiling.k == 0
 
     def _plain_for_sure(self, profile: CostProfile) -> bool:
         """Whether plain decoding still wins with acceptance :data:`DOUBT` errors higher."""

@@ -331,26 +331,36 @@ def predicted_rates(profile: CostProfile, accept: Sequence[float], k_max: int) -
 
 @dataclass
 class PlainPace:
-    """Pipelined plain steps, timed as their average since the first was queued.
+    """Pipelined plain steps, timed from the first token read.
 
-    A plain loop keeps one step queued ahead of the token it hands out. A
-    backend may run queued steps together (CUDA does), so the gap between two
-    tokens can read far below a step; the average over every step so far,
-    Python's time between them included, cannot.
+    A plain loop keeps one step queued ahead of the token it hands out. Three
+    backends' ways of running a queued step each fool a simpler clock: CUDA
+    may run it inside ``async_eval`` (a token read with no step queued behind
+    it came with the one before), may run two together (the gap between two
+    tokens is no step), and the first step waits on its launch with nothing
+    to overlap (an average from when it was queued holds that). On an H200
+    such an average over a two-step probe read 48 ms for a 27B-shaped hybrid's
+    33 ms step, and Auto drafted where plain decoding was faster. Two steps or
+    more since the first token, to a token with a step queued behind it, are
+    none of these.
     """
 
     began: float  # when the first step was queued
     steps: int = 0  # tokens read so far
+    first: float = 0.0  # when the first was read
 
-    @property
-    def pipelined(self) -> bool:
-        """Whether the average covers a step queued behind another (the second token on)."""
-        return self.steps > 1
+    def token(self, now: float, behind: bool) -> float | None:
+        """One more token read at ``now``, ``behind``: whether a step was queued behind it.
 
-    def token(self, now: float) -> float:
-        """One more token read at ``now``: seconds a step has taken so far, on average."""
+        Returns:
+            Seconds a step takes, where this token can tell; else None.
+        """
         self.steps += 1
-        return (now - self.began) / self.steps
+        if self.steps == 1:
+            self.first = now
+        if self.steps < 3 or not behind:
+            return None
+        return (now - self.first) / (self.steps - 1)
 
 
 @dataclass

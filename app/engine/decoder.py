@@ -108,7 +108,7 @@ ROUND_LAG = 2 * K_MAX + 2  # tokens a round's first draft step may feed: a lag b
 TIME_DRAFT_EVERY = 8  # a lone request's drafting rounds: one in this many splits draft and verify
 STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
 KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
-PROBE = 2  # plain tokens of a lone request's probe: the second one's step is pipelined
+PROBE = 4  # plain tokens of a lone request's probe: its third is timed (PlainPace)
 LOOKUP_PLAIN = 2  # plain tokens a lone request decodes where lookup alone finds nothing
 # Fewest prompt rows a joining request copies from another open request's caches rather than
 # reading them: a copy costs next to nothing, a read its share of a forward.
@@ -1215,9 +1215,7 @@ class Decoder:
         self._last = None  # the next round's period would hold these steps
         token = mx.array(request.seq[-1:], dtype=mx.int32)
         queued = self._plain_next(request, token, request.seq[:-1], evaluate=False)
-        # Timed from before the first step is queued: a backend may run it inside
-        # async_eval, and a probe's two steps would then read as one.
-        began = time.perf_counter()
+        began = time.perf_counter()  # the first token's wait is no sample: steps are timed after
         mx.async_eval(queued)
         wanted = request.num_draft()
         self._burst = _Burst(request, queued, tokens, wanted, PlainPace(began), began, stretch)
@@ -1255,8 +1253,8 @@ class Decoder:
             after = self._plain_next(r, burst.queued.reshape(-1).astype(mx.int32), r.seq)
         t = cast(int, burst.queued.item())
         now = time.perf_counter()
-        step = burst.pace.token(now)
-        if burst.pace.pipelined:  # what the baseline and Auto weigh rounds against
+        step = burst.pace.token(now, behind=after is not None)
+        if step is not None:  # what the baseline and Auto weigh rounds against
             self._step.add(step)
             self.costs.observe_step(step)
         r.seq.append(t)

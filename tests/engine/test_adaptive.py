@@ -122,12 +122,20 @@ def test_auto_follows_the_profile_and_keeps_fixed_k() -> None:
 
 
 def test_auto_decodes_plainly_only_once_acceptance_is_measured() -> None:
-    # Verification as dear as the tokens it checks, and a draft step of half a step.
-    dear = _profile(tuple(40.0 * m for m in range(1, 18)), 20.0)
+    # Verification of m rows 30 + 10 m ms, a draft step of a quarter of a plain step.
+    dear = _profile(tuple(30.0 + 10.0 * m for m in range(1, 18)), 10.0)
     fresh = DraftLength(16, costs=CostModel(profile=dear))
     assert fresh.choose().k > 0  # the prior alone never rules drafting out
     for _ in range(int(EVIDENCE) + 4):  # evidence fades a little each round
         fresh.observe(2, 0)
+    assert fresh.choose().k == 0
+
+
+def test_auto_decodes_plainly_at_once_where_no_acceptance_could_pay() -> None:
+    # Verification as dear as the tokens it checks, and a draft step of half a step:
+    # every draft accepted, a round still costs more than its tokens decoded plainly.
+    dear = _profile(tuple(40.0 * m for m in range(1, 18)), 20.0)
+    fresh = DraftLength(16, costs=CostModel(profile=dear))
     assert fresh.choose().k == 0
 
 

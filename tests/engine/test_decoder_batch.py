@@ -773,7 +773,7 @@ def test_a_lone_auto_request_probes_plain_steps_and_decodes_plainly_where_drafts
     )
     got, rounds = _turns([gen], 80)
     assert got[0] == _solo(pair, PROMPTS[0], 80)
-    assert [r.k for r in rounds[0][:2]] == [0, 0]  # the probe: two plain tokens first
     assert _timed_plain(costs)
-    assert any(r.k for r in rounds[0])  # Auto drafted until its acceptance was known
-    assert all(r.k == 0 for r in rounds[0][-30:])  # then decoded plainly
+    # Not even drafts all accepted would pay once the probe timed a plain step: Auto
+    # decodes plainly without waiting to learn its acceptance.
+    assert all(r.k == 0 for r in rounds[0])
