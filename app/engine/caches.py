@@ -26,7 +26,7 @@ from mlx_lm.models.cache import (
 )
 
 from app.engine import attention, recurrent
-from app.engine.recurrent import RecurrentCache, leaves
+from app.engine.recurrent import FORWARDS, RecurrentCache, leaves
 
 # Rows a window keeps beyond itself: the most a round or a pad gives back
 # (16 drafts verified padded to 32 rows, a prompt chunk's pad under 64).
@@ -132,18 +132,22 @@ class WindowKVCache(_BaseCache):
         return int(self.keys.nbytes + self.values.nbytes)
 
 
-def new_cache(model: nn.Module) -> list[Any]:
-    """``model``'s cache as mlx-lm makes it, plain windows and recurrent states made to go back."""
-    return [_exact(c) for c in make_prompt_cache(model)]
+def new_cache(model: nn.Module, forwards: int = FORWARDS) -> list[Any]:
+    """``model``'s cache as mlx-lm makes it, plain windows and recurrent states made to go back.
+
+    ``forwards``: how many of its newest forwards a recurrent state can go back
+    into, each a state's worth of memory (a target needs its newest round's).
+    """
+    return [_exact(c, forwards) for c in make_prompt_cache(model)]
 
 
-def _exact(c: Any) -> Any:
+def _exact(c: Any, forwards: int) -> Any:
     if type(c) is RotatingKVCache and c.keep == 0:
         return WindowKVCache(c.max_size)
     if type(c) is ArraysCache:
-        return RecurrentCache(len(c.cache))
+        return RecurrentCache(len(c.cache), forwards=forwards)
     if isinstance(c, CacheList):
-        c.caches = tuple(_exact(x) for x in c.caches)
+        c.caches = tuple(_exact(x, forwards) for x in c.caches)
     return c
 
 

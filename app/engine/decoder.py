@@ -76,6 +76,7 @@ from app.engine.observe import (
 )
 from app.engine.options import DEFAULT_OPTIONS, EngineOptions
 from app.engine.packed import packable, packed_forward
+from app.engine.recurrent import TARGET_FORWARDS
 from app.engine.rounds import (
     DraftControl,
     DraftCutoff,
@@ -375,7 +376,7 @@ class Decoder:
             params=params,
             control=control,
             cancel=cancel,
-            t_cache=new_cache(self.target),
+            t_cache=new_cache(self.target, TARGET_FORWARDS),
             d_cache=new_cache(self.draft) if drafts and self.draft is not None else None,
             lookup=PromptLookup() if lookup else None,
             reports=reading,

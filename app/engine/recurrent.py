@@ -47,6 +47,11 @@ MARKS = 4
 # A forward of at most this many rows keeps its state after each row off Metal
 # (a round's 16 drafts and the token before them); a longer one recomputes.
 ROWS_KEPT = 17
+# Forwards a cache can go back into, each holding the state before it: a draft's
+# round (its first step and up to 16 more); a target goes back into its newest
+# round only, and keeps TARGET_FORWARDS. Within them, a state each; beyond, marks.
+FORWARDS = ROWS_KEPT + 1
+TARGET_FORWARDS = 2
 
 _local = threading.local()
 
@@ -94,11 +99,13 @@ class _Forward:
 
 
 class RecurrentCache(ArraysCache):
-    """An ``ArraysCache`` that can give back its newest rows, up to :data:`DEPTH`."""
+    """An ``ArraysCache`` that can give back its newest rows: those of its newest
+    ``forwards`` forwards, up to :data:`DEPTH` rows."""
 
-    def __init__(self, size: int, depth: int = DEPTH) -> None:
+    def __init__(self, size: int, depth: int = DEPTH, forwards: int = FORWARDS) -> None:
         super().__init__(size)
         self.depth = depth
+        self.forwards = forwards
         self.offset = 0  # rows read
         self._forwards: deque[_Forward] = deque()  # closed, newest last
         self._held = 0  # their rows
@@ -167,7 +174,7 @@ class RecurrentCache(ArraysCache):
             return
         self._forwards.append(forward)
         self._held += forward.rows
-        while self._held > self.depth:
+        while self._held > self.depth or len(self._forwards) > self.forwards:
             self._held -= self._forwards.popleft().rows
 
     def can_go_back(self, n: int) -> bool:

@@ -198,23 +198,28 @@ def _layout(config: str) -> tuple[float, int] | None:
     return attention / max(1, layers), state
 
 
-def request_cache_bytes(config: dict[str, Any], tokens: int) -> tuple[int, int]:
+def request_cache_bytes(
+    config: dict[str, Any], tokens: int, drafts: bool = False
+) -> tuple[int, int]:
     """One request's caches in a model: its KV caches at ``tokens`` and its recurrent states.
 
     A hybrid model's KV caches are its attention layers'; its states count a
-    request's own, its marked copies and, where a verification keeps the state
-    after each row (off Metal), those of the longest verification.
+    request's own, its marked copies, those before each forward it can go back
+    into (a draft's round of steps, where ``drafts``; a target's newest rounds)
+    and, where a verification keeps the state after each row (off Metal),
+    those of the longest verification.
 
     Raises:
         ModelError: The config lacks the attention shape.
     """
-    from app.engine.recurrent import MARKS, ROWS_KEPT, steps_kept
+    from app.engine.recurrent import FORWARDS, MARKS, ROWS_KEPT, TARGET_FORWARDS, steps_kept
 
     kv = kv_cache_bytes(config, tokens)
     hybrid = recurrent_layout(config)
     if hybrid is None:
         return kv, 0
-    copies = 1 + MARKS + (ROWS_KEPT if steps_kept() else 0)
+    forwards = FORWARDS if drafts else TARGET_FORWARDS
+    copies = 1 + MARKS + forwards + (ROWS_KEPT if steps_kept() else 0)
     return int(kv * hybrid[0]), hybrid[1] * copies
 
 
@@ -263,7 +268,7 @@ def memory_fit(
             reused += size  # already in memory, and the load keeps it
             counted.add(key)
         try:
-            model_kv, model_states = request_cache_bytes(config, model_tokens)
+            model_kv, model_states = request_cache_bytes(config, model_tokens, drafts=i > 0)
         except ModelError as exc:
             raise ModelError(f"{folder.name}: {exc}") from exc
         kv += model_kv

@@ -311,7 +311,8 @@ def reply_kv_bytes(
         if model is None:
             continue
         try:
-            total += sum(n * sum(request_cache_bytes(model.config, t)) for t, n in copies)
+            drafts = model is pair.draft
+            total += sum(n * sum(request_cache_bytes(model.config, t, drafts)) for t, n in copies)
         except ModelError:
             continue
     return total

@@ -215,3 +215,34 @@ def test_only_a_rounds_rows_keep_their_states() -> None:
     (short, state), (long, _) = held(ROWS_KEPT), held(100)
     assert short > ROWS_KEPT // 2 * state  # a verification's states are kept
     assert long - short < 50 * state  # 100 rows' would be 83 more
+
+
+def test_a_cache_holds_the_states_of_its_newest_forwards_only() -> None:
+    """Each forward it can go back into holds the state before it: a 27B-shaped target's
+    128 newest plain steps would hold 18 GB of them."""
+    from mlx_lm.utils import _get_classes
+
+    from app.engine.recurrent import FORWARDS, TARGET_FORWARDS
+
+    config = hybrid_config("qwen3_5")
+    model_class, args_class = _get_classes(config)
+    model = model_class(args_class.from_dict(config))
+    mx.eval(model.parameters())
+    install(model)
+
+    def held(forwards: int) -> tuple[int, int]:
+        gc.collect()
+        before = mx.get_active_memory()
+        cache = new_cache(model, forwards)
+        model(mx.arange(1, 30)[None], cache=cache)
+        for _ in range(DEPTH):  # plain steps, one row each
+            mx.eval(model(mx.array([[5]]), cache=cache))
+        gc.collect()
+        state = sum(c.nbytes for c in leaves(cache) if isinstance(c, RecurrentCache))
+        return mx.get_active_memory() - before, state
+
+    (draft, state), (target, _) = held(FORWARDS), held(TARGET_FORWARDS)
+    # A forward holds the state before it and its convolution's input (on this tiny
+    # model as large as a state): about two states each.
+    assert target < draft < target + 3 * FORWARDS * state
+    assert draft < 80 * state  # DEPTH forwards would hold about 256

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main as tandem
-from app.engine.recurrent import MARKS, ROWS_KEPT, steps_kept
+from app.engine.recurrent import MARKS, ROWS_KEPT, TARGET_FORWARDS, steps_kept
 from app.hub.catalog import load_catalog, recommend, suggest_drafts
 from app.hub.fit import kv_cache_bytes, memory_fit, recurrent_layout
 from app.hub.library import inspect_model
@@ -50,9 +50,10 @@ def test_the_fit_counts_attention_layers_and_recurrent_states(hybrid) -> None:
     assert state > 0
     fit = memory_fit(target, None, context_length=1024, available=10**12)
     assert fit.kv_bytes == int(kv_cache_bytes(config, 1024) * share)
-    # A request's, its marked copies and, off Metal, one a verified row.
+    # A request's, its marked copies, one before each of its newest rounds and, off
+    # Metal, one a verified row.
     rows = ROWS_KEPT if steps_kept() else 0
-    assert fit.state_bytes == state * (1 + MARKS + rows)
+    assert fit.state_bytes == state * (1 + MARKS + TARGET_FORWARDS + rows)
     assert "recurrent states" in fit.detail
 
 
