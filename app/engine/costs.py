@@ -345,7 +345,6 @@ class PlainPace:
     none of these.
     """
 
-    began: float  # when the first step was queued
     steps: int = 0  # tokens read so far
     first: float = 0.0  # when the first was read
 

@@ -1216,10 +1216,10 @@ class Decoder:
         self._last = None  # the next round's period would hold these steps
         token = mx.array(request.seq[-1:], dtype=mx.int32)
         queued = self._plain_next(request, token, request.seq[:-1], evaluate=False)
-        began = time.perf_counter()  # the first token's wait is no sample: steps are timed after
+        began = time.perf_counter()
         mx.async_eval(queued)
         wanted = request.num_draft()
-        self._burst = _Burst(request, queued, tokens, wanted, PlainPace(began), began, stretch)
+        self._burst = _Burst(request, queued, tokens, wanted, PlainPace(), began, stretch)
         self._tell(PlainBurst(tokens))
         self._hand_out(self._burst, go_on=tokens > 1)
 

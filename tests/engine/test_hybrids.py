@@ -16,7 +16,7 @@ from app.engine import Finished, GenerationParams, Message, load_pair
 from app.engine.caches import back_to, mark, new_cache, reachable, refusal, rewind
 from app.engine.decoder import Decoder, take_turns
 from app.engine.generate import encode_chat, new_decoder, stream_reply
-from app.engine.loader import ModelPair
+from app.engine.loader import ModelPair, config_model
 from app.engine.recurrent import DEPTH, RecurrentCache, install, leaves
 from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
@@ -186,20 +186,23 @@ def test_tune_sweeps_a_hybrid_pair(pairs) -> None:
     assert len({p.tokens for p in result.points}) == 1  # greedy: every k the same reply
 
 
-def test_only_a_rounds_rows_keep_their_states() -> None:
+@pytest.fixture(scope="module")
+def qwen3_5() -> Any:
+    """A tiny Qwen3.5 model, its recurrent states noted."""
+    model = config_model(hybrid_config("qwen3_5"))
+    mx.eval(model.parameters())
+    install(model)
+    return model
+
+
+def test_only_a_rounds_rows_keep_their_states(qwen3_5) -> None:
     """Each row's state is kept for a verification's rows, not a prompt's: a 100-row
     forward of a 27B-shaped model would hold 15 GB of them."""
-    from mlx_lm.utils import _get_classes
-
     from app.engine.costs import K_MAX
     from app.engine.recurrent import ROWS_KEPT
 
     assert ROWS_KEPT == K_MAX + 1  # a round's rows: its drafts and the token before
-    config = hybrid_config("qwen3_5")
-    model_class, args_class = _get_classes(config)
-    model = model_class(args_class.from_dict(config))
-    mx.eval(model.parameters())
-    install(model)
+    model = qwen3_5
 
     def held(rows: int) -> tuple[int, int]:
         cache = new_cache(model)
@@ -217,18 +220,12 @@ def test_only_a_rounds_rows_keep_their_states() -> None:
     assert long - short < 50 * state  # 100 rows' would be 83 more
 
 
-def test_a_cache_holds_the_states_of_its_newest_forwards_only() -> None:
+def test_a_cache_holds_the_states_of_its_newest_forwards_only(qwen3_5) -> None:
     """Each forward it can go back into holds the state before it: a 27B-shaped target's
     128 newest plain steps would hold 18 GB of them."""
-    from mlx_lm.utils import _get_classes
-
     from app.engine.recurrent import FORWARDS, TARGET_FORWARDS
 
-    config = hybrid_config("qwen3_5")
-    model_class, args_class = _get_classes(config)
-    model = model_class(args_class.from_dict(config))
-    mx.eval(model.parameters())
-    install(model)
+    model = qwen3_5
 
     def held(forwards: int) -> tuple[int, int]:
         gc.collect()
