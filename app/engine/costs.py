@@ -428,7 +428,9 @@ class CostModel:
         """Starts from ``profile``'s measurements, or from nothing."""
         self._verify = [Samples() for _ in range(self.widths)]
         self._draft = Samples(seen=WARMUP_SAMPLES)
-        self._overhead = Samples(seen=WARMUP_SAMPLES)
+        # No fixed cost until two rounds show one: a lone first sample may be a
+        # kernel build (7.7 s on an H200), which no try of drafting could pay back.
+        self._overhead = Samples(seen=WARMUP_SAMPLES, value=0.0)
         # The first round at a width may build kernels: not counted, as for forwards.
         self._rounds = [Samples() for _ in range(self.widths)]
         self._round_clock = 0  # rounds observed so far

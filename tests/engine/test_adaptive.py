@@ -199,6 +199,18 @@ def test_rounds_teach_the_fixed_cost_and_correct_a_width_fast() -> None:
     assert again.profile().overhead == pytest.approx(model.profile().overhead)
 
 
+def test_one_stalled_round_does_not_rule_drafting_out() -> None:
+    # On an H200 a hybrid pair's first round at a new k built kernels for 7.7 s; as
+    # the only fixed-cost sample it ruled drafting out, and no try could pay it back.
+    auto = _controller(_profile(CUDA_70B, 2.0), 0.999)
+    auto.costs.observe_round(15, 16, 0.030 + 0.082 + 7.7)
+    assert auto.costs.profile().overhead == 0.0
+    assert auto.choose().k == 15
+    for _ in range(2):  # a fixed cost that every round shows still counts from the next one
+        auto.costs.observe_round(15, 16, 0.030 + 0.082 + 0.020)
+    assert auto.costs.profile().overhead == pytest.approx(0.020, abs=1e-6)
+
+
 def test_auto_leaves_a_width_whose_rounds_cost_more_than_its_forward() -> None:
     auto = _controller(_profile(CUDA_70B, 2.0), 0.999)
     assert (auto.choose().k, auto.choose().width) == (15, 16)

@@ -243,3 +243,25 @@ def test_a_cache_holds_the_states_of_its_newest_forwards_only(qwen3_5) -> None:
     # model as large as a state): about two states each.
     assert target < draft < target + 3 * FORWARDS * state
     assert draft < 80 * state  # DEPTH forwards would hold about 256
+
+
+def test_a_forward_over_mlx_lms_own_cache_notes_nothing_into_ours(qwen3_5) -> None:
+    """bench runs mlx-lm's plain loop on the same model between Tandem's replies."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model = qwen3_5
+    prompt, rows = mx.arange(3, 13)[None], mx.arange(20, 25)[None]
+    cache = new_cache(model)
+    model(prompt, cache=cache)
+    mark(cache)  # as a reply's prompt is: its forward closed
+    theirs = make_prompt_cache(model)
+    model(mx.arange(1, 10)[None], cache=theirs)
+    model(mx.array([[5]]), cache=theirs)
+    model(rows, cache=cache)
+    assert rewind(cache, 3)
+    fresh = new_cache(model)
+    model(prompt, cache=fresh)
+    model(rows[:, :2], cache=fresh)
+    assert [c.offset for c in leaves(cache)] == [c.offset for c in leaves(fresh)]
+    got = model(mx.array([[7]]), cache=cache)
+    assert mx.allclose(got, model(mx.array([[7]]), cache=fresh), rtol=1e-5, atol=1e-5)
