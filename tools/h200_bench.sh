@@ -469,6 +469,13 @@ batch)  # issue 17's ground: one forward of 1-8 sequences x 1-16 rows, batched a
       --json "$out/batch-${pair%%:*}.json" 2> "$out/batch-${pair%%:*}.err"
   done
   ;;
+fresh)  # run 34's open question: do configurations of one process still spread with --fresh-shapes?
+  for shapes in replayed fresh; do
+    flag=""; [ "$shapes" = fresh ] && flag=--fresh-shapes
+    run "8b-1b-$shapes" --synthetic 8b:1b --miss 0 --ks 15,auto,auto-uncut \
+      --impls plain,mlx-lm,tandem --mlx-lm-ks 15 $flag
+  done
+  ;;
 mlx)
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,4,15,auto --mlx-lm-ks 3 --ttft
   ;;
