@@ -33,7 +33,6 @@ from app.engine.costs import (
     CostProfile,
     ProfileProgress,
     ProfileStore,
-    measure_profile,
 )
 from app.engine.decoder import Decoder
 from app.engine.options import DEFAULT_OPTIONS, EngineOptions
@@ -699,7 +698,7 @@ def _concurrent(
         auto = any(k is None or k in VARIANTS for k in ks)
         if auto and draft_model is not None and not args.cold:
             log(f"measuring verification costs for widths 1-{k_max + 1}")
-            profile = _measure(target, draft_model, k_max + 1, args.context)
+            profile = _measure(target, draft_model, k_max + 1, args.context, options)
             meta["profile"] = profile.as_dict()
         rows = []
         # One batch cost model for the pair, as the app keeps: each run measures its shapes.
@@ -746,12 +745,12 @@ def _concurrent(
     return 0
 
 
-def _measure(target: nn.Module, draft: nn.Module | None, widths: int, context: int) -> CostProfile:
-    from app.engine.rounds import prepare
-
-    prepare(target, draft)  # the paths the runs take (the options are the process's here)
+def _measure(
+    target: nn.Module, draft: nn.Module | None, widths: int, context: int, options: EngineOptions
+) -> CostProfile:
     profile = None
-    for event in measure_profile(target, draft, widths=widths, context=context):
+    measuring = Decoder(target, draft, options=options)  # on the paths its runs take
+    for event in measuring.measure_costs(widths, context=context):
         if not isinstance(event, ProfileProgress):
             profile = event
     assert profile is not None
@@ -917,7 +916,7 @@ def _main(args: Any) -> int:
         profile: CostProfile | None = None
         if args.profile or not args.cold:
             log(f"measuring verification costs for widths 1-{k_max + 1}")
-            profile = _measure(target, draft_model, k_max + 1, args.context)
+            profile = _measure(target, draft_model, k_max + 1, args.context, args.engine_options)
             built = max(built, profile.build)
             profile = replace(profile, build=built)
             print(profile_table(profile))

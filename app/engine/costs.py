@@ -620,12 +620,15 @@ class ProfileProgress:
     text: str
 
 
+PROFILE_CONTEXT = 512  # cache rows a profile measures its forwards against
+
+
 def measure_profile(
     target: Any,
     draft: Any | None,
     *,
     widths: int = K_MAX + 1,
-    context: int = 512,
+    context: int = PROFILE_CONTEXT,
     repeats: int = 2,
     draft_steps: int = 16,
     cancel: Any = None,

@@ -54,6 +54,7 @@ from app.engine.batch_costs import BatchCosts, BatchLength, Want, shape
 from app.engine.caches import back_to, mark, new_cache, reachable, rewind
 from app.engine.costs import (
     K_MAX,
+    PROFILE_CONTEXT,
     CostModel,
     CostProfile,
     PlainPace,
@@ -394,14 +395,23 @@ class Decoder:
         return _Stream(self._stream(request), lambda: self._leave(request))
 
     def measure_costs(
-        self, widths: int, repeats: int = 2, cancel: threading.Event | None = None
+        self,
+        widths: int,
+        repeats: int = 2,
+        cancel: threading.Event | None = None,
+        context: int = PROFILE_CONTEXT,
     ) -> Iterator[ProfileProgress | CostProfile]:
         """Measures the pair's costs (:func:`~app.engine.costs.measure_profile`) on the paths
         its rounds run: the models prepared, its options applied."""
         self._prepare()
         with self.options.applied():
             yield from measure_profile(
-                self.target, self.draft, widths=widths, repeats=repeats, cancel=cancel
+                self.target,
+                self.draft,
+                widths=widths,
+                context=context,
+                repeats=repeats,
+                cancel=cancel,
             )
 
     def _prepare(self) -> None:

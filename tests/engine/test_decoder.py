@@ -11,7 +11,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from app.engine import Chunk, Finished, GenerationParams, Message, Origin, load_pair
+from app.engine import Chunk, Finished, GenerationParams, Message, Origin, adaptive, load_pair
 from app.engine import decoder as spec
 from app.engine.costs import PLAIN_BURST, PlainPace
 from app.engine.decoder import PROBE, Decoder
@@ -549,8 +549,6 @@ def test_auto_decodes_plainly_where_drafting_cannot_pay(models, monkeypatch) -> 
 def test_autos_plain_bursts_follow_one_another_with_the_next_step_queued(
     models, monkeypatch
 ) -> None:
-    from app.engine import adaptive
-
     pair = models["noisy"]
     _dear_draft(monkeypatch, pair.draft.model)
     # Tries every few hundred tokens: how soon the budget allows one depends on
