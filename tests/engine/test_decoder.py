@@ -466,7 +466,13 @@ TILED = [10, 20, 30, 40, 50, 60, 70, 15, 15, 15, 15, 15, 15, 15, 15, 15, 30]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_padded_verification_keeps_the_output(models, temperature) -> None:
+def test_padded_verification_keeps_the_output(models, monkeypatch, temperature) -> None:
+    from app.engine.costs import CostModel
+
+    # The plan comes from TILED alone: this machine's timings of rounds would
+    # move it (a slow width 8 makes 9 the cheapest).
+    for name in ("observe_verify", "observe_round", "observe_draft_step"):
+        monkeypatch.setattr(CostModel, name, lambda self, *a, **kw: None)
     pair = models["noisy"]
     kw = dict(drafting=DraftSetting.of(3), temperature=temperature, seed=5)
     mx.random.seed(5)
