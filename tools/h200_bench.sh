@@ -476,6 +476,12 @@ fresh)  # run 34's open question: do configurations of one process still spread 
       --impls plain,mlx-lm,tandem --mlx-lm-ks 15 $flag
   done
   ;;
+hstreams)  # the hybrid 27B's streams, verified and drafted in one merged forward a step
+  echo "== hybrid streams: tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  timeout "${BUDGET:-480}" python3 -m app bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 \
+    --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
+    --fresh-shapes --json "$out/hybrid-streams.json" 2> "$out/hybrid-streams.err"
+  ;;
 mlx)
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,4,15,auto --mlx-lm-ks 3 --ttft
   ;;

@@ -1,9 +1,10 @@
-"""What one target forward costs for several sequences: batched, or packed into one matrix.
+"""What one target forward costs for several sequences: batched, joint, or one by one.
 
 ``tandem bench --batch-profile`` measures it, as the ground for verifying
 several requests' drafts in one forward: mlx-lm's batching gives the model a
-(sequences, rows) input, and :func:`app.engine.packed.packed_forward` gives the
-projections and the MLP one (1, sequences x rows) matrix instead.
+(sequences, rows) input over one batched cache; the engine's joint forward
+(:func:`app.engine.merged.joint_forward`) packs the rows of a Llama-kind
+model into one matrix, and runs a hybrid's over its sequences' own caches merged.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import mlx.nn as nn
 
 from app.engine.caches import prefill
 from app.engine.costs import probe_tokens, timed_runs, vocab_size
-from app.engine.packed import packable, packed_forward
+from app.engine.merged import joint_forward, mergeable
+from app.engine.packed import packable
 from app.engine.stacked import Stack, stackable, stacked_step
 
 SEQUENCES = (1, 2, 4, 8)
@@ -32,8 +34,8 @@ class BatchCost:
         sequences: Sequences in the forward.
         rows: New tokens of each.
         batched: Seconds as one (sequences, rows) input over a batched cache.
-        packed: Seconds with the rows packed into one matrix; ``None`` where the
-            model cannot be packed.
+        packed: Seconds of the engine's joint forward (rows packed into one
+            matrix, or a hybrid's caches merged); ``None`` where it has none.
         separate: Seconds of one forward per sequence, one after another (in
             one graph): what running the sequences apart costs.
         stacked: Seconds of one step with the caches side by side
@@ -65,10 +67,10 @@ def measure_batch_costs(
     from app.engine.caches import new_cache, rewind
 
     tokens = probe_tokens(vocab_size(target), context + max(rows))
-    can_pack = packable(target)
     singles = [new_cache(target) for _ in range(max(sequences))]
     for cache in singles:
         prefill(target, cache, tokens[:context])
+    can_pack = packable(target) or mergeable(target, singles)
     out = []
     for b in sequences:
         batch = new_cache(target)
@@ -83,7 +85,9 @@ def measure_batch_costs(
                 rewind(batch, m)
 
             def packed(new: list[int] = new, b: int = b, m: int = m) -> None:
-                mx.eval(packed_forward(target, [new] * b, singles[:b]))
+                rows = [mx.array(new)] * b
+                joint = joint_forward(target, rows, singles[:b])
+                mx.eval(joint if joint is not None else target(rows[0][None], cache=singles[0]))
                 for cache in singles[:b]:
                     rewind(cache, m)
 
@@ -113,10 +117,10 @@ def measure_batch_costs(
 
 
 def batch_table(costs: Sequence[BatchCost]) -> str:
-    """ms per forward, batched / packed / one by one (/ stacked), one line per sequence count."""
+    """ms per forward, batched / joint / one by one (/ stacked), one line per sequence count."""
     rows = sorted({c.rows for c in costs})
     stacks = any(c.stacked is not None for c in costs)
-    ways = "batched / packed / one by one" + (" / stacked" if stacks else "")
+    ways = "batched / joint / one by one" + (" / stacked" if stacks else "")
     lines = [f"sequences x new tokens each: ms {ways}"]
     lines.append(f"{'B':>3} " + " ".join(f"{'m=' + str(m):>23}" for m in rows))
 

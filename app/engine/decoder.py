@@ -4,7 +4,7 @@ A round proposes tokens for every open request (prompt lookup's, then the
 draft model's: the draft's steps shared across the requests that draft,
 packed, or with their caches side by side where the batch measures that
 faster, :mod:`app.engine.stacked`), verifies every proposal in one target
-forward (:func:`app.engine.packed.packed_forward` for several), and commits
+forward (:func:`app.engine.merged.joint_forward` for several), and commits
 each request's accepted prefix plus one token of the target's own by the one
 rule of :func:`app.engine.rounds.judge`. At temperature 0 a reply is the
 target's greedy reply; above 0 it keeps the target's distribution exactly.
@@ -65,6 +65,7 @@ from app.engine.costs import (
     measure_profile,
 )
 from app.engine.lookup import PromptLookup
+from app.engine.merged import joint_forward
 from app.engine.observe import (
     EngineEvent,
     Observer,
@@ -76,7 +77,6 @@ from app.engine.observe import (
     RoundRun,
 )
 from app.engine.options import DEFAULT_OPTIONS, EngineOptions
-from app.engine.packed import packable, packed_forward
 from app.engine.recurrent import TARGET_FORWARDS
 from app.engine.rounds import (
     DraftControl,
@@ -1035,9 +1035,10 @@ class Decoder:
     def _forward(
         self, model: nn.Module, rows: Sequence[mx.array], caches: Sequence[list[Any]]
     ) -> list[mx.array]:
-        """Each sequence's logits for its new rows: packed where several and the model allow."""
-        if len(rows) > 1 and packable(model):
-            return packed_forward(model, rows, caches)
+        """Each sequence's logits for its new rows: one forward where the model allows."""
+        joint = joint_forward(model, rows, caches)
+        if joint is not None:
+            return joint
         return [model(x[None], cache=c) for x, c in zip(rows, caches, strict=True)]
 
     def _draft(

@@ -31,10 +31,11 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_map
 from mlx_lm.models.cache import ArraysCache, CacheList
 
 from app.engine import delta_kernel
@@ -73,6 +74,16 @@ class _Note:
         """Lets go of states kept per row: going back into an older forward recomputes."""
         if self.again is not None:
             self.at, self.again = self.again, None
+
+    def row(self, j: int) -> _Note:
+        """The note of sequence ``j`` of the batch this note's forward ran."""
+
+        def pick(at: Callable[[int], Any] | None) -> Callable[[int], Any] | None:
+            if at is None:
+                return None
+            return lambda n: tree_map(lambda a: a[j : j + 1], at(n))
+
+        return _Note(self.rows, pick(self.at), None, pick(self.again))
 
 
 @dataclass
@@ -176,6 +187,34 @@ class RecurrentCache(ArraysCache):
         self._held += forward.rows
         while self._held > self.depth or len(self._forwards) > self.forwards:
             self._held -= self._forwards.popleft().rows
+
+    @classmethod
+    def merge(cls, caches: Sequence[RecurrentCache]) -> RecurrentCache:
+        """One cache holding ``caches``' states as a batch, for one forward of them all."""
+        first = caches[0]
+        out = cls(len(first.cache), first.depth, first.forwards)
+        own: list[list[Any]] = [c.cache for c in caches]
+        states: list[Any] = [mx.concatenate([c[i] for c in own]) for i in range(len(own[0]))]
+        out.cache = cast(Any, states)
+        return out
+
+    def split(self, caches: Sequence[RecurrentCache]) -> None:
+        """Hands each of ``caches`` (merged here, in order) its part of the forward run here.
+
+        Each goes back into it as into a forward of its own; where this one's
+        states were written with no note, none of them can.
+        """
+        forward, merged = self._open, cast(list[Any], self.cache)
+        for j, own in enumerate(caches):
+            own._close()
+            part = own._forward()
+            for idx, slot in (forward.slots if forward is not None else {}).items():
+                note = slot.note.row(j) if slot.note is not None else None
+                part.slots[idx] = _Slot(own.cache[idx], note)
+                own.cache[idx] = merged[idx][j : j + 1]
+            part.rows = forward.rows if forward is not None else 0
+            own.offset += part.rows
+            own._close()
 
     def can_go_back(self, n: int) -> bool:
         """Whether the newest ``n`` rows are within forwards that can be gone back into."""

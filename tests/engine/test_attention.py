@@ -176,7 +176,7 @@ def test_the_lone_decoder_reads_prompts_in_whole_row_blocks(
 def test_the_batch_reads_prompts_in_whole_row_blocks(
     bucketed, tiny: TinyModels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.engine import decoder as batch_module
+    from app.engine import merged as joint_module
 
     prompts = [[30 + i % 150 for i in range(n)] for n in (70, 91, 300)]
     params = GenerationParams(drafting=DraftSetting.of(3), max_tokens=24)
@@ -192,7 +192,7 @@ def test_the_batch_reads_prompts_in_whole_row_blocks(
             reads.append([len(t) for t in tokens])
         return real(model, tokens, caches)
 
-    monkeypatch.setattr(batch_module, "packed_forward", spy)
+    monkeypatch.setattr(joint_module, "packed_forward", spy)
     pair = load_pair(tiny.target, tiny.noisy)
     assert pair.draft is not None
     batch = Decoder(pair.target.model, pair.draft.model, options=bucketed)

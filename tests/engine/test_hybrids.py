@@ -13,10 +13,12 @@ import mlx.core as mx
 import pytest
 
 from app.engine import Finished, GenerationParams, Message, load_pair
+from app.engine import merged as merged_module
 from app.engine.caches import back_to, mark, new_cache, reachable, refusal, rewind
 from app.engine.decoder import Decoder, take_turns
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair, config_model
+from app.engine.merged import merged_forward
 from app.engine.recurrent import DEPTH, RecurrentCache, install, leaves
 from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
@@ -88,9 +90,16 @@ def test_lookup_drafting_is_plain_greedy(pairs) -> None:
     assert list(end.token_ids) == _plain(same, prompt)
 
 
-def test_requests_of_a_batch_with_different_acceptance_are_plain_greedy(pairs) -> None:
+def test_requests_of_a_batch_with_different_acceptance_are_plain_greedy(pairs, monkeypatch) -> None:
     _, other = pairs
     assert other.draft is not None
+    merged: list[int] = []
+
+    def counted(model, tokens, caches):  # type: ignore[no-untyped-def]
+        merged.append(len(tokens))
+        return merged_forward(model, tokens, caches)
+
+    monkeypatch.setattr(merged_module, "merged_forward", counted)
     decoder = Decoder(other.target.model, other.draft.model)
     tok = other.target.tokenizer
     chats = [SHORT, LONG, [Message("user", "Name three colours.")]]
@@ -102,6 +111,20 @@ def test_requests_of_a_batch_with_different_acceptance_are_plain_greedy(pairs) -
     turns = take_turns(gens, TOKENS)
     for prompt, reply in zip(prompts, turns.replies, strict=True):
         want = _plain(other, prompt)
+        assert reply[: len(want)] == want
+    # The requests' steps and verifications ran as one forward.
+    assert merged
+
+
+def test_long_prompts_of_different_lengths_are_read_together_exactly(pairs) -> None:
+    """Prompt chunks longer than a recurrent cache goes back cannot be padded and given back."""
+    same, _ = pairs
+    decoder = Decoder(same.target.model, same.draft.model if same.draft else None)
+    prompts = [[30 + i % 150 for i in range(n)] for n in (700, 600)]  # chunks of 188, 88
+    params = GenerationParams(temperature=0, drafting=DraftSetting.of(4))
+    turns = take_turns([decoder.generate(p, params) for p in prompts], TOKENS)
+    for prompt, reply in zip(prompts, turns.replies, strict=True):
+        want = _plain(same, prompt)
         assert reply[: len(want)] == want
 
 

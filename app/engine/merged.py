@@ -1,0 +1,152 @@
+"""One forward for several sequences of a model that packing does not cover: the hybrids.
+
+:mod:`app.engine.packed` runs Llama-kind blocks itself. A hybrid model (Gated
+DeltaNet, Mamba or short-convolution layers among attention) runs as mlx-lm
+built it, over a batch: each layer's caches of the sequences merged into one
+(attention's keys left-padded into a ``BatchKVCache``, with room for the new
+rows; the recurrent states stacked), every sequence's rows right-padded to the
+longest's, and after the forward each sequence's part split back into its own
+caches, its padding rows given back. One forward a step instead of one per
+sequence: each weight is read once, each kernel launched once.
+
+A sequence's padding rows come after its own, so causal attention keeps them
+out of its logits; the recurrent states they write are given back as a
+rejected draft's are (:class:`app.engine.recurrent.RecurrentCache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import BatchKVCache, CacheList, KVCache
+
+from app.engine.packed import packable, packed_forward
+from app.engine.recurrent import DEPTH, REWOUND, RecurrentCache, leaves
+from app.engine.stacked import SLACK
+
+
+def mergeable(model: nn.Module, caches: Sequence[list[Any]]) -> bool:
+    """Whether several sequences' ``caches`` of ``model`` can run in one merged forward.
+
+    The model must be a hybrid whose states go back (:data:`~app.engine.recurrent.REWOUND`,
+    each tested in tests/engine/test_hybrids.py against plain decoding); each layer's caches
+    plain KV caches, recurrent caches or lists of them, all of one kind, none
+    empty; and their keys, padded to the longest's, within :data:`SLACK` times
+    their own size (as the memory a batched reply budgets allows).
+    """
+    if len(caches) < 2 or type(model).__module__.rsplit(".", 1)[-1] not in REWOUND:
+        return False
+    if not all(_mergeable(list(layer)) for layer in zip(*caches, strict=True)):
+        return False
+    lengths = [next((c.offset for c in leaves(cache) if type(c) is KVCache), 0) for cache in caches]
+    return len(lengths) * max(lengths) <= SLACK * sum(lengths)
+
+
+def _mergeable(layer: list[Any]) -> bool:
+    kind = type(layer[0])
+    if any(type(c) is not kind for c in layer):
+        return False
+    if kind is CacheList:
+        return all(_mergeable([c.caches[i] for c in layer]) for i in range(len(layer[0].caches)))
+    if kind is KVCache:
+        return all(c.offset > 0 for c in layer)
+    return kind is RecurrentCache and all(s is not None for c in layer for s in c.cache)
+
+
+def joint_forward(
+    model: nn.Module, tokens: Sequence[mx.array], caches: Sequence[list[Any]]
+) -> list[mx.array] | None:
+    """Several sequences' new ``tokens`` in one forward: packed where the model is of the
+    Llama kind, merged where :func:`mergeable`; None where neither (run them one by one)."""
+    if len(tokens) > 1 and packable(model):
+        return packed_forward(model, tokens, caches)
+    lengths = [t.size for t in tokens]
+    # Padding rows are given back as a round's are: within the rows a forward can go back.
+    if (max(lengths) <= DEPTH or min(lengths) == max(lengths)) and mergeable(model, caches):
+        return merged_forward(model, tokens, caches)
+    return None
+
+
+def merged_forward(
+    model: nn.Module, tokens: Sequence[mx.array], caches: Sequence[list[Any]]
+) -> list[mx.array]:
+    """Runs each sequence's new ``tokens`` into its own caches in one batched forward.
+
+    Args:
+        model: A model whose ``caches`` :func:`mergeable` accepts.
+        tokens: Each sequence's new tokens, a ``(n,)`` array (lazy is fine), n ≥ 1.
+        caches: Each sequence's per-layer caches.
+
+    Returns:
+        Each sequence's logits, ``(1, n, vocab)``.
+    """
+    lengths = [t.size for t in tokens]
+    rows = max(lengths)
+    x = mx.stack([_pad(t.astype(mx.int32), rows) for t in tokens])
+    merged = [_merge(list(layer), rows) for layer in zip(*caches, strict=True)]
+    logits = model(x, cache=merged)
+    for i, batch in enumerate(merged):
+        _split(batch, [c[i] for c in caches], rows)
+    for cache, n in zip(caches, lengths, strict=True):
+        if n < rows:
+            for c in cache:
+                c.trim(rows - n)
+    return [logits[j : j + 1, :n] for j, n in enumerate(lengths)]
+
+
+def _pad(t: mx.array, rows: int) -> mx.array:
+    """``t`` with its last token repeated to ``rows``."""
+    if t.size == rows:
+        return t
+    return mx.concatenate([t, mx.repeat(t[-1:], rows - t.size)])
+
+
+def _merge(layer: list[Any], rows: int) -> Any:
+    if isinstance(layer[0], CacheList):
+        return CacheList(
+            *(_merge([c.caches[i] for c in layer], rows) for i in range(len(layer[0].caches)))
+        )
+    if isinstance(layer[0], RecurrentCache):
+        return RecurrentCache.merge(layer)
+    return _merge_kv(layer, rows)
+
+
+def _merge_kv(layer: list[Any], rows: int) -> Any:
+    """The sequences' keys left-padded to the longest, with room for ``rows`` more."""
+    lengths = [c.offset for c in layer]
+    longest = max(lengths)
+    padding = [longest - n for n in lengths]
+    size = -(-(longest + rows) // BatchKVCache.step) * BatchKVCache.step
+    k0, v0 = layer[0].keys, layer[0].values
+    assert k0 is not None and v0 is not None
+    b, (_, h, _, dk), dv = len(layer), k0.shape, v0.shape[3]
+    keys = mx.zeros((b, h, size, dk), k0.dtype)
+    values = mx.zeros((b, h, size, dv), v0.dtype)
+    for j, (c, pad) in enumerate(zip(layer, padding, strict=True)):
+        keys[j : j + 1, :, pad:longest] = c.keys[..., : c.offset, :]
+        values[j : j + 1, :, pad:longest] = c.values[..., : c.offset, :]
+    batch: Any = BatchKVCache(padding)
+    batch.keys, batch.values = keys, values
+    batch.offset = batch.offset + longest
+    batch._idx = longest
+    return batch
+
+
+def _split(batch: Any, layer: list[Any], rows: int) -> None:
+    """Each sequence's part of ``batch`` back into its own cache, after ``rows`` new rows."""
+    if isinstance(batch, CacheList):
+        for i, part in enumerate(batch.caches):
+            _split(part, [c.caches[i] for c in layer], rows)
+        return
+    if isinstance(batch, RecurrentCache):
+        batch.split(layer)
+        return
+    end = batch._idx
+    for j, c in enumerate(layer):
+        pad = end - rows - c.offset  # its left padding: its own keys had not changed
+        c.keys = batch.keys[j : j + 1, :, pad:end]
+        c.values = batch.values[j : j + 1, :, pad:end]
+        c.offset = end - pad
