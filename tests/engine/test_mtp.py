@@ -1,0 +1,137 @@
+"""A target's multi-token-prediction head: wired as the reference, loaded where it is stored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+
+from app.engine.loader import config_model
+from app.engine.mtp import (
+    MTPHead,
+    embed,
+    head_weights,
+    hidden_and_logits,
+    load_head,
+    logits,
+    text_model,
+)
+from app.errors import ModelError
+from tests.engine.families import hybrid_config
+
+GOLDEN = Path(__file__).parent / "data" / "mtp_golden.safetensors"
+
+
+def _golden() -> tuple[dict[str, mx.array], Any]:
+    arrays, meta = cast(
+        tuple[dict[str, mx.array], dict[str, str]], mx.load(str(GOLDEN), return_metadata=True)
+    )
+    text = json.loads(meta["text_config"])
+    target = config_model({"model_type": "qwen3_5", "text_config": text})
+    inner = text_model(target)
+    inner.model.embed_tokens.weight = arrays["embed_tokens.weight"]
+    inner.lm_head.weight = arrays["lm_head.weight"]
+    return arrays, target
+
+
+def test_the_heads_logits_are_mlx_vlms_at_depth_one_and_chained() -> None:
+    """Golden values from mlx-vlm 0.7.10's Qwen3.5 MTP drafter (tools/mtp_golden.py)."""
+    arrays, target = _golden()
+    head = MTPHead(target)
+    weights = {k.removeprefix("head."): v for k, v in arrays.items() if k.startswith("head.")}
+    head.load_weights(list(weights.items()), strict=True)
+    cache = head.make_cache()
+    tokens, hidden = arrays["tokens"], arrays["hidden"]
+    states = head(embed(target, tokens), hidden, cache)
+    assert mx.allclose(logits(target, states), arrays["depth1"], atol=1e-4)
+    state, token, chained = states[:, -1:], mx.argmax(arrays["depth1"][:, -1:], axis=-1), []
+    for _ in range(3):  # each step fed its own output and its own greedy token
+        state = head(embed(target, token), state, cache)
+        chained.append(logits(target, state))
+        token = mx.argmax(chained[-1], axis=-1)
+    assert mx.allclose(mx.concatenate(chained, axis=1), arrays["chained"], atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def target() -> Any:
+    """A tiny Qwen3.5 target whose final norm is far from one, so that using it shows."""
+    model = config_model(hybrid_config("qwen3_5"))
+    inner = text_model(model).model
+    mx.random.seed(3)
+    inner.norm.weight = mx.random.uniform(0.2, 3.0, inner.norm.weight.shape)
+    mx.eval(model.parameters())
+    return model
+
+
+def _wired(target: Any, hidden_first: bool = False) -> dict[str, mx.array]:
+    """A head that passes the hidden state through: fc takes the hidden half as it is, its
+    layer adds nothing. It predicts what the target itself predicts from that state."""
+    head = MTPHead(target)
+    size = head.norm.weight.shape[0]
+    eye, zero = mx.eye(size), mx.zeros((size, size))
+    weights = dict(cast(list[tuple[str, mx.array]], tree_flatten(head.parameters())))
+    weights["fc.weight"] = mx.concatenate([eye, zero] if hidden_first else [zero, eye], axis=1)
+    weights["layers.0.self_attn.o_proj.weight"] = mx.zeros((size, size))
+    down = "layers.0.mlp.down_proj.weight"
+    weights[down] = mx.zeros(weights[down].shape)
+    return weights
+
+
+def _save(folder: Path, target: Any, weights: dict[str, mx.array], hf: bool) -> dict[str, Any]:
+    """A model folder of the target's config with an MTP head; ``hf``: Hugging Face's layout."""
+    folder.mkdir()
+    config = hybrid_config("qwen3_5")
+    config["text_config"]["mtp_num_hidden_layers"] = 1
+    (folder / "config.json").write_text(json.dumps(config))
+    stored = {
+        f"mtp.{k}": v - 1.0 if hf and k.endswith("norm.weight") else v for k, v in weights.items()
+    }
+    conv = (16, 1, 4) if hf else (16, 4, 1)  # a convolution as stored: how mlx-lm tells
+    stored["model.language_model.layers.0.linear_attn.conv1d.weight"] = mx.zeros(conv)
+    mx.save_safetensors(str(folder / "model.safetensors"), stored)
+    return config
+
+
+def _predicts(target: Any, head: MTPHead, hidden: mx.array, tokens: mx.array) -> mx.array:
+    states = head(embed(target, tokens), hidden, head.make_cache())
+    return mx.argmax(logits(target, states), axis=-1)
+
+
+@pytest.mark.parametrize("hf", [True, False], ids=["hugging-face", "mlx"])
+def test_a_hand_wired_head_predicts_right_only_when_wired_as_the_reference(
+    target, tmp_path: Path, hf: bool
+) -> None:
+    config = _save(tmp_path / "model", target, _wired(target), hf)
+    head = load_head(tmp_path / "model", target, config)
+    tokens = mx.array([[3, 9, 27, 81, 243, 100, 7, 50]])
+    cache = [None] * len(text_model(target).model.layers)
+    hidden, want = hidden_and_logits(target, tokens, cache)
+    assert mx.array_equal(_predicts(target, head, hidden, tokens), mx.argmax(want, axis=-1))
+    # The hidden state before the final norm, or the halves of fc's input swapped, miss.
+    before = hidden / text_model(target).model.norm.weight
+    assert not mx.array_equal(_predicts(target, head, before, tokens), mx.argmax(want, axis=-1))
+    swapped = MTPHead(target)
+    swapped.load_weights(list(_wired(target, hidden_first=True).items()))
+    assert not mx.array_equal(_predicts(target, swapped, hidden, tokens), mx.argmax(want, axis=-1))
+
+
+def test_norms_are_read_as_applied_in_either_layout(target, tmp_path: Path) -> None:
+    weights = _wired(target)
+    _save(tmp_path / "hf", target, weights, hf=True)
+    _save(tmp_path / "mlx", target, weights, hf=False)
+    for folder in ("hf", "mlx"):
+        got = head_weights(tmp_path / folder)
+        assert mx.array_equal(got["norm.weight"], weights["norm.weight"])
+        assert set(got) == set(weights)
+
+
+def test_a_target_without_a_head_says_so_in_one_line(target, tmp_path: Path) -> None:
+    config = _save(tmp_path / "model", target, {}, hf=True)
+    with pytest.raises(ModelError, match=r"^model carries no multi-token-prediction \(MTP\) head$"):
+        load_head(tmp_path / "model", target, config)
+    with pytest.raises(ModelError, match=r"MTP heads of Qwen3\.5 / 3\.6 and Qwen3-Next only"):
+        load_head(tmp_path / "model", target, {**config, "model_type": "llama"})
