@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from app.engine.types import DraftSetting, GenerationParams
 
 
+DRAFT_HELP = "draft model folder, or 'mtp' for the target's own MTP head (a folder: ./mtp)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tandem", description="Private local chat with speculative decoding."
@@ -40,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="run one chat turn headless and stream the reply")
     gen.add_argument("prompt", help="the user message")
     gen.add_argument("--model", required=True, dest="gen_model", help="target model folder")
-    gen.add_argument("--draft", dest="gen_draft", help="draft model folder")
+    gen.add_argument("--draft", dest="gen_draft", help=DRAFT_HELP)
     _decoding_options(gen)
     gen.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy")
     gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling; 1 is off")
@@ -92,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
         "serve", help="serve a pair headless as an OpenAI-compatible server (until Ctrl+C)"
     )
     serve.add_argument("--model", required=True, dest="serve_model", help="target model folder")
-    serve.add_argument("--draft", dest="serve_draft", help="draft model folder")
+    serve.add_argument("--draft", dest="serve_draft", help=DRAFT_HELP)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8080, help="port; 0 picks a free one")
     serve.add_argument(
@@ -134,12 +137,13 @@ def _parser() -> argparse.ArgumentParser:
         "bench", help="plain decoding, mlx-lm's speculative loop and Tandem's, side by side"
     )
     bench.add_argument("--model", dest="bench_model", help="target model folder")
-    bench.add_argument("--draft", dest="bench_draft", help="draft model folder")
+    bench.add_argument("--draft", dest="bench_draft", help=DRAFT_HELP)
     bench.add_argument(
         "--synthetic",
         metavar="TARGET:DRAFT",
         help="random-weight pair of real shapes (tiny, 0.5b, 1.5b, 7b, 32b; Llama-shaped "
-        "1b, 3b, 8b, 70b) with a set acceptance",
+        "1b, 3b, 8b, 70b; hybrid qwen3.6-27b, qwen3.5-0.8b) with a set acceptance; DRAFT "
+        "'mtp': the target's own MTP head",
     )
     bench.add_argument(
         "--bits", type=int, choices=[4, 8], help="quantize synthetic models (group 64)"
@@ -499,32 +503,44 @@ def _serve(args: argparse.Namespace) -> int:
 def _check_pair(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from app.engine.loader import MTP
+    from app.engine.mtp import has_head
     from app.errors import ModelError
     from app.hub import check_pair, format_verdict
+    from app.hub.fit import memory_fit
 
+    head = args.draft == MTP
     try:
-        verdict = check_pair(Path(args.target), Path(args.draft))
+        verdict = None if head else check_pair(Path(args.target), Path(args.draft))
     except ModelError as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 1
-    from app.hub.fit import memory_fit
-
+    # The target's own MTP head pairs with it by construction, where it has one.
+    compatible = has_head(Path(args.target)) if verdict is None else verdict.compatible
     try:
-        fit = memory_fit(Path(args.target), Path(args.draft))
+        fit = memory_fit(Path(args.target), None if head else Path(args.draft), head=head)
     except ModelError as exc:  # the verdict still stands; the memory cannot be sized
         fit, unsized = None, str(exc)
     if args.json:
-        checks = [asdict(c) for c in verdict.checks]
+        checks = [asdict(c) for c in verdict.checks] if verdict is not None else []
         memory = asdict(fit) if fit is not None else {"error": unsized}
-        out = {"compatible": verdict.compatible, "checks": checks, "memory": memory}
+        out = {"compatible": compatible, "checks": checks, "memory": memory}
         print(json.dumps(out, indent=2))
     else:
-        print(format_verdict(verdict))
+        if verdict is not None:
+            print(format_verdict(verdict))
+        elif compatible:
+            print("compatible: the target drafts with its own multi-token-prediction head")
+        else:
+            print(
+                f"incompatible: {Path(args.target).name} carries no MTP head Tandem drafts "
+                "with (Qwen3.5 / 3.6, Qwen3-Next)"
+            )
         if fit is not None:
             print(f"  {'✓' if fit.fits else '✗'} memory: {fit.detail}")
         else:
             print(f"  ? memory: cannot estimate ({unsized})")
-    return 0 if verdict.compatible and (fit is None or fit.fits) else 2
+    return 0 if compatible and (fit is None or fit.fits) else 2
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -227,3 +227,35 @@ def test_download_offline_is_one_line(tmp_path: Path) -> None:
     assert "no network" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "data" / "Tandem" / "models" / "mlx-community--Some-Model-4bit").exists()
+
+
+def test_a_target_drafts_with_its_own_mtp_head(tiny: TinyModels, tmp_path: Path) -> None:
+    from tests.engine.families import mtp_model
+
+    target = str(mtp_model(tmp_path / "qwen3.5", tiny.target))
+    common = ("--model", target, "--max-tokens", "16", "--temp", "0", "--json", "Say something")
+    plain = json.loads(_tandem_here("generate", *common).stdout)
+    r = _tandem_here("generate", "--draft", "mtp", "--num-draft", "3", *common)
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)
+    assert spec["token_ids"] == plain["token_ids"]
+    assert spec["drafted"] > 0
+    # A folder named mtp is given as ./mtp; a target without a head says so in one line.
+    r = _tandem_here("generate", "--model", str(tiny.target), "--draft", "mtp", "Hi")
+    assert r.returncode == 1
+    assert (
+        r.stderr.strip()
+        == f"tandem: {tiny.target.name} carries no multi-token-prediction (MTP) head"
+    )
+
+
+def test_check_pair_judges_a_targets_own_mtp_head(tiny: TinyModels, tmp_path: Path) -> None:
+    from tests.engine.families import mtp_model
+
+    target = str(mtp_model(tmp_path / "qwen3.5", tiny.target))
+    r = _tandem_here("check-pair", target, "mtp")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("compatible: the target drafts with its own")
+    r = _tandem_here("check-pair", str(tiny.target), "mtp")
+    assert r.returncode == 2
+    assert r.stdout.startswith(f"incompatible: {tiny.target.name} carries no MTP head")

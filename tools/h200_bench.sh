@@ -482,6 +482,16 @@ hstreams)  # the hybrid 27B's streams, verified and drafted in one merged forwar
     --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
     --fresh-shapes --json "$out/hybrid-streams.json" 2> "$out/hybrid-streams.err"
   ;;
+mtp)  # the hybrid 27B drafting with its own MTP head (depth 1-8, Auto) and with the 0.8B draft
+  run 27b-mtp --synthetic qwen3.6-27b:mtp --miss 0,0.1,0.28 --ks 1,2,3,4,6,8,auto --impls plain,tandem
+  run 27b-0.8b --synthetic qwen3.6-27b:qwen3.5-0.8b --miss 0.1 --ks 4,8,auto --impls plain,tandem
+  ;;
+mtpstreams)  # the MTP head's streams
+  echo "== mtp streams: tandem bench --synthetic qwen3.6-27b:mtp --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 4,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  timeout "${BUDGET:-480}" python3 -m app bench --synthetic qwen3.6-27b:mtp --bits 4 \
+    --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 4,auto --temps 0 --max-tokens 128 \
+    --fresh-shapes --json "$out/mtp-streams.json" 2> "$out/mtp-streams.err"
+  ;;
 mlx)
   run 70b-1b-mlx --synthetic 70b:1b --miss 0 --ks 0,4,15,auto --mlx-lm-ks 3 --ttft
   ;;

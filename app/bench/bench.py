@@ -645,6 +645,13 @@ def _wide(model: nn.Module, role: str) -> int | None:
     return rows
 
 
+def _mlx_lm_speculates(target: nn.Module) -> bool:
+    """Whether mlx-lm's speculative loop takes ``target``: it needs caches it can trim."""
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+
+    return bool(can_trim_prompt_cache(make_prompt_cache(target)))
+
+
 def _batch_profile(
     target: nn.Module, draft: nn.Module | None, args: Any, meta: dict[str, Any]
 ) -> int:
@@ -866,6 +873,8 @@ def _main(args: Any) -> int:
             fuse(target)
 
         def synthetic_draft(miss: float) -> nn.Module:
+            if d_shape == syn.HEAD:
+                return syn.build_head(target, t_shape, miss=miss, dtype=dtype, bits=args.bits)
             model = syn.build(
                 d_shape, miss=miss, vocab_size=vocab, dtype=dtype, seed=1, bits=args.bits
             )
@@ -902,6 +911,14 @@ def _main(args: Any) -> int:
         ttft_prompt = max(prompts, key=len)
         meta.update(model=args.model, draft=args.draft, prompts=len(prompts))
 
+    speculates = args.synthetic or args.draft
+    if "mlx-lm" in impls and speculates and not _mlx_lm_speculates(target):
+        why = "mlx-lm's loop cannot speculate on this target (hybrid layers: no trimmable cache)"
+        if args.impls != ",".join(IMPLS):  # asked for by name
+            log(f"tandem: {why}; leave mlx-lm out of --impls")
+            return 2
+        log(f"{why}: left out")
+        impls.remove("mlx-lm")
     meta["wide_rows_target"] = _wide(target, "target")
     if args.batch_profile:
         first = drafts[0][1]() if drafts else None

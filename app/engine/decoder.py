@@ -66,6 +66,7 @@ from app.engine.costs import (
 )
 from app.engine.lookup import PromptLookup
 from app.engine.merged import joint_forward
+from app.engine.mtp import link, target_rows
 from app.engine.observe import (
     EngineEvent,
     Observer,
@@ -377,7 +378,7 @@ class Decoder:
             params=params,
             control=control,
             cancel=cancel,
-            t_cache=new_cache(self.target, TARGET_FORWARDS),
+            t_cache=new_cache(self.target, TARGET_FORWARDS) + target_rows(self.draft),
             d_cache=new_cache(self.draft) if drafts and self.draft is not None else None,
             lookup=PromptLookup() if lookup else None,
             reports=reading,
@@ -387,6 +388,7 @@ class Decoder:
             self._copies = _copyable(request.t_cache, request.d_cache)
         self._last = None  # a round's period ends where the members change
         self._reuse(request)
+        link(request.d_cache, request.t_cache)
         if request.lookup is not None:
             request.lookup.reset(request.seq)
         if reading and request.reading:
@@ -980,6 +982,7 @@ class Decoder:
         if drafted and r.d_cache is not None and not rewind(r.d_cache, len(turn.fed) + drafted - 1):
             assert self.draft is not None
             r.d_cache, r.d_tokens = new_cache(self.draft), []
+            link(r.d_cache, r.t_cache)
 
     def _verify(
         self, turns: list[_Turn], proposals: list[mx.array]
@@ -1211,6 +1214,7 @@ class Decoder:
             else:  # past a window's slack: the draft reads the reply again
                 assert self.draft is not None
                 request.d_cache, request.d_tokens = new_cache(self.draft), []
+                link(request.d_cache, request.t_cache)
         request.seq[:] = committed
         if request.lookup is not None:
             request.lookup.extend(new)

@@ -519,6 +519,10 @@ def _kept(path: Path, fuse: bool, loaded: ModelPair | None) -> LoadedModel | Non
     return None
 
 
+# A draft given as this word (not a folder: one of that name is given as ./mtp) is the
+# target's own multi-token-prediction head.
+MTP = "mtp"
+
 # check(target, draft) raises IncompatiblePairError when the draft cannot draft for
 # the target. The rule lives in app.hub.pair_check (it reads the folders, which
 # this layer cannot import); the user-facing callers pass it.
@@ -538,7 +542,7 @@ def load_pair(
 
     Args:
         target: The target's folder.
-        draft: The draft's folder, if any.
+        draft: The draft's folder, if any; :data:`MTP` for the target's own head.
         fuse: Fuse projections (see :func:`load_model`).
         progress: Called with a :class:`LoadProgress` before each step, and
             as each model's weights are read.
@@ -554,8 +558,10 @@ def load_pair(
         ModelError: A folder cannot be loaded.
         IncompatiblePairError: The check refused the pair.
     """
-    steps = 1 if draft is None else 3
     report = progress or (lambda _p: None)
+    if isinstance(draft, str) and draft == MTP:
+        return _with_head(check_folder(target), fuse, loaded, report)
+    steps = 1 if draft is None else 3
     # Both folders are checked before any weights are read: a draft folder that
     # is not a model must not cost a load of the target first.
     target_path = check_folder(target)
@@ -569,6 +575,19 @@ def load_pair(
         return ModelPair(t)
     d = _load_or_keep(draft_path, fuse, loaded, 2, steps, report)
     return ModelPair(t, d)
+
+
+def _with_head(
+    path: Path, fuse: bool, loaded: ModelPair | None, report: Callable[[LoadProgress], None]
+) -> ModelPair:
+    """The target at ``path`` drafting with its own MTP head (:mod:`app.engine.mtp`)."""
+    from app.engine.mtp import MTPDraft, load_head
+
+    t = _load_or_keep(path, fuse, loaded, 0, 2, report)
+    report(LoadProgress(1, 2, f"Loading {path.name}'s MTP head"))
+    head = load_head(path, t.model, t.config)
+    draft = LoadedModel(path / MTP, MTPDraft(t.model, head), t.tokenizer, {"model_type": MTP})
+    return ModelPair(t, draft)
 
 
 def _load_or_keep(

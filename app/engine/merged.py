@@ -23,6 +23,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, CacheList, KVCache
 
+from app.engine.mtp import HiddenRows
 from app.engine.packed import packable, packed_forward
 from app.engine.recurrent import DEPTH, REWOUND, RecurrentCache, leaves
 from app.engine.stacked import SLACK
@@ -33,9 +34,10 @@ def mergeable(model: nn.Module, caches: Sequence[list[Any]]) -> bool:
 
     The model must be a hybrid whose states go back (:data:`~app.engine.recurrent.REWOUND`,
     each tested in tests/engine/test_hybrids.py against plain decoding); each layer's caches
-    plain KV caches, recurrent caches or lists of them, all of one kind, none
-    empty; and their keys, padded to the longest's, within :data:`SLACK` times
-    their own size (as the memory a batched reply budgets allows).
+    plain KV caches, recurrent caches or lists of them (or the states an MTP
+    head reads), all of one kind, none empty; and their keys, padded to the
+    longest's, within :data:`SLACK` times their own size (as the memory a
+    batched reply budgets allows).
     """
     if len(caches) < 2 or type(model).__module__.rsplit(".", 1)[-1] not in REWOUND:
         return False
@@ -53,6 +55,8 @@ def _mergeable(layer: list[Any]) -> bool:
         return all(_mergeable([c.caches[i] for c in layer]) for i in range(len(layer[0].caches)))
     if kind is KVCache:
         return all(c.offset > 0 for c in layer)
+    if kind is HiddenRows:
+        return True
     return kind is RecurrentCache and all(s is not None for c in layer for s in c.cache)
 
 
@@ -111,6 +115,8 @@ def _merge(layer: list[Any], rows: int) -> Any:
         )
     if isinstance(layer[0], RecurrentCache):
         return RecurrentCache.merge(layer)
+    if isinstance(layer[0], HiddenRows):
+        return HiddenRows()  # the batch's states, split after
     return _merge_kv(layer, rows)
 
 
@@ -143,6 +149,11 @@ def _split(batch: Any, layer: list[Any], rows: int) -> None:
         return
     if isinstance(batch, RecurrentCache):
         batch.split(layer)
+        return
+    if isinstance(batch, HiddenRows):
+        for j, c in enumerate(layer):
+            if batch.rows is not None:
+                c.update(batch.rows[j : j + 1])
         return
     end = batch._idx
     for j, c in enumerate(layer):

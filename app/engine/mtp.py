@@ -27,6 +27,8 @@ such a checkpoint (its convolutions not yet transposed), and so does
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -62,7 +64,21 @@ def text_model(target: nn.Module) -> Any:
 def mtp_layers(config: dict[str, Any]) -> int:
     """How many MTP layers a config's checkpoint carries (0: none)."""
     text = config.get("text_config", config)
-    return int(text.get("mtp_num_hidden_layers", 0) or 0)
+    # Qwen's name, and DeepSeek-V3's, GLM-4.5's and MiMo's for their next-n layers.
+    layers = text.get("mtp_num_hidden_layers") or text.get("num_nextn_predict_layers")
+    return int(layers or 0)
+
+
+def has_head(folder: Path) -> bool:
+    """Whether the model at ``folder`` carries an MTP head Tandem drafts with (its config
+    alone is read; a folder that is no model has none)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(config, dict):
+        return False
+    return mtp_layers(config) > 0 and str(config.get("model_type", "")) in FAMILIES
 
 
 class MTPHead(nn.Module):
@@ -127,6 +143,194 @@ def embed(target: nn.Module, tokens: mx.array) -> mx.array:
     return out
 
 
+# Rows of the target's output states kept behind what the head has read: a round's
+# rows it may go back over and read again.
+BEHIND = 64
+
+_local = threading.local()
+
+
+class HiddenRows:
+    """The target's output states of one request's rows, kept for its MTP head to read.
+
+    The last entry of a target's cache where the head drafts: mlx-lm's models
+    zip their layers with the cache and leave it alone; the target's forward
+    (:func:`install`) adds the rows it read, and it goes back with the other
+    layers. Rows the head has read, but for :data:`BEHIND`, are let go.
+    """
+
+    def __init__(self) -> None:
+        self.rows: mx.array | None = None  # positions [offset - kept, offset)
+        self.offset = 0
+
+    @property
+    def kept(self) -> int:
+        return 0 if self.rows is None else int(self.rows.shape[1])
+
+    def update(self, hidden: mx.array) -> None:
+        self.rows = hidden if self.rows is None else mx.concatenate([self.rows, hidden], axis=1)
+        self.offset += hidden.shape[1]
+
+    def take(self, start: int, stop: int, like: mx.array) -> mx.array:
+        """The states of positions [start, stop); zeros where none is kept (before the
+        first position, let go): ``like`` gives their width and type."""
+        first = self.offset - self.kept
+        lo, hi = min(max(start, first), stop), min(stop, self.offset)
+        parts = []
+        if lo > start:
+            parts.append(mx.zeros((1, lo - start, like.shape[-1]), like.dtype))
+        if hi > lo and self.rows is not None:
+            parts.append(self.rows[:, lo - first : hi - first])
+        if stop > max(hi, lo):
+            parts.append(mx.zeros((1, stop - max(hi, lo), like.shape[-1]), like.dtype))
+        return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=1)
+
+    def release(self, before: int) -> None:
+        """Lets go of the states of positions before ``before``."""
+        drop = before - (self.offset - self.kept)
+        if drop > 0 and self.rows is not None:
+            self.rows = self.rows[:, drop:] if drop < self.kept else None
+
+    def trim(self, n: int) -> int:
+        n = min(n, self.offset)
+        self.offset -= n
+        keep = self.kept - n
+        self.rows = None if self.rows is None or keep <= 0 else self.rows[:, :keep]
+        return n
+
+    def is_trimmable(self) -> bool:
+        return True
+
+    @property
+    def state(self) -> list[mx.array]:
+        return [] if self.rows is None else [self.rows]
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.rows is None else int(self.rows.nbytes)
+
+
+class MTPCache:
+    """One request's MTP head caches, and the target's states it reads (:func:`link`)."""
+
+    def __init__(self, kv: list[KVCache]) -> None:
+        self.kv = kv
+        self.rows: HiddenRows | None = None
+        self.own: mx.array | None = None  # the head's output state at position offset - 1
+
+    @property
+    def offset(self) -> int:
+        return int(self.kv[0].offset)
+
+    def trim(self, n: int) -> int:
+        for c in self.kv:
+            c.trim(n)
+        self.own = None
+        return n
+
+    def is_trimmable(self) -> bool:
+        return True
+
+    @property
+    def state(self) -> list[Any]:
+        return [c.state for c in self.kv]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(c.nbytes) for c in self.kv)
+
+
+class MTPDraft(nn.Module):
+    """A target's MTP head as a draft model: reading the token at position p, beside the
+    target's output state at p - 1 (or its own, past what the target has read), it
+    gives the logits of the token at p + 1, as a draft model does.
+
+    Args:
+        target: The target model; its forward is made to keep its output states
+            (:func:`install`).
+        head: The target's MTP layers, loaded.
+    """
+
+    model_type = "mtp"
+
+    def __init__(self, target: nn.Module, head: MTPHead) -> None:
+        super().__init__()
+        self.head = head
+        install(target)
+        self._target = lambda: target  # not a child module: its weights are the target's
+
+    def make_cache(self) -> list[Any]:
+        return [MTPCache(self.head.make_cache())]
+
+    def __call__(self, inputs: mx.array, cache: Sequence[Any] | None = None) -> mx.array:
+        target = self._target()
+        c = cache[0] if cache else MTPCache(self.head.make_cache())
+        n, p = inputs.shape[1], c.offset
+        embedded = embed(target, inputs)
+        rows = c.rows
+        if n == 1 and (rows is None or p - 1 >= rows.offset) and c.own is not None:
+            hidden = c.own  # a drafted token: the state the head predicted it from
+        elif rows is not None:
+            hidden = rows.take(p - 1, p - 1 + n, embedded)
+        else:
+            hidden = mx.zeros(embedded.shape, embedded.dtype)
+        states = self.head(embedded, hidden, c.kv)
+        c.own = states[:, -1:]
+        if rows is not None:
+            rows.release(p + n - 1 - BEHIND)
+        return logits(target, states)
+
+
+def target_rows(draft: nn.Module | None) -> list[HiddenRows]:
+    """What a target's cache holds beyond its layers for ``draft``: the states an MTP head reads."""
+    return [HiddenRows()] if isinstance(draft, MTPDraft) else []
+
+
+def link(d_cache: Sequence[Any] | None, t_cache: Sequence[Any]) -> None:
+    """Points a request's MTP cache at its target cache's states (nothing for a draft model)."""
+    if d_cache and isinstance(d_cache[0], MTPCache) and isinstance(t_cache[-1], HiddenRows):
+        d_cache[0].rows = t_cache[-1]
+
+
+class _Captured(nn.RMSNorm):
+    """A target's final norm: its output, the state the head reads, kept for the forward."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        out: mx.array = super().__call__(x)
+        _local.hidden = out
+        return out
+
+
+_KEEPING: dict[type, type] = {}
+
+
+def _keeping(cls: type) -> type:
+    """``cls``, its forward adding its output states to a cache's :class:`HiddenRows`."""
+    if cls in _KEEPING.values():
+        return cls
+    if cls not in _KEEPING:
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+            cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
+            _local.hidden = None
+            out = cls.__call__(self, *args, **kwargs)
+            if cache and isinstance(cache[-1], HiddenRows) and _local.hidden is not None:
+                cache[-1].update(_local.hidden)
+            return out
+
+        namespace = {"__call__": __call__, "__module__": cls.__module__}
+        _KEEPING[cls] = type(cls.__name__, (cls,), namespace)
+    return _KEEPING[cls]
+
+
+def install(target: nn.Module) -> None:
+    """Makes ``target``'s forwards keep their output states where its cache asks."""
+    norm = text_model(target).model.norm
+    if type(norm) is nn.RMSNorm:
+        norm.__class__ = _Captured
+    target.__class__ = _keeping(type(target))
+
+
 def head_weights(folder: Path) -> dict[str, mx.array]:
     """The MTP tensors of a model folder, named as in :class:`MTPHead`, norms as applied.
 
@@ -163,13 +367,14 @@ def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHea
         ModelError: The model carries no MTP head, or Tandem has no wiring for its family.
     """
     name = folder.name
-    family = str(config.get("model_type", ""))
     layers = mtp_layers(config)
-    if family not in FAMILIES:
+    if not layers:
+        raise ModelError(f"{name} carries no multi-token-prediction (MTP) head")
+    if str(config.get("model_type", "")) not in FAMILIES:
         raise ModelError(
             f"{name}: Tandem drafts with MTP heads of Qwen3.5 / 3.6 and Qwen3-Next only"
         )
-    weights = head_weights(folder) if layers else {}
+    weights = head_weights(folder)
     if not weights:
         raise ModelError(f"{name} carries no multi-token-prediction (MTP) head")
     head = MTPHead(target, layers)
@@ -190,13 +395,21 @@ def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHea
 
 
 __all__ = [
+    "BEHIND",
     "FAMILIES",
+    "HiddenRows",
+    "MTPCache",
+    "MTPDraft",
     "MTPHead",
     "embed",
+    "has_head",
     "head_weights",
     "hidden_and_logits",
+    "install",
+    "link",
     "load_head",
     "logits",
     "mtp_layers",
+    "target_rows",
     "text_model",
 ]

@@ -223,6 +223,18 @@ def request_cache_bytes(
     return int(kv * hybrid[0]), hybrid[1] * copies
 
 
+def head_cache_bytes(config: dict[str, Any], tokens: int) -> int:
+    """What a target's own MTP head adds for one request at ``tokens``: its layers' KV
+    caches and the target's output states it has not read yet (the head's weights are
+    in the target's files, counted with them)."""
+    from app.engine.mtp import mtp_layers
+
+    layers = mtp_layers(config)
+    section = _text_section(config)
+    per_layer = kv_cache_bytes(config, tokens) // max(1, _int(section, "num_hidden_layers") or 1)
+    return layers * per_layer + tokens * (_int(section, "hidden_size") or 0) * 2
+
+
 def memory_fit(
     target: Path,
     draft: Path | None,
@@ -230,6 +242,7 @@ def memory_fit(
     available: int | None = None,
     *,
     loaded: Sequence[Path] = (),
+    head: bool = False,
 ) -> MemoryFit:
     """Estimates whether a target, with an optional draft, fits in memory.
 
@@ -243,6 +256,7 @@ def memory_fit(
         loaded: Folders of the models in memory now. All stay there while the
             new pair loads (the engine swaps pairs only once the new one is in);
             one the new pair names again is kept, not read twice.
+        head: The target drafts with its own MTP head (``draft`` is then None).
 
     Returns:
         The estimate with a one-line ``detail``.
@@ -271,7 +285,7 @@ def memory_fit(
             model_kv, model_states = request_cache_bytes(config, model_tokens, drafts=i > 0)
         except ModelError as exc:
             raise ModelError(f"{folder.name}: {exc}") from exc
-        kv += model_kv
+        kv += model_kv + (head_cache_bytes(config, model_tokens) if head and i == 0 else 0)
         states += model_states
     needed = int((weights + kv + states) * (1 + _OVERHEAD))
     if available is None:

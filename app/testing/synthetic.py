@@ -86,7 +86,11 @@ SHAPES: dict[str, Shape] = {
     "qwen3.5-0.8b": Shape("qwen3_5", 24, 1024, 8, 2, 3584, 248320, 256, (16, 16, 128), 4),
     "27b-attention": Shape("llama", 64, 5120, 24, 4, 17408, 248320, 256),
     "tiny-hybrid": Shape("qwen3_5", 4, 64, 4, 2, 128, 384, 16, (2, 4, 16), 2),
+    # Wide enough beside its cycle for an MTP head's own states (:func:`build_head`).
+    "tiny-hybrid-wide": Shape("qwen3_5", 4, 128, 4, 2, 256, 384, 32, (2, 4, 32), 2),
 }
+# The draft of a pair spec that is the target's own MTP head: "qwen3.6-27b:mtp".
+HEAD = "mtp"
 
 _FAMILY_CONFIG: dict[Family, dict[str, Any]] = {
     "qwen2": {
@@ -273,6 +277,8 @@ def build(
     missed = set(random.Random(seed).sample(range(length), round(miss * length)))
     nexts = [CYCLE_START + (i + (2 if i in missed else 1)) % length for i in range(length)]
     head = _one_hot(vocab, hidden, nexts, dtype)
+    if hidden >= 2 * length:  # an MTP head's own states, beside the cycle (build_head)
+        head[mx.array(nexts), mx.arange(length) + length] = 1.0
     text.lm_head.weight = head
     if bits is not None:
         text.lm_head = text.lm_head.to_quantized(group_size, bits)
@@ -283,6 +289,58 @@ def build(
     return model
 
 
+def build_head(
+    target: nn.Module,
+    shape: str,
+    *,
+    miss: float = 0.0,
+    dtype: mx.Dtype = mx.float32,
+    seed: int = 1,
+    bits: int | None = None,
+    group_size: int = 64,
+) -> nn.Module:
+    """``target``'s MTP head (:class:`app.engine.mtp.MTPDraft`), wired as the drafts here are.
+
+    Its layer adds nothing (output projections zero), and ``fc`` maps the
+    embedding of token t + 1 to the state the target's head reads as t + 2, so
+    the head drafts the cycle, but for a ``miss`` share of positions, where it
+    drafts t + 3. As real heads do, it misses more with depth: where the model
+    is wide enough (every shape but the tiny ones), it writes its own states
+    beside the cycle's, and from depth 2, reading them, misses a further
+    ``miss`` share of positions. The layer is quantized where ``bits`` says;
+    ``fc`` stays in ``dtype`` (its 2s would not quantize exactly).
+    """
+    from app.engine.mtp import MTPDraft, MTPHead
+
+    _check_quantization(shape, bits, group_size)
+    hidden, length = _shape(shape).hidden, cycle_length(shape)
+    mx.random.seed(seed)
+    head = MTPHead(target)
+    for layer in head.layers:
+        layer.set_dtype(dtype)
+        layer.self_attn.o_proj.weight = mx.zeros_like(layer.self_attn.o_proj.weight)
+        layer.mlp.down_proj.weight = mx.zeros_like(layer.mlp.down_proj.weight)
+        if bits is not None:
+            nn.quantize(layer, group_size, bits)
+    for norm in (head.pre_fc_norm_embedding, head.pre_fc_norm_hidden, head.norm):
+        norm.set_dtype(dtype)
+    rng = random.Random(seed)
+    missed = set(rng.sample(range(length), round(miss * length)))
+    own = length if hidden >= 2 * length else 0  # where its states go
+    fc = mx.zeros((hidden, 2 * hidden), dtype=dtype)
+    rows = [own + ((j + 1) % length if j in missed else j) for j in range(length)]
+    fc[mx.array(rows), mx.arange(length)] = 1.0
+    deeper = rng.sample(sorted(set(range(length)) - missed), round(miss * length)) if own else []
+    if deeper:
+        # From depth 2 the state read is its own, at own + k for input token k + 1.
+        read = mx.array([hidden + own + (j - 1) % length for j in deeper])
+        fc[mx.array([own + (j + 1) % length for j in deeper]), read] = 2.0
+    head.fc.weight = fc
+    module: Any = head  # mlx leaves parameters() unannotated
+    mx.eval(module.parameters())
+    return MTPDraft(target, head)
+
+
 def prompt(shape: str, repeats: int = 2) -> list[int]:
     """A prompt of the cycle, which the models continue."""
     length = cycle_length(shape)
@@ -290,13 +348,13 @@ def prompt(shape: str, repeats: int = 2) -> list[int]:
 
 
 def parse_pair(spec: str) -> tuple[str, str]:
-    """``"70b:1b"`` -> ``("70b", "1b")``.
+    """``"70b:1b"`` -> ``("70b", "1b")``; the draft may be :data:`HEAD`, the target's own.
 
     Raises:
         ValueError: Either shape is unknown; the message lists all shapes.
     """
     target, _, draft = spec.partition(":")
-    for s in (target, draft):
+    for s in (target, draft) if draft != HEAD else (target,):
         if s not in SHAPES:
             raise ValueError(f"unknown shape '{s}' in '{spec}' (one of {', '.join(SHAPES)})")
     return target, draft

@@ -22,8 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.loader import MTP
+from app.engine.mtp import has_head
 from app.store import Settings
-from app.ui.target_edit import TargetEdit
+from app.ui.target_edit import BUILT_IN, TargetEdit
 
 
 class ModelBar(QWidget):
@@ -151,6 +153,12 @@ class ModelBar(QWidget):
             action.setCheckable(True)
             action.setChecked(str(folder) == current)
             action.triggered.connect(lambda _=False, f=str(folder): edit.set_target(f))
+        if title == "Draft" and has_head(Path(self.target())):
+            action = menu.addAction(BUILT_IN)
+            action.setToolTip("The target drafts for itself with its multi-token-prediction head")
+            action.setCheckable(True)
+            action.setChecked(current == MTP)
+            action.triggered.connect(lambda _=False: edit.set_target(MTP))
         if not menu.isEmpty():
             menu.addSeparator()
         if title == "Draft":

@@ -6,15 +6,21 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QLineEdit, QWidget
 
+from app.engine.loader import MTP
 from app.hub.library import hub_repo_id
 from app.remote import is_remote_target, target_text, target_tooltip
 from app.ui.fit import fit_placeholder
 
+BUILT_IN = "Built-in (MTP)"  # the draft that is the target's own MTP head
+
 
 def model_name(target: str) -> str:
     """A load target as a user knows it: a Hub cache folder as its repo id
-    (``org/name``), another folder as its name, a remote engine as its URL."""
+    (``org/name``), another folder as its name, a remote engine as its URL, the
+    target's own MTP head as :data:`BUILT_IN`."""
     target = target.strip()
+    if target == MTP:
+        return BUILT_IN
     if not target or is_remote_target(target):
         return target_text(target)
     folder = Path(target)

@@ -325,3 +325,22 @@ def test_a_hybrid_target_s_rewind_is_timed_against_its_verification() -> None:
     assert [r["m"] for r in rows] == [2, 5, 9]
     assert all(r["verify_ms"] > 0 and r["rewind_ms"] > 0 for r in rows)
     assert rewind_costs(syn.build("tiny"), widths=9, context=32) == []  # a trim: nothing to time
+
+
+def test_mlx_lms_loop_on_a_hybrid_target_is_refused_in_one_line() -> None:
+    r = _bench("--synthetic", "tiny-hybrid:tiny-hybrid", "--impls", "mlx-lm,tandem")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("tandem: mlx-lm's loop cannot speculate")
+    assert "Traceback" not in r.stderr
+
+
+def test_mlx_lms_loop_is_left_out_on_a_hybrid_target_unless_asked_for(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--synthetic", "tiny-hybrid:tiny-hybrid", "--ks", "2", "--temps", "0",
+        "--max-tokens", "8", "--warmup", "4", "--repeats", "1", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "(hybrid layers: no trimmable cache): left out" in r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert {row["impl"] for row in rows} == {"plain", "tandem"}

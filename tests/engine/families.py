@@ -13,7 +13,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
 from app.engine.fuse import fuse
-from app.engine.loader import ModelPair
+from app.engine.loader import ModelPair, config_model
 from app.testing.tiny import build_model, model_config
 
 
@@ -254,3 +254,21 @@ def hybrid_pair(root: Path, family: str, tokenizer_from: Path) -> tuple[Path, Pa
         root / "other", config, tokenizer_from=tokenizer_from, weights_from=target, noise=0.02
     )
     return target, copy, other
+
+
+def mtp_model(root: Path, tokenizer_from: Path, seed: int = 11) -> Path:
+    """A tiny Qwen3.5 target folder whose checkpoint carries an MTP head of random weights
+    (Hugging Face's layout: ``mtp.*`` beside the backbone, norms stored as w - 1)."""
+    from mlx.utils import tree_flatten
+
+    from app.engine.mtp import MTPHead
+
+    config = hybrid_config("qwen3_5")
+    config["text_config"]["mtp_num_hidden_layers"] = 1
+    folder = build_model(root, config, tokenizer_from=tokenizer_from)
+    mx.random.seed(seed)
+    head = MTPHead(config_model(config))
+    params: list[tuple[str, mx.array]] = tree_flatten(head.parameters())  # type: ignore[assignment]
+    stored = {f"mtp.{k}": v - 1.0 if k.endswith("norm.weight") else v for k, v in params}
+    mx.save_safetensors(str(folder / "model-mtp.safetensors"), stored)
+    return folder

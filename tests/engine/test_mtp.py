@@ -10,8 +10,11 @@ import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
 
+from app.engine.decoder import Decoder, take_turns
 from app.engine.loader import config_model
 from app.engine.mtp import (
+    HiddenRows,
+    MTPDraft,
     MTPHead,
     embed,
     head_weights,
@@ -20,6 +23,7 @@ from app.engine.mtp import (
     logits,
     text_model,
 )
+from app.engine.types import DraftSetting, GenerationParams
 from app.errors import ModelError
 from tests.engine.families import hybrid_config
 
@@ -134,4 +138,97 @@ def test_a_target_without_a_head_says_so_in_one_line(target, tmp_path: Path) -> 
     with pytest.raises(ModelError, match=r"^model carries no multi-token-prediction \(MTP\) head$"):
         load_head(tmp_path / "model", target, config)
     with pytest.raises(ModelError, match=r"MTP heads of Qwen3\.5 / 3\.6 and Qwen3-Next only"):
-        load_head(tmp_path / "model", target, {**config, "model_type": "llama"})
+        load_head(tmp_path / "model", target, {**config, "model_type": "deepseek_v3"})
+
+
+# The head as the engine's drafter: it proposes, the target decides.
+
+
+@pytest.fixture(scope="module")
+def drafter(target) -> Any:
+    """A tiny Qwen3.5 target with an MTP head of random weights, its forward keeping its states."""
+    from app.engine.recurrent import install
+
+    install(target)
+    mx.random.seed(11)
+    head = MTPHead(target)
+    mx.eval(head.parameters())
+    return MTPDraft(target, head)
+
+
+def _plain(target: Any, prompt: list[int], n: int) -> list[int]:
+    from mlx_lm.generate import generate_step
+
+    return [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=n)]
+
+
+PROMPTS = ([3, 9, 27, 81, 243, 100, 7, 50], [5, 6, 7] * 30, [11, 12])
+
+
+@pytest.mark.parametrize("k", [1, 4, 16, None], ids=["k1", "k4", "k16", "auto"])
+def test_a_reply_drafted_by_the_head_is_the_targets_greedy_reply(target, drafter, k) -> None:
+    decoder = Decoder(target, drafter)
+    params = GenerationParams(temperature=0, drafting=DraftSetting.of(k))
+    for prompt in PROMPTS[:2]:
+        turns = take_turns([decoder.generate(prompt, params)], 24)
+        assert turns.replies[0][:24] == _plain(target, prompt, 24)
+        assert k is None or sum(r.k for r in turns.rounds[0]) > 0  # it drafted
+
+
+def test_requests_drafted_by_their_heads_in_one_batch_are_exact(target, drafter) -> None:
+    decoder = Decoder(target, drafter)
+    gens = [
+        decoder.generate(p, GenerationParams(temperature=0, drafting=DraftSetting.of(k)))
+        for p, k in zip(PROMPTS, (4, 2, 6), strict=True)
+    ]
+    turns = take_turns(gens, 20)
+    for prompt, reply in zip(PROMPTS, turns.replies, strict=True):
+        assert reply[:20] == _plain(target, prompt, 20)
+
+
+def test_requests_verified_in_one_merged_forward_keep_their_own_states(
+    target, drafter, monkeypatch
+) -> None:
+    from app.engine import merged
+
+    runs: list[int] = []
+    real = merged.merged_forward
+
+    def counted(model, tokens, caches):  # type: ignore[no-untyped-def]
+        runs.append(len(tokens))
+        return real(model, tokens, caches)
+
+    monkeypatch.setattr(merged, "merged_forward", counted)
+    decoder = Decoder(target, drafter)
+    prompts = [PROMPTS[0], PROMPTS[0][::-1], [4, 8, 15, 16, 23, 42, 7, 1]]
+    params = GenerationParams(temperature=0, drafting=DraftSetting.of(3))
+    turns = take_turns([decoder.generate(p, params) for p in prompts], 20)
+    for prompt, reply in zip(prompts, turns.replies, strict=True):
+        assert reply[:20] == _plain(target, prompt, 20)
+    assert 3 in runs  # the target's forwards of all three, their states split back
+
+
+def test_the_head_reads_the_targets_states_for_what_the_target_has_read(target, drafter) -> None:
+    decoder = Decoder(target, drafter)
+    gen = decoder.generate(PROMPTS[0], GenerationParams(drafting=DraftSetting.of(4)))
+    seen: list[tuple[int, int]] = []
+    real = HiddenRows.take
+
+    def spy(self, start, stop, like):  # type: ignore[no-untyped-def]
+        seen.append((start, self.offset))
+        assert start < 0 or start >= self.offset - self.kept  # kept, not let go
+        return real(self, start, stop, like)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(HiddenRows, "take", spy)
+        take_turns([gen], 16)
+    # Every state the head asked the target for was one the target had made.
+    assert seen and all(start < offset for start, offset in seen)
+
+
+def test_sampling_with_the_head_runs_and_keeps_to_the_vocabulary(target, drafter) -> None:
+    decoder = Decoder(target, drafter)
+    params = GenerationParams(temperature=0.8, seed=2, drafting=DraftSetting.of(4))
+    turns = take_turns([decoder.generate(PROMPTS[0], params)], 24)
+    assert len(turns.replies[0]) >= 24
+    assert all(0 <= t < 384 for t in turns.replies[0])

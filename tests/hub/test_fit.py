@@ -168,3 +168,16 @@ def test_memory_fit_counts_the_loaded_pair_while_the_new_one_loads(
     assert beside.held_bytes == held and beside.reused_bytes == 0
     assert alone.available_bytes - beside.available_bytes == held
     assert f"while the loaded {human_size(held)} stays in memory" in beside.detail
+
+
+def test_memory_fit_counts_a_targets_own_mtp_head(tiny: TinyModels, tmp_path: Path) -> None:
+    from tests.engine.families import mtp_model
+
+    target = mtp_model(tmp_path / "qwen3.5", tiny.target)
+    alone = memory_fit(target, None, context_length=1024, available=10**12)
+    fit = memory_fit(target, None, context_length=1024, available=10**12, head=True)
+    config = json.loads((target / "config.json").read_text())
+    text = config["text_config"]
+    layer = kv_cache_bytes(config, 1024) // text["num_hidden_layers"]  # its one attention layer
+    assert fit.kv_bytes - alone.kv_bytes == layer + 1024 * text["hidden_size"] * 2
+    assert fit.weights_bytes == alone.weights_bytes  # the head's weights are in the target's files

@@ -124,3 +124,30 @@ def test_quantized_build_peaks_below_full_precision(monkeypatch: pytest.MonkeyPa
     model = syn.build("mid", bits=4)
     assert mx.get_peak_memory() - base < full / 2
     assert _greedy(model, "mid") == [syn.CYCLE_START + (i + 1) % 64 for i in range(64)]
+
+
+def _head_acceptance(miss: float, k: int) -> list[float]:
+    """Per depth, the share of a synthetic head's drafts the target accepted, greedy."""
+    from app.engine.decoder import Decoder, take_turns
+    from app.engine.types import DraftSetting, GenerationParams
+
+    target = syn.build("tiny-hybrid-wide", bits=4)
+    head = syn.build_head(target, "tiny-hybrid-wide", miss=miss, bits=4)
+    params = GenerationParams(temperature=0, drafting=DraftSetting.of(k))
+    gen = Decoder(target, head).generate(syn.prompt("tiny-hybrid-wide"), params)
+    turns = take_turns([gen], 160)
+    reached = [0] * k
+    kept = [0] * k
+    for r in turns.rounds[0]:
+        for depth in range(r.k):
+            reached[depth] += depth <= r.accepted  # drafts after a rejected one are never judged
+            kept[depth] += depth < r.accepted
+    return [a / max(1, n) for a, n in zip(kept, reached, strict=True)]
+
+
+def test_a_synthetic_mtp_head_misses_where_set_and_more_with_depth() -> None:
+    assert syn.parse_pair("qwen3.6-27b:mtp") == ("qwen3.6-27b", "mtp")
+    assert _head_acceptance(0.0, 3) == [1.0, 1.0, 1.0]  # every draft right
+    first, second, third = _head_acceptance(0.25, 3)
+    assert 0.6 < first < 0.9  # about 3 in 4 right at depth 1
+    assert second < first - 0.1 and third < first - 0.1  # a further quarter missed from depth 2

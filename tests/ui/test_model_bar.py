@@ -89,3 +89,30 @@ def test_the_fields_show_models_by_name_and_pick_them_from_the_library(
     with qtbot.waitSignal(bar.load_requested) as blocker:
         bar.request_load()
     assert blocker.args == [str(folder), str(cached)]
+
+
+def test_a_target_with_an_mtp_head_offers_it_as_the_draft(qtbot: QtBot, tmp_path) -> None:
+    import json
+
+    target = tmp_path / "Qwen3.6-27B"
+    target.mkdir()
+    config = {"model_type": "qwen3_5", "text_config": {"mtp_num_hidden_layers": 1}}
+    (target / "config.json").write_text(json.dumps(config))
+    plain = tmp_path / "Qwen2.5-7B"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    bar = ModelBar(Settings(target=str(target)))
+    qtbot.addWidget(bar)
+    menu = bar.draft_picker.menu()
+    menu.aboutToShow.emit()
+    built_in = [a for a in menu.actions() if a.text() == "Built-in (MTP)"]
+    assert len(built_in) == 1
+    built_in[0].trigger()
+    assert bar.draft() == "mtp" and bar.draft_edit.text() == "Built-in (MTP)"
+    with qtbot.waitSignal(bar.load_requested) as blocker:
+        bar.request_load()
+    assert blocker.args == [str(target), "mtp"]
+    # A target without a head offers none.
+    bar.set_pair(str(plain), "")
+    menu.aboutToShow.emit()
+    assert "Built-in (MTP)" not in [a.text() for a in menu.actions()]
