@@ -23,7 +23,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, CacheList, KVCache
 
-from app.engine.mtp import HiddenRows
+from app.engine.mtp import HiddenRows, MTPDraft
 from app.engine.packed import packable, packed_forward
 from app.engine.recurrent import DEPTH, REWOUND, RecurrentCache, leaves
 from app.engine.stacked import SLACK
@@ -64,9 +64,14 @@ def joint_forward(
     model: nn.Module, tokens: Sequence[mx.array], caches: Sequence[list[Any]]
 ) -> list[mx.array] | None:
     """Several sequences' new ``tokens`` in one forward: packed where the model is of the
-    Llama kind, merged where :func:`mergeable`; None where neither (run them one by one)."""
+    Llama kind, merged where :func:`mergeable`, MTP heads' steps side by side; None where
+    none of these (run them one by one)."""
     if len(tokens) > 1 and packable(model):
         return packed_forward(model, tokens, caches)
+    if isinstance(model, MTPDraft):
+        if len(tokens) > 1 and all(c[0].offset > 0 for c in caches):
+            return _heads_forward(model, tokens, caches)
+        return None
     lengths = [t.size for t in tokens]
     # Padding rows are given back as a round's are: within the rows a forward can go back.
     if (max(lengths) <= DEPTH or min(lengths) == max(lengths)) and mergeable(model, caches):
@@ -99,6 +104,36 @@ def merged_forward(
             for c in cache:
                 c.trim(rows - n)
     return [logits[j : j + 1, :n] for j, n in enumerate(lengths)]
+
+
+def _heads_forward(
+    model: MTPDraft, tokens: Sequence[mx.array], caches: Sequence[list[Any]]
+) -> list[mx.array]:
+    """Several requests' MTP head steps in one forward, their head caches merged as a
+    target's attention caches are, each request's states beside its tokens."""
+    lengths = [t.size for t in tokens]
+    rows = max(lengths)
+    own = [c[0] for c in caches]
+    parts = [model.inputs(t[None].astype(mx.int32), c) for t, c in zip(tokens, own, strict=True)]
+    embedded = mx.concatenate([_pad_rows(e, rows) for e, _ in parts])
+    hidden = mx.concatenate([_pad_rows(h, rows) for _, h in parts])
+    kv = [_merge_kv([c.kv[i] for c in own], rows) for i in range(len(own[0].kv))]
+    states = model.head(embedded, hidden, kv)
+    for i, batch in enumerate(kv):
+        _split(batch, [c.kv[i] for c in own], rows)
+    out = []
+    for j, (c, n) in enumerate(zip(own, lengths, strict=True)):
+        for layer in c.kv if n < rows else ():
+            layer.trim(rows - n)
+        out.append(model.outputs(states[j : j + 1, :n], c))
+    return out
+
+
+def _pad_rows(x: mx.array, rows: int) -> mx.array:
+    """``(1, n, size)`` ``x`` with zero rows after it, to ``rows``."""
+    if x.shape[1] == rows:
+        return x
+    return mx.concatenate([x, mx.zeros((1, rows - x.shape[1], x.shape[2]), x.dtype)], axis=1)
 
 
 def _pad(t: mx.array, rows: int) -> mx.array:

@@ -263,22 +263,29 @@ class MTPDraft(nn.Module):
         return [MTPCache(self.head.make_cache())]
 
     def __call__(self, inputs: mx.array, cache: Sequence[Any] | None = None) -> mx.array:
-        target = self._target()
         c = cache[0] if cache else MTPCache(self.head.make_cache())
-        n, p = inputs.shape[1], c.offset
-        embedded = embed(target, inputs)
+        embedded, hidden = self.inputs(inputs, c)
+        states = self.head(embedded, hidden, c.kv)
+        return self.outputs(states, c)
+
+    def inputs(self, tokens: mx.array, c: MTPCache) -> tuple[mx.array, mx.array]:
+        """The head's inputs for ``(1, n)`` tokens read into ``c`` at its offset: their
+        embeddings and the states beside them."""
+        n, p = tokens.shape[1], c.offset
+        embedded = embed(self._target(), tokens)
         rows = c.rows
         if n == 1 and (rows is None or p - 1 >= rows.offset) and c.own is not None:
-            hidden = c.own  # a drafted token: the state the head predicted it from
-        elif rows is not None:
-            hidden = rows.take(p - 1, p - 1 + n, embedded)
-        else:
-            hidden = mx.zeros(embedded.shape, embedded.dtype)
-        states = self.head(embedded, hidden, c.kv)
-        c.own = states[:, -1:]
+            return embedded, c.own  # a drafted token: the state the head predicted it from
         if rows is not None:
-            rows.release(p + n - 1 - BEHIND)
-        return logits(target, states)
+            return embedded, rows.take(p - 1, p - 1 + n, embedded)
+        return embedded, mx.zeros(embedded.shape, embedded.dtype)
+
+    def outputs(self, states: mx.array, c: MTPCache) -> mx.array:
+        """The logits of the head's ``(1, n, size)`` output states, read into ``c``."""
+        c.own = states[:, -1:]
+        if c.rows is not None:
+            c.rows.release(c.offset - 1 - BEHIND)
+        return logits(self._target(), states)
 
 
 def target_rows(draft: nn.Module | None) -> list[HiddenRows]:

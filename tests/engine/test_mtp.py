@@ -175,15 +175,71 @@ def test_a_reply_drafted_by_the_head_is_the_targets_greedy_reply(target, drafter
         assert k is None or sum(r.k for r in turns.rounds[0]) > 0  # it drafted
 
 
-def test_requests_drafted_by_their_heads_in_one_batch_are_exact(target, drafter) -> None:
-    decoder = Decoder(target, drafter)
-    gens = [
-        decoder.generate(p, GenerationParams(temperature=0, drafting=DraftSetting.of(k)))
-        for p, k in zip(PROMPTS, (4, 2, 6), strict=True)
-    ]
-    turns = take_turns(gens, 20)
-    for prompt, reply in zip(PROMPTS, turns.replies, strict=True):
-        assert reply[:20] == _plain(target, prompt, 20)
+def test_requests_drafted_by_their_heads_in_one_batch_are_exact(monkeypatch) -> None:
+    from app.engine import merged
+    from app.testing import synthetic as syn
+
+    # A synthetic target and head: the head drafts the target's cycle but for a quarter
+    # of positions at depth 1, and more from depth 2.
+    target = syn.build("tiny-hybrid-wide", bits=4)
+    head = syn.build_head(target, "tiny-hybrid-wide", miss=0.25, bits=4)
+    cycle = syn.prompt("tiny-hybrid-wide")
+    prompts = [cycle[i : i + 70] for i in (0, 9, 30)]
+    steps: list[int] = []
+    real = merged._heads_forward
+
+    def counted(model, tokens, caches):  # type: ignore[no-untyped-def]
+        steps.append(len(tokens))
+        return real(model, tokens, caches)
+
+    monkeypatch.setattr(merged, "_heads_forward", counted)
+    decoder = Decoder(target, head)
+    gens = [decoder.generate(p, _greedy(k)) for p, k in zip(prompts, (4, 2, 6), strict=True)]
+    turns = take_turns(gens, 40)
+    for prompt, reply in zip(prompts, turns.replies, strict=True):
+        assert reply[:40] == _plain(target, prompt, 40)
+    assert steps and max(steps) == 3  # the three heads stepped together
+    rounds = [r for rs in turns.rounds for r in rs]
+    assert sum(r.accepted for r in rounds) > 0.25 * sum(r.k for r in rounds)  # it drafts usefully
+
+
+def test_heads_stepped_together_draft_what_each_drafts_alone() -> None:
+    from app.engine.caches import new_cache
+    from app.engine.merged import joint_forward
+    from app.engine.mtp import link
+    from app.testing import synthetic as syn
+
+    target = syn.build("tiny-hybrid-wide", bits=4)
+    head = syn.build_head(target, "tiny-hybrid-wide", miss=0.25, bits=4)
+    cycle = syn.prompt("tiny-hybrid-wide")
+    prompts = [cycle[i : i + n] for i, n in ((0, 40), (9, 33), (30, 38))]
+
+    def ready() -> list[list[Any]]:
+        """Each request's head cache after its prompt but its last token, linked."""
+        caches = []
+        for p in prompts:
+            t_cache = [*new_cache(target), HiddenRows()]
+            target(mx.array([p]), cache=t_cache)
+            d_cache = head.make_cache()
+            link(d_cache, t_cache)
+            head(mx.array([p[:-1]]), cache=d_cache)
+            caches.append(d_cache)
+        return caches
+
+    apart, together = ready(), ready()
+    last = [mx.array(p[-1:]) for p in prompts]
+    for _ in range(3):  # the prompt's last token, then two drafted ones (the head's own states)
+        want = [head(t[None], cache=c) for t, c in zip(last, apart, strict=True)]
+        got = joint_forward(head, last, together)
+        assert got is not None
+        for w, g in zip(want, got, strict=True):
+            assert mx.allclose(w, g, atol=1e-4)
+        last = [mx.argmax(w[0, -1:], axis=-1) for w in want]
+    assert [c[0].offset for c in together] == [c[0].offset for c in apart]
+
+
+def _greedy(k: int) -> GenerationParams:
+    return GenerationParams(temperature=0, drafting=DraftSetting.of(k))
 
 
 def test_requests_verified_in_one_merged_forward_keep_their_own_states(
