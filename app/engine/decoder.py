@@ -66,7 +66,7 @@ from app.engine.costs import (
 )
 from app.engine.lookup import PromptLookup
 from app.engine.merged import joint_forward
-from app.engine.mtp import link, target_rows
+from app.engine.mtp import MTPDraft, link, target_rows
 from app.engine.observe import (
     EngineEvent,
     Observer,
@@ -958,7 +958,8 @@ class Decoder:
         """Queues the round's tokens for ``turn``'s request."""
         r, k, n = turn.request, turn.k, verdict.accepted
         looked = len(turn.looked)
-        origins = [Origin.LOOKUP if i < looked else Origin.DRAFT for i in range(n)]
+        drafted = Origin.MTP if isinstance(self.draft, MTPDraft) else Origin.DRAFT
+        origins = [Origin.LOOKUP if i < looked else drafted for i in range(n)]
         r.out.append(
             Round(
                 tokens=(*verdict.proposed[:n], verdict.next_token),

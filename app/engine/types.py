@@ -31,6 +31,8 @@ class Origin(IntEnum):
     """The target's extra token after it accepted every drafted token."""
     LOOKUP = 4
     """A token proposed by prompt lookup that the target accepted."""
+    MTP = 5
+    """A token of the target's own MTP head that the target accepted."""
 
     @property
     def code(self) -> str:
@@ -40,14 +42,14 @@ class Origin(IntEnum):
     @property
     def drafted(self) -> bool:
         """Whether the token was proposed by a drafter and accepted."""
-        return self in (Origin.DRAFT, Origin.LOOKUP)
+        return self in (Origin.DRAFT, Origin.LOOKUP, Origin.MTP)
 
     @classmethod
     def from_code(cls, code: str) -> Origin:
         return cls(_ORIGIN_CODES.index(code))
 
 
-_ORIGIN_CODES = "tdcbl"
+_ORIGIN_CODES = "tdcblm"
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,13 +156,13 @@ class SpeculationPanel(QWidget):
 
     @staticmethod
     def _legend_html() -> str:
-        order = (Origin.DRAFT, Origin.LOOKUP, Origin.CORRECTION, Origin.BONUS)
+        order = (Origin.DRAFT, Origin.MTP, Origin.LOOKUP, Origin.CORRECTION, Origin.BONUS)
         items = []
         for origin in order:
             c = ORIGIN_COLORS[origin]
             swatch = f"rgba({c.red()},{c.green()},{c.blue()},{c.alphaF() * 2:.2f})"
             items.append(
                 f'<span style="background:{swatch}">&nbsp;&nbsp;&nbsp;</span>&nbsp;'
-                f"{ORIGIN_LABELS[origin]}"
+                + ORIGIN_LABELS[origin].replace(" ", "&nbsp;")  # a label wraps whole
             )
         return "&nbsp;&nbsp; ".join(items)

@@ -22,12 +22,14 @@ ROLE_LABELS = {"user": "You", "assistant": "Tandem", "system": "System"}
 # Translucent backgrounds keep the text's own colour, so they read in light and dark mode.
 ORIGIN_COLORS: dict[Origin, QColor] = {
     Origin.DRAFT: QColor(34, 197, 94, 70),
+    Origin.MTP: QColor(20, 184, 166, 70),
     Origin.LOOKUP: QColor(14, 165, 233, 70),
     Origin.CORRECTION: QColor(249, 115, 22, 90),
     Origin.BONUS: QColor(168, 85, 247, 70),
 }
 ORIGIN_LABELS: dict[Origin, str] = {
     Origin.DRAFT: "accepted draft",
+    Origin.MTP: "accepted MTP draft",
     Origin.LOOKUP: "prompt lookup",
     Origin.CORRECTION: "target correction",
     Origin.BONUS: "bonus token",

@@ -23,7 +23,7 @@ from app.engine.mtp import (
     logits,
     text_model,
 )
-from app.engine.types import DraftSetting, GenerationParams
+from app.engine.types import DraftSetting, GenerationParams, Origin
 from app.errors import ModelError
 from tests.engine.families import hybrid_config
 
@@ -185,14 +185,7 @@ def test_requests_drafted_by_their_heads_in_one_batch_are_exact(monkeypatch) -> 
     head = syn.build_head(target, "tiny-hybrid-wide", miss=0.25, bits=4)
     cycle = syn.prompt("tiny-hybrid-wide")
     prompts = [cycle[i : i + 70] for i in (0, 9, 30)]
-    steps: list[int] = []
-    real = merged._heads_forward
-
-    def counted(model, tokens, caches):  # type: ignore[no-untyped-def]
-        steps.append(len(tokens))
-        return real(model, tokens, caches)
-
-    monkeypatch.setattr(merged, "_heads_forward", counted)
+    steps = _sizes(monkeypatch, merged, "_heads_forward")
     decoder = Decoder(target, head)
     gens = [decoder.generate(p, _greedy(k)) for p, k in zip(prompts, (4, 2, 6), strict=True)]
     turns = take_turns(gens, 40)
@@ -201,6 +194,9 @@ def test_requests_drafted_by_their_heads_in_one_batch_are_exact(monkeypatch) -> 
     assert steps and max(steps) == 3  # the three heads stepped together
     rounds = [r for rs in turns.rounds for r in rs]
     assert sum(r.accepted for r in rounds) > 0.25 * sum(r.k for r in rounds)  # it drafts usefully
+    # Its accepted tokens show as the head's, not a draft model's.
+    origins = {o for r in rounds for o in r.origins}
+    assert Origin.MTP in origins and Origin.DRAFT not in origins
 
 
 def test_heads_stepped_together_draft_what_each_drafts_alone() -> None:
@@ -238,6 +234,19 @@ def test_heads_stepped_together_draft_what_each_drafts_alone() -> None:
     assert [c[0].offset for c in together] == [c[0].offset for c in apart]
 
 
+def _sizes(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """How many sequences each call of ``module.name`` (a joint forward) ran, from now on."""
+    sizes: list[int] = []
+    real = getattr(module, name)
+
+    def counted(model, tokens, caches):  # type: ignore[no-untyped-def]
+        sizes.append(len(tokens))
+        return real(model, tokens, caches)
+
+    monkeypatch.setattr(module, name, counted)
+    return sizes
+
+
 def _greedy(k: int) -> GenerationParams:
     return GenerationParams(temperature=0, drafting=DraftSetting.of(k))
 
@@ -247,14 +256,7 @@ def test_requests_verified_in_one_merged_forward_keep_their_own_states(
 ) -> None:
     from app.engine import merged
 
-    runs: list[int] = []
-    real = merged.merged_forward
-
-    def counted(model, tokens, caches):  # type: ignore[no-untyped-def]
-        runs.append(len(tokens))
-        return real(model, tokens, caches)
-
-    monkeypatch.setattr(merged, "merged_forward", counted)
+    runs = _sizes(monkeypatch, merged, "merged_forward")
     decoder = Decoder(target, drafter)
     prompts = [PROMPTS[0], PROMPTS[0][::-1], [4, 8, 15, 16, 23, 42, 7, 1]]
     params = GenerationParams(temperature=0, drafting=DraftSetting.of(3))
