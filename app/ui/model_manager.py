@@ -27,6 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.loader import MTP
+from app.engine.mtp import has_head
 from app.errors import ModelError
 from app.hub import (
     ModelInfo,
@@ -44,6 +46,7 @@ from app.ui.empty_hint import HintTableView
 from app.ui.hub_downloads import HubPanel
 from app.ui.memory_bar import MemoryBar
 from app.ui.remote_dialog import RemoteEngineDialog
+from app.ui.target_edit import BUILT_IN
 
 ModelInfoRole = Qt.ItemDataRole.UserRole + 1
 DraftRole = Qt.ItemDataRole.UserRole + 2  # ("local", path) or ("catalog", repo id)
@@ -282,6 +285,10 @@ class ModelManagerDialog(QDialog):
             self.drafts_label.setText("Compatible drafts: choose a target first")
             return
         local = suggest_drafts(target.path, self._library)
+        if head := has_head(target.path):
+            item = QListWidgetItem(f"{BUILT_IN}  ·  the target's own head, nothing to download")
+            item.setData(DraftRole, ("local", MTP))
+            self.draft_list.addItem(item)
         for info in local:
             item = QListWidgetItem(f"{info.repo_id or info.name}  ·  {human_size(info.size_bytes)}")
             item.setData(DraftRole, ("local", str(info.path)))
@@ -300,7 +307,7 @@ class ModelManagerDialog(QDialog):
             self.draft_list.addItem(item)
             offered += 1
         name = target.repo_id or target.name
-        if local or offered:
+        if local or offered or head:
             self.drafts_label.setText(f"Compatible drafts for {name}")
         else:
             self.drafts_label.setText(f"No compatible draft for {name} in the library")
@@ -345,7 +352,8 @@ class ModelManagerDialog(QDialog):
 
     def _update_pair(self) -> None:
         t = target_name(self.target) if self.target else "none"  # a remote engine: its host
-        d = Path(self.draft).name if self.draft else "none"
+        head = self.draft == MTP
+        d = BUILT_IN if head else Path(self.draft).name if self.draft else "none"
         self.pair_label.setText(f"Target: {t}    Draft: {d}")
         self.load_button.setEnabled(bool(self.target))
         self.memory_bar.set_fit(None)
@@ -356,9 +364,13 @@ class ModelManagerDialog(QDialog):
 
         try:
             fit = memory_fit(
-                Path(self.target), Path(self.draft) if self.draft else None, loaded=self._loaded
+                Path(self.target),
+                Path(self.draft) if self.draft and not head else None,
+                loaded=self._loaded,
+                head=head,
             )
-            verdict = check_pair(Path(self.target), Path(self.draft)) if self.draft else None
+            pairs = self.draft and not head  # the target's own head pairs with it by construction
+            verdict = check_pair(Path(self.target), Path(self.draft)) if pairs else None
         except (ModelError, OSError) as exc:
             self.verdict_label.setText(f"✗ {exc}")
             self.load_button.setEnabled(False)
@@ -367,9 +379,12 @@ class ModelManagerDialog(QDialog):
         # A pair that cannot fit or cannot be paired is not offered for loading.
         self.load_button.setEnabled(fit.fits and (verdict is None or verdict.compatible))
         if verdict is None:
-            self.verdict_label.setText(
-                "No draft: plain decoding." if fit.fits else f"✗ Does not fit: {fit.detail}"
+            said = (
+                "✓ The target drafts with its own MTP head."
+                if head
+                else "No draft: plain decoding."
             )
+            self.verdict_label.setText(said if fit.fits else f"✗ Does not fit: {fit.detail}")
             return
         if not fit.fits:
             self.verdict_label.setText(f"✗ Does not fit in memory: {fit.detail}")

@@ -666,3 +666,23 @@ def test_the_windows_reply_on_a_sliding_window_model_is_plain_greedy_past_the_wi
         assert len(prompt) + len(finished.token_ids) > 2 * WINDOW
         assert list(finished.token_ids) == want[: len(finished.token_ids)]
         assert finished.stats.drafted > 0 and finished.stats.accepted == finished.stats.drafted
+
+
+def test_a_target_loads_with_its_own_mtp_head_and_memory_counts_it(
+    qtbot: QtBot, make_service, tiny: TinyModels, tmp_path
+) -> None:
+    from tests.engine.families import mtp_model
+
+    target = str(mtp_model(tmp_path / "qwen3.5-tiny", tiny.target))
+    service = make_service()
+    steps: list[str] = []
+    service.load_progressed.connect(lambda p: steps.append(p.text))
+    info = _loaded(qtbot, service, target, "mtp")
+    assert info.label == "qwen3.5-tiny + mtp" and info.draft == "mtp"
+    assert "Loading qwen3.5-tiny's MTP head" in steps
+    # Its memory is sized with the head, not skipped as that of an unknown folder.
+    from app.services.engine_service import LoadRequest, _memory_fit
+
+    fit = _memory_fit(LoadRequest(target, "mtp"), None)
+    alone = _memory_fit(LoadRequest(target, None), None)
+    assert fit is not None and alone is not None and fit.kv_bytes > alone.kv_bytes

@@ -432,3 +432,22 @@ def test_a_float32_model_shows_its_dtype_and_counts_read_alike(
     dialog.library.set_models([replace(info, parameters=630_200_000)])
     assert dialog.library.index(0, columns.index("Parameters")).data() == "630.2 M"
     assert human_count(630_200_000) == "630.2 M" and human_count(7_615_616_512) == "7.6 B"
+
+
+def test_a_target_with_an_mtp_head_lists_it_first_among_its_drafts(
+    qtbot: QtBot, library: Path, tiny: TinyModels, tmp_path: Path
+) -> None:
+    from tests.engine.families import mtp_model
+
+    mtp_model(library / "qwen3.5-tiny", tiny.target)
+    dialog = _dialog(qtbot, library, tmp_path)
+    _select(dialog, "qwen3.5-tiny")
+    qtbot.mouseClick(dialog.target_button, Qt.MouseButton.LeftButton)
+    first = dialog.draft_list.item(0)
+    assert first is not None and first.text().startswith("Built-in (MTP)")
+    dialog.draft_list.setCurrentRow(0)
+    qtbot.mouseClick(dialog.use_draft_button, Qt.MouseButton.LeftButton)
+    assert dialog.draft == "mtp"
+    assert "Draft: Built-in (MTP)" in dialog.pair_label.text()
+    assert dialog.verdict_label.text() == "✓ The target drafts with its own MTP head."
+    assert dialog.load_button.isEnabled()
