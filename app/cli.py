@@ -450,6 +450,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from app.engine.loader import MTP
     from app.server.http import cannot_listen, check_address
     from app.server.security import ServerConfig, ServerConfigError, check_config
 
@@ -477,7 +478,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not 1 <= args.parallel <= 64:
         print(f"tandem: --parallel takes 1 to 64 requests, not {args.parallel}", file=sys.stderr)
         return 2
-    if args.serve_draft and not _pair_accepted(args.serve_model, args.serve_draft):
+    head = args.serve_draft == MTP  # the target's own head pairs with it by construction
+    if args.serve_draft and not head and not _pair_accepted(args.serve_model, args.serve_draft):
         return 2  # before loading any weights, in check-pair's words
     from app.logs import setup_logging
     from app.services.server_service import serve_headless
