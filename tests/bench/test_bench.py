@@ -344,3 +344,18 @@ def test_mlx_lms_loop_is_left_out_on_a_hybrid_target_unless_asked_for(tmp_path: 
     assert "(hybrid layers: no trimmable cache): left out" in r.stderr
     rows = json.loads(out.read_text())["rows"]
     assert {row["impl"] for row in rows} == {"plain", "tandem"}
+
+
+def test_bench_runs_a_target_drafting_with_its_own_mtp_head(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tests.engine.families import mtp_model
+
+    target = mtp_model(tmp_path / "qwen3.5-tiny", tiny.target)
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--model", str(target), "--draft", "mtp", "--ks", "2", "--temps", "0",
+        "--max-tokens", "8", "--warmup", "4", "--repeats", "1", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert {row["impl"] for row in rows} == {"plain", "tandem"}  # mlx-lm's loop left out
+    assert json.loads(out.read_text())["meta"]["draft"] == "mtp"

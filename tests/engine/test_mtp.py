@@ -290,3 +290,23 @@ def test_sampling_with_the_head_runs_and_keeps_to_the_vocabulary(target, drafter
     turns = take_turns([decoder.generate(PROMPTS[0], params)], 24)
     assert len(turns.replies[0]) >= 24
     assert all(0 <= t < 384 for t in turns.replies[0])
+
+
+def test_tune_sweeps_the_heads_depth_as_a_drafts_k(tiny_models_dir: Path) -> None:
+    from app.engine.calibrate import CalibrationResult, calibrate
+    from app.engine.loader import MTP, load_pair
+
+    pair = load_pair(tiny_models_dir, MTP)
+    assert pair.draft is not None and isinstance(pair.draft.model, MTPDraft)
+    *_, result = calibrate(pair, ["Hi", "Name three colours."], [0, 2, 4], max_tokens=12)
+    assert isinstance(result, CalibrationResult)
+    assert len({p.tokens for p in result.points}) == 1  # greedy: every depth the same reply
+    assert result.profile is not None and result.profile.draft_step  # the head's step, measured
+
+
+@pytest.fixture
+def tiny_models_dir(tiny, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    """A tiny Qwen3.5 target folder whose checkpoint carries an MTP head."""
+    from tests.engine.families import mtp_model
+
+    return mtp_model(tmp_path / "qwen3.5-tiny", tiny.target)
