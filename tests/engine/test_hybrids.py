@@ -116,18 +116,6 @@ def test_requests_of_a_batch_with_different_acceptance_are_plain_greedy(pairs, m
     assert merged
 
 
-def test_long_prompts_of_different_lengths_are_read_together_exactly(pairs) -> None:
-    """Prompt chunks longer than a recurrent cache goes back cannot be padded and given back."""
-    same, _ = pairs
-    decoder = Decoder(same.target.model, same.draft.model if same.draft else None)
-    prompts = [[30 + i % 150 for i in range(n)] for n in (700, 600)]  # chunks of 188, 88
-    params = GenerationParams(temperature=0, drafting=DraftSetting.of(4))
-    turns = take_turns([decoder.generate(p, params) for p in prompts], TOKENS)
-    for prompt, reply in zip(prompts, turns.replies, strict=True):
-        want = _plain(same, prompt)
-        assert reply[: len(want)] == want
-
-
 def test_a_follow_up_a_retry_and_an_edit_reuse_the_caches_and_stay_exact(pairs) -> None:
     same, _ = pairs
     decoder = new_decoder(same)

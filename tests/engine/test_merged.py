@@ -65,3 +65,22 @@ def test_caches_of_very_different_lengths_run_apart(model) -> None:
     caches = [_alone(model, [5] * 60)[0], _alone(model, [6])[0], _alone(model, [7])[0]]
     assert not mergeable(model, caches)
     assert not mergeable(model, caches[:1])  # and one sequence runs as itself
+
+
+def test_long_prompts_of_different_lengths_are_read_together_exactly(model) -> None:
+    """Prompt chunks longer than a recurrent cache goes back cannot be padded and given back."""
+    from mlx_lm.generate import generate_step
+
+    from app.engine.decoder import Decoder, take_turns
+    from app.engine.types import DraftSetting, GenerationParams
+
+    prompts = [[30 + i % 150 for i in range(n)] for n in (700, 600)]  # then chunks of 187, 87
+    params = GenerationParams(temperature=0, drafting=DraftSetting.of(0))
+    decoder = Decoder(model)
+    gens = [decoder.generate(p, params) for p in prompts]
+    for gen in gens:
+        next(gen)  # both have joined before either reads its prompt: they read together
+    turns = take_turns(gens, 12)
+    for prompt, reply in zip(prompts, turns.replies, strict=True):
+        want = [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=12)]
+        assert reply[:12] == want
