@@ -520,7 +520,7 @@ def _check_pair(args: argparse.Namespace) -> int:
     # The target's own MTP head pairs with it by construction, where it has one.
     compatible = has_head(Path(args.target)) if verdict is None else verdict.compatible
     try:
-        fit = memory_fit(Path(args.target), None if head else Path(args.draft), head=head)
+        fit = memory_fit(Path(args.target), args.draft)
     except ModelError as exc:  # the verdict still stands; the memory cannot be sized
         fit, unsized = None, str(exc)
     if args.json:

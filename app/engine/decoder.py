@@ -981,9 +981,13 @@ class Decoder:
         r = turn.request
         # Its first step fed ``fed``; each later step one drafted token.
         if drafted and r.d_cache is not None and not rewind(r.d_cache, len(turn.fed) + drafted - 1):
-            assert self.draft is not None
-            r.d_cache, r.d_tokens = new_cache(self.draft), []
-            link(r.d_cache, r.t_cache)
+            self._draft_anew(r)
+
+    def _draft_anew(self, request: _Request) -> None:
+        """Gives ``request`` a fresh draft cache: the draft reads its tokens again."""
+        assert self.draft is not None
+        request.d_cache, request.d_tokens = new_cache(self.draft), []
+        link(request.d_cache, request.t_cache)
 
     def _verify(
         self, turns: list[_Turn], proposals: list[mx.array]
@@ -1213,9 +1217,7 @@ class Decoder:
             if rewind(request.d_cache, len(held) + len(drafted) - keep):
                 request.d_tokens = (held + drafted)[:keep]
             else:  # past a window's slack: the draft reads the reply again
-                assert self.draft is not None
-                request.d_cache, request.d_tokens = new_cache(self.draft), []
-                link(request.d_cache, request.t_cache)
+                self._draft_anew(request)
         request.seq[:] = committed
         if request.lookup is not None:
             request.lookup.extend(new)

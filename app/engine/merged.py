@@ -123,8 +123,7 @@ def _heads_forward(
         _split(batch, [c.kv[i] for c in own], rows)
     out = []
     for j, (c, n) in enumerate(zip(own, lengths, strict=True)):
-        for layer in c.kv if n < rows else ():
-            layer.trim(rows - n)
+        c.trim(rows - n)  # its padding rows
         out.append(model.outputs(states[j : j + 1, :n], c))
     return out
 

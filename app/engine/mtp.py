@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
 from app.engine.loader import read_header, weight_files
+from app.engine.recurrent import wrapped
 from app.errors import ModelError
 
 # The families whose MTP wiring is the one above (mlx-lm's model modules).
@@ -311,23 +312,14 @@ class _Captured(nn.RMSNorm):
 _KEEPING: dict[type, type] = {}
 
 
-def _keeping(cls: type) -> type:
-    """``cls``, its forward adding its output states to a cache's :class:`HiddenRows`."""
-    if cls in _KEEPING.values():
-        return cls
-    if cls not in _KEEPING:
-
-        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-            cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
-            _local.hidden = None
-            out = cls.__call__(self, *args, **kwargs)
-            if cache and isinstance(cache[-1], HiddenRows) and _local.hidden is not None:
-                cache[-1].update(_local.hidden)
-            return out
-
-        namespace = {"__call__": __call__, "__module__": cls.__module__}
-        _KEEPING[cls] = type(cls.__name__, (cls,), namespace)
-    return _KEEPING[cls]
+def _keeping(forward: Callable[..., Any], model: Any, *args: Any, **kwargs: Any) -> Any:
+    """A target's forward, adding its output states to its cache's :class:`HiddenRows`."""
+    cache = kwargs.get("cache", args[1] if len(args) > 1 else None)  # (inputs, cache)
+    _local.hidden = None
+    out = forward(model, *args, **kwargs)
+    if cache and isinstance(cache[-1], HiddenRows) and _local.hidden is not None:
+        cache[-1].update(_local.hidden)
+    return out
 
 
 def install(target: nn.Module) -> None:
@@ -335,7 +327,7 @@ def install(target: nn.Module) -> None:
     norm = text_model(target).model.norm
     if type(norm) is nn.RMSNorm:
         norm.__class__ = _Captured
-    target.__class__ = _keeping(type(target))
+    target.__class__ = wrapped(type(target), _KEEPING, _keeping)
 
 
 def head_weights(folder: Path) -> dict[str, mx.array]:

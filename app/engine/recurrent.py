@@ -456,37 +456,44 @@ def _stepped(step: Callable[..., Any]) -> Callable[..., Any]:
     return recorded
 
 
+def wrapped(cls: type, made: dict[type, type], around: Callable[..., Any]) -> type:
+    """``cls`` as a subclass of its name and module whose forward is ``around(forward,
+    self, *args, **kwargs)``: made once per class and kept in ``made``; a class made
+    there already is returned as it is (a model wrapped twice runs ``around`` once)."""
+    if cls in made.values():
+        return cls
+    if cls not in made:
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+            return around(cls.__call__, self, *args, **kwargs)
+
+        namespace = {"__call__": __call__, "__module__": cls.__module__}
+        made[cls] = type(cls.__name__, (cls,), namespace)
+    return made[cls]
+
+
 _FORGETTING: dict[type, type] = {}
 
 
-def _forgetting(cls: type) -> type:
-    """``cls``, its forward starting and ending with no cache of ours active.
+def _forgetting(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A forward starting and ending with no cache of ours active.
 
     A cache is made active as a layer reads it; a forward over caches of
     another kind (mlx-lm's own loop, compared by ``bench``) reads none of
     ours, and would otherwise note its states into the cache read last.
     """
-    if cls in _FORGETTING.values():
-        return cls
-    if cls not in _FORGETTING:
-
-        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-            _local.active = None
-            try:
-                return cls.__call__(self, *args, **kwargs)
-            finally:
-                _local.active = None
-
-        namespace = {"__call__": __call__, "__module__": cls.__module__}
-        _FORGETTING[cls] = type(cls.__name__, (cls,), namespace)
-    return _FORGETTING[cls]
+    _local.active = None
+    try:
+        return forward(*args, **kwargs)
+    finally:
+        _local.active = None
 
 
 def install(model: nn.Module) -> None:
     """Notes ``model``'s recurrent layers' states: its convolutions and its modules' recurrences."""
     from mlx_lm.models import gated_delta
 
-    model.__class__ = _forgetting(type(model))
+    model.__class__ = wrapped(type(model), _FORGETTING, _forgetting)
 
     ops = gated_delta.gated_delta_ops
     if not hasattr(ops, "__wrapped__"):

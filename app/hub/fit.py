@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import config_model, read_config, user_path
+from app.engine.loader import MTP, config_model, read_config, user_path
 from app.errors import ModelError
 from app.hub.library import human_size
 
@@ -237,18 +237,19 @@ def head_cache_bytes(config: dict[str, Any], tokens: int) -> int:
 
 def memory_fit(
     target: Path,
-    draft: Path | None,
+    draft: Path | str | None,
     context_length: int = 8192,
     available: int | None = None,
     *,
     loaded: Sequence[Path] = (),
-    head: bool = False,
 ) -> MemoryFit:
     """Estimates whether a target, with an optional draft, fits in memory.
 
     Args:
         target: The target model folder.
-        draft: The draft model folder, or ``None`` for the target alone.
+        draft: The draft model folder, ``None`` for the target alone, or
+            :data:`~app.engine.loader.MTP` (the word, not a folder) for the
+            target's own MTP head, as :func:`~app.engine.loader.load_pair` reads it.
         context_length: Tokens of context to budget the KV caches for; each
             model is capped at its own trained context length.
         available: Usable memory, net of what stays loaded;
@@ -256,7 +257,6 @@ def memory_fit(
         loaded: Folders of the models in memory now. All stay there while the
             new pair loads (the engine swaps pairs only once the new one is in);
             one the new pair names again is kept, not read twice.
-        head: The target drafts with its own MTP head (``draft`` is then None).
 
     Returns:
         The estimate with a one-line ``detail``.
@@ -269,7 +269,9 @@ def memory_fit(
     in_memory = {_key(p) for p in loaded}
     held = sum(_weights_size(k) for k in in_memory)
     counted: set[Path] = set()
-    for i, folder in enumerate(p for p in (target, draft) if p is not None):
+    head = isinstance(draft, str) and draft == MTP
+    folders = [target] if draft is None or head else [target, Path(draft)]
+    for i, folder in enumerate(folders):
         folder = user_path(folder)
         config = read_config(folder)
         model_tokens = min(context_length, _context_length(config) or context_length)

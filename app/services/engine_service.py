@@ -40,7 +40,7 @@ from app.engine.generate import (
     reply_budget,
     stream_reply,
 )
-from app.engine.loader import MTP, LoadProgress, ModelPair, free_memory
+from app.engine.loader import LoadProgress, ModelPair, free_memory
 from app.engine.observe import BatchStats, Totals
 from app.engine.rounds import DraftControl
 from app.engine.side_by_side import ROOM
@@ -343,13 +343,7 @@ def _memory_fit(request: LoadRequest, loaded: ModelPair | None) -> Any:
 
     in_memory = [m.path for m in (loaded.target, loaded.draft) if m] if loaded else []
     try:
-        head = request.draft == MTP
-        return memory_fit(
-            Path(request.target),
-            Path(request.draft) if request.draft and not head else None,
-            loaded=in_memory,
-            head=head,
-        )
+        return memory_fit(Path(request.target), request.draft or None, loaded=in_memory)
     except Exception:  # whatever the estimate trips on, loading says it in one line
         log.debug("no memory estimate for %s", request.target, exc_info=True)
         return None

@@ -363,12 +363,7 @@ class ModelManagerDialog(QDialog):
         from app.hub.fit import memory_fit
 
         try:
-            fit = memory_fit(
-                Path(self.target),
-                Path(self.draft) if self.draft and not head else None,
-                loaded=self._loaded,
-                head=head,
-            )
+            fit = memory_fit(Path(self.target), self.draft or None, loaded=self._loaded)
             pairs = self.draft and not head  # the target's own head pairs with it by construction
             verdict = check_pair(Path(self.target), Path(self.draft)) if pairs else None
         except (ModelError, OSError) as exc:

@@ -175,7 +175,7 @@ def test_memory_fit_counts_a_targets_own_mtp_head(tiny: TinyModels, tmp_path: Pa
 
     target = mtp_model(tmp_path / "qwen3.5", tiny.target)
     alone = memory_fit(target, None, context_length=1024, available=10**12)
-    fit = memory_fit(target, None, context_length=1024, available=10**12, head=True)
+    fit = memory_fit(target, "mtp", context_length=1024, available=10**12)
     config = json.loads((target / "config.json").read_text())
     text = config["text_config"]
     layer = kv_cache_bytes(config, 1024) // text["num_hidden_layers"]  # its one attention layer
