@@ -19,19 +19,21 @@ part=$1
 out=$2
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+# Cost profiles in OUTDIR: the GPU machine has only the engine's dependencies (no platformdirs).
+tandem="python3 -m app --data-dir $out/data"
 run() {  # name, then bench arguments
   name=$1
   shift
   echo "== $name: tandem bench --bits 4 --dtype bfloat16 --max-tokens 192 --warmup 192 --repeats 3 --temps 0 $*"
   start=$(date +%s)
-  python3 -m app bench --bits 4 --dtype bfloat16 --max-tokens 192 --warmup 192 --repeats 3 \
+  $tandem bench --bits 4 --dtype bfloat16 --max-tokens 192 --warmup 192 --repeats 3 \
     --temps 0 --json "$out/$name.json" "$@" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
 }
 streams() {  # name, pair, seconds: issue 17's streams (1, 4 and 8; miss 0 and 0.1; k = 15 and Auto)
   echo "== $1: tandem bench --synthetic $2 --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128"
   start=$(date +%s)
-  timeout "$3" python3 -m app bench --synthetic "$2" --bits 4 --dtype bfloat16 \
+  timeout "$3" $tandem bench --synthetic "$2" --bits 4 --dtype bfloat16 \
     --concurrent 1,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
     --json "$out/$1.json" 2> "$out/$1.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -39,7 +41,7 @@ streams() {  # name, pair, seconds: issue 17's streams (1, 4 and 8; miss 0 and 0
 trace() {  # name, pair, streams, ks, seconds[, flags]: streams at miss 0.1, every batched round traced
   echo "== $1: tandem bench --trace --synthetic $2 --bits 4 --dtype bfloat16 --concurrent $3 --miss 0.1 --ks $4 --temps 0 --max-tokens 128 ${6:-}"
   start=$(date +%s)
-  timeout "$5" python3 -m app bench --trace "$out/$1.jsonl" --synthetic "$2" --bits 4 \
+  timeout "$5" $tandem bench --trace "$out/$1.jsonl" --synthetic "$2" --bits 4 \
     --dtype bfloat16 --concurrent "$3" --miss 0.1 --ks "$4" --temps 0 --max-tokens 128 ${6:-} \
     --json "$out/$1.json" 2> "$out/$1.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -158,7 +160,7 @@ r19b)  # run 19: whether caches kept side by side would pay for the target's ver
 r19c)  # run 19: 8b:1b at miss 0 with short drafts and none (batched plain), 4 and 8 streams
   echo "== streams-8b-1b-short: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0 --ks 0,2,4,8 --temps 0 --max-tokens 128"
   start=$(date +%s)
-  timeout ${BUDGET:-270} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
+  timeout ${BUDGET:-270} $tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
     --concurrent 4,8 --miss 0 --ks 0,2,4,8 --temps 0 --max-tokens 128 \
     --json "$out/streams-8b-1b-short.json" 2> "$out/streams-8b-1b-short.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -172,7 +174,7 @@ r19d)  # run 19: whether rounds of cache lengths never seen before run slower th
     name=streams-${pair%%:*}-fresh
     echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes"
     start=$(date +%s)
-    timeout $([ $pair = 70b:1b ] && echo 170 || echo 100) python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
+    timeout $([ $pair = 70b:1b ] && echo 170 || echo 100) $tandem bench --synthetic $pair --bits 4 --dtype bfloat16 \
       --concurrent 1,4,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes \
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -183,7 +185,7 @@ r19e)  # run 19: fresh cache lengths under MLX's own graph settings and with CUD
     case $env in *GRAPHS=0) name=streams-70b-fresh-graphs-off ;; *) name=streams-70b-fresh-graphs-mlx ;; esac
     echo "== $env: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes"
     start=$(date +%s)
-    env $env timeout 150 python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
+    env $env timeout 150 $tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
       --concurrent 1,8 --miss 0.1 --ks 15 --temps 0 --max-tokens 128 --fresh-shapes \
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -197,7 +199,7 @@ r20)  # run 20: the batch's target caches side by side against apart, on fresh c
       name=streams-${pair%%:*}-fresh$([ $layout = --side-by-side ] && echo -side-by-side)
       echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes $layout"
       start=$(date +%s)
-      timeout $([ $pair = 70b:1b ] && echo 190 || echo 70) python3 -m app bench --synthetic $pair \
+      timeout $([ $pair = 70b:1b ] && echo 190 || echo 70) $tandem bench --synthetic $pair \
         --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 \
         --max-tokens 128 --fresh-shapes $layout --json "$out/$name.json" 2> "$out/$name.err"
       echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -217,7 +219,7 @@ r21a|r21b)  # run 21: issue 17's streams as the app runs them, on lengths never 
   name=streams-${1%%:*}-run21
   echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
-  timeout $2 python3 -m app bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 \
+  timeout $2 $tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 \
     --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes --json "$out/$name.json" \
     2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -228,7 +230,7 @@ r24)  # run 24: batched Auto along stretches against per position, at miss 0.1
     name=streams-${1%%:*}-run24-stretch
     echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0.1 --ks 15,auto-pooled,auto --temps 0 --max-tokens 128 --fresh-shapes"
     start=$(date +%s)
-    timeout $2 python3 -m app bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 4,8 \
+    timeout $2 $tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 4,8 \
       --miss 0.1 --ks 15,auto-pooled,auto --temps 0 --max-tokens 128 --fresh-shapes \
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -245,7 +247,7 @@ r25a|r25b)  # run 25: wide reads dequantized, then issue 17's streams with them
   name=streams-${1%%:*}-run25-wide
   echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent $2 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
-  timeout $3 python3 -m app bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent $2 \
+  timeout $3 $tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent $2 \
     --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -270,7 +272,7 @@ r25d)  # run 25: the 70B's reads and streams, dequantized weights queued up to 2
   name=streams-70b-run25d-wide
   echo "== $name: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
-  timeout 420 python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
+  timeout 420 $tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
     --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -283,7 +285,7 @@ r26c)  # run 26: 70b:1b at 1 and 2 streams
   name=streams-70b-run26-12
   echo "== $name: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,2 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
-  timeout ${BUDGET:-420} python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
+  timeout ${BUDGET:-420} $tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
     --concurrent 1,2 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -324,7 +326,7 @@ r28b)  # run 28: one 8b:1b request alone (single decoder and batch), plain steps
   name=streams-r28b-8b-1b
   echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
-  timeout ${BUDGET:-200} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
+  timeout ${BUDGET:-200} $tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
     --concurrent 1 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -341,7 +343,7 @@ r28c|r28d|r28e|r28f)  # run 28: requests that join together copy the prompt rows
   name=streams-$part-$(echo $pair | tr : -)
   echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes $share"
   start=$(date +%s)
-  timeout ${BUDGET:-300} python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
+  timeout ${BUDGET:-300} $tandem bench --synthetic $pair --bits 4 --dtype bfloat16 \
     --concurrent $streams --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
     $share --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -357,7 +359,7 @@ r27d|r27e|r27f)  # run 27: a lone request decodes plainly a step ahead; warm sin
   name=streams-$part-$(echo $pair | tr : -)
   echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent $streams --miss 0,0.1 --ks $ks --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
-  timeout ${BUDGET:-300} python3 -m app bench --synthetic $pair --bits 4 --dtype bfloat16 \
+  timeout ${BUDGET:-300} $tandem bench --synthetic $pair --bits 4 --dtype bfloat16 \
     --concurrent $streams --miss 0,0.1 --ks $ks --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -367,7 +369,7 @@ r26e)  # run 26: 8b:1b's streams, requests that come together read in one forwar
   name=streams-8b-run26e
   echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
-  timeout ${BUDGET:-240} python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
+  timeout ${BUDGET:-240} $tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 \
     --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -377,7 +379,7 @@ r24b)  # run 24: 8b:1b's Auto along stretches first, then without
   name=streams-8b-run24-stretch-first
   echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0.1 --ks auto,auto-pooled --temps 0 --max-tokens 128 --fresh-shapes"
   start=$(date +%s)
-  timeout 100 python3 -m app bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
+  timeout 100 $tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
     --miss 0.1 --ks auto,auto-pooled --temps 0 --max-tokens 128 --fresh-shapes \
     --json "$out/$name.json" 2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -402,7 +404,7 @@ r10b)  # run 10: several streams on one batch; 70b:1b at miss 0 first, then 0.1 
     name=streams-${1%%:*}
     echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss $2 --ks 15 --max-tokens 128"
     start=$(date +%s)
-    timeout $(( end - start - $3 )) python3 -m app bench --synthetic "$1" --bits 4 --dtype bfloat16 \
+    timeout $(( end - start - $3 )) $tandem bench --synthetic "$1" --bits 4 --dtype bfloat16 \
       --concurrent 1,2,4,8 --miss "$2" --ks 15 --temps 0 --max-tokens 128 --json "$out/$name.json" \
       2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -414,14 +416,14 @@ r11a|r11b)  # run 11: streams at k = 15 and at Auto planned from the batch's own
   name=streams-${pair%%:*}
   echo "== $name: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --max-tokens 128"
   start=$(date +%s)
-  timeout $(( end - start )) python3 -m app bench --synthetic "$pair" --bits 4 --dtype bfloat16 \
+  timeout $(( end - start )) $tandem bench --synthetic "$pair" --bits 4 --dtype bfloat16 \
     --concurrent 1,2,4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --json "$out/$name.json" \
     2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"
   ;;
 r11e)  # run 11, last: 70b:1b at miss 0.1 after the draft's catch-up is priced apart from its steps
   echo "== streams-70b-catchup: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss 0.1 --ks 15,auto --max-tokens 128"
-  timeout ${BUDGET:-280} python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
+  timeout ${BUDGET:-280} $tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 \
     --concurrent 1,4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 \
     --json "$out/streams-70b-catchup.json" 2> "$out/streams-70b-catchup.err"
   echo "rc=$?"
@@ -432,7 +434,7 @@ r12a|r12b|r12c)  # run 12: the batch's draft steps stacked where that measures f
     name=streams-${1%%:*}-miss$(echo "$2" | tr , -)
     echo "== $name: tandem bench --synthetic $1 --bits 4 --dtype bfloat16 --concurrent 1,4,8 --miss $2 --ks 15,auto --temps 0 --max-tokens 128"
     start=$(date +%s)
-    timeout $(( end - start - $3 )) python3 -m app bench --synthetic "$1" --bits 4 --dtype bfloat16 \
+    timeout $(( end - start - $3 )) $tandem bench --synthetic "$1" --bits 4 --dtype bfloat16 \
       --concurrent 1,4,8 --miss "$2" --ks 15,auto --temps 0 --max-tokens 128 \
       --json "$out/$name.json" 2> "$out/$name.err"
     echo "rc=$? in $(( $(date +%s) - start )) s"
@@ -443,7 +445,7 @@ r12a|r12b|r12c)  # run 12: the batch's draft steps stacked where that measures f
     streams 70b:1b 0,0.1 0
   elif [ "$part" = r12a ]; then
     echo "== batch-70b: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile"
-    python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile \
+    $tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile \
       --json "$out/batch-70b.json" 2> "$out/batch-70b.err"
     echo "rc=$?"
     streams 70b:1b 0.1 0
@@ -454,7 +456,7 @@ r12a|r12b|r12c)  # run 12: the batch's draft steps stacked where that measures f
   ;;
 r11d)  # run 11: the (sequences, rows) table three ways, and the 1B draft's step packed or apart
   echo "== 70b:1b: tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile"
-  python3 -m app bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile \
+  $tandem bench --synthetic 70b:1b --bits 4 --dtype bfloat16 --batch-profile \
     --json "$out/batch-70b.json" 2> "$out/batch-70b.err"
   echo "rc=$?"
   ;;
@@ -465,7 +467,7 @@ r11c)  # run 11: the two miss-0.1 rows Auto fell short on, with the round-start 
 batch)  # issue 17's ground: one forward of 1-8 sequences x 1-16 rows, batched and packed
   for pair in 70b:1b 8b:1b; do
     echo "== $pair: tandem bench --synthetic $pair --bits 4 --dtype bfloat16 --batch-profile"
-    python3 -m app bench --synthetic "$pair" --bits 4 --dtype bfloat16 --batch-profile \
+    $tandem bench --synthetic "$pair" --bits 4 --dtype bfloat16 --batch-profile \
       --json "$out/batch-${pair%%:*}.json" 2> "$out/batch-${pair%%:*}.err"
   done
   ;;
@@ -476,19 +478,40 @@ fresh)  # run 34's open question: do configurations of one process still spread 
       --impls plain,mlx-lm,tandem --mlx-lm-ks 15 $flag
   done
   ;;
+hybrid)  # the hybrid 27B with the 0.8B draft, one request (the benchmarks summary's hybrid table)
+  name=hybrid-27b-0.8b
+  echo "== $name: tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 --dtype bfloat16 --miss 0,0.1,0.28 --ks 8,15,auto --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 --repeats 2"
+  start=$(date +%s)
+  timeout ${BUDGET:-300} $tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 \
+    --dtype bfloat16 --miss 0,0.1,0.28 --ks 8,15,auto --impls plain,tandem --temps 0 \
+    --max-tokens 128 --warmup 32 --repeats 2 --json "$out/$name.json" > "$out/$name.txt" \
+    2> "$out/$name.err"
+  echo "rc=$? in $(( $(date +%s) - start )) s"
+  cat "$out/$name.txt"
+  ;;
 hstreams)  # the hybrid 27B's streams, verified and drafted in one merged forward a step
   echo "== hybrid streams: tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
-  timeout "${BUDGET:-480}" python3 -m app bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 \
+  timeout "${BUDGET:-480}" $tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 \
     --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 15,auto --temps 0 --max-tokens 128 \
     --fresh-shapes --json "$out/hybrid-streams.json" 2> "$out/hybrid-streams.err"
   ;;
-mtp)  # the hybrid 27B drafting with its own MTP head (depth 1-8, Auto) and with the 0.8B draft
-  run 27b-mtp --synthetic qwen3.6-27b:mtp --miss 0,0.1,0.28 --ks 1,2,3,4,6,8,auto --impls plain,tandem
-  run 27b-0.8b --synthetic qwen3.6-27b:qwen3.5-0.8b --miss 0.1 --ks 4,8,auto --impls plain,tandem
+mtp)  # the hybrid 27B drafting with its own MTP head (depth 1-8, Auto), then with the 0.8B draft
+  end=$(( $(date +%s) + ${BUDGET:-570} ))
+  for spec in "mtp 0,0.1,0.28 1,2,3,4,6,8,auto 200" "qwen3.5-0.8b 0.1 4,8,15,auto 0"; do
+    set -- $spec  # drafter, miss rates, ks, seconds kept back for the run after it
+    name=27b-$1
+    echo "== $name: tandem bench --synthetic qwen3.6-27b:$1 --bits 4 --dtype bfloat16 --miss $2 --ks $3 --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 --repeats 2"
+    start=$(date +%s)
+    timeout $(( end - start - $4 )) $tandem bench --synthetic qwen3.6-27b:$1 --bits 4 \
+      --dtype bfloat16 --miss $2 --ks $3 --impls plain,tandem --temps 0 --max-tokens 128 \
+      --warmup 32 --repeats 2 --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+    echo "rc=$? in $(( $(date +%s) - start )) s"
+    cat "$out/$name.txt"
+  done
   ;;
 mtpstreams)  # the MTP head's streams
   echo "== mtp streams: tandem bench --synthetic qwen3.6-27b:mtp --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 4,auto --temps 0 --max-tokens 128 --fresh-shapes"
-  timeout "${BUDGET:-480}" python3 -m app bench --synthetic qwen3.6-27b:mtp --bits 4 \
+  timeout "${BUDGET:-480}" $tandem bench --synthetic qwen3.6-27b:mtp --bits 4 \
     --dtype bfloat16 --concurrent 4,8 --miss 0,0.1 --ks 4,auto --temps 0 --max-tokens 128 \
     --fresh-shapes --json "$out/mtp-streams.json" 2> "$out/mtp-streams.err"
   ;;

@@ -19,6 +19,7 @@ from typing import Any
 from app import resource_path
 from app.engine.costs import (
     K_MAX,
+    PLAIN_QUEUED,
     CostProfile,
     Plan,
     ProfileProgress,
@@ -127,15 +128,17 @@ class SweepPlan:
 
     @property
     def cost_passes(self) -> int:
-        """Target forwards the cost measurement runs (each width, then its repeats)."""
-        return self.widths * (1 + COST_REPEATS)
+        """Target forwards the cost measurement runs (the plain steps; each wider width, then
+        its repeats)."""
+        return PLAIN_QUEUED + (self.widths - 1) * (1 + COST_REPEATS)
 
     def cost_seconds(self, verify: Sequence[float | None] | None) -> float | None:
         """What measuring the costs takes, from ``verify`` measured before; ``None`` unknown."""
         known = list(verify or ())[: self.widths]
         if len(known) < self.widths or any(v is None for v in known):
             return None
-        return (1 + COST_REPEATS) * sum(v for v in known if v is not None)
+        step, *wider = known
+        return PLAIN_QUEUED * (step or 0.0) + (1 + COST_REPEATS) * sum(v or 0.0 for v in wider)
 
 
 def seconds_for(tokens: int, plain_tps: float | None) -> float | None:

@@ -53,6 +53,9 @@ SHAPE_ROUNDS = 16
 SHAPE_NOISE = 0.1
 BUILD_FLOOR = 0.25  # of a plain step: a smaller build is measurement noise
 DRAFT_RUNS = 3  # timed runs of the draft's step in a profile; the fastest counts
+PLAIN_STEPS = 8  # queued target steps a profile's plain step is timed over, per run
+PLAIN_RUNS = 2
+PLAIN_QUEUED = 2 + PLAIN_STEPS * PLAIN_RUNS  # target steps in all, the kernels' two first
 
 
 def expected_tokens(accept: Sequence[float], k: int) -> float:
@@ -636,10 +639,14 @@ def measure_profile(
     """Measures v(m) for m = 1 … ``widths`` and the draft step c, explicitly.
 
     The target's cache is filled with ``context`` tokens first, so attention
-    costs what a conversation of that length costs. Each width runs once
-    unmeasured (kernels are built), then ``repeats`` times; the fastest counts,
-    as it does of the draft step's runs. How much slower the first forward
-    was is the profile's ``build``.
+    costs what a conversation of that length costs. A plain step, v(1), is
+    timed as plain decoding runs it, each step queued behind the one before
+    (as the probes that refine it time it): a lone forward waited on also
+    pays for building its graph, which a queued step hides (30 against 21 ms
+    for a 27B-shaped hybrid on an H200, and Auto drafted where plain decoding
+    was faster). Each wider width runs once unmeasured (kernels are built),
+    then ``repeats`` times; the fastest counts, as it does of the steps'
+    runs. How much slower the first forward was is the profile's ``build``.
 
     Yields:
         A :class:`ProfileProgress` after each width, then the :class:`CostProfile`
@@ -655,11 +662,13 @@ def measure_profile(
     vocab = min(vocab_size(target), vocab_size(draft) if draft is not None else vocab_size(target))
     tokens = probe_tokens(vocab, context + widths + 1)
     cache = new_cache(target)
-    prefill(target, cache, tokens[:context])
-    verify: list[float | None] = []
+    # The plain steps' tokens end the context, so the widths see ``context`` rows.
+    prefill(target, cache, tokens[: max(context - PLAIN_QUEUED, 1)])
+    verify: list[float | None] = [queued_step(target, cache, PLAIN_STEPS, PLAIN_RUNS)]
     builds: list[float] = []
     total = widths + (1 if draft is not None else 0)
-    for m in range(1, widths + 1):
+    yield ProfileProgress(1, total, "one plain step")
+    for m in range(2, widths + 1):
         if cancelled():
             return
         x = mx.array(tokens[context : context + m])[None]
@@ -671,9 +680,8 @@ def measure_profile(
         times = timed_runs(forward, 1 + repeats)
         best = min(times[1:])
         verify.append(best)
-        if m > 1:  # one token is a plain step, not a verification's shape
-            builds.append(max(0.0, times[0] - best))
-        yield ProfileProgress(m, total, f"verifying {m} token{'s' if m > 1 else ''}")
+        builds.append(max(0.0, times[0] - best))
+        yield ProfileProgress(m, total, f"verifying {m} tokens")
     step = None
     if draft is not None and not cancelled():
         step = _draft_step(draft, tokens[:context], draft_steps)
@@ -721,16 +729,25 @@ def _draft_step(draft: Any, context: list[int], steps: int, runs: int = DRAFT_RU
     (an 8b:1b profile on the H200 read 7.8 ms where its rounds then drafted at
     3.3 ms, and Auto decoded plainly until a try corrected it).
     """
-    import mlx.core as mx
-
     from app.engine.caches import new_cache, prefill
 
     cache = new_cache(draft)
     prefill(draft, cache, context[:-1])
-    y = mx.array(context[-1:])
+    return queued_step(draft, cache, steps, runs, context[-1])
+
+
+def queued_step(model: Any, cache: list[Any], steps: int, runs: int, token: int = 1) -> float:
+    """Seconds per greedy step of ``model`` on ``cache``, each step queued behind the last.
+
+    Two steps build kernels first; the fastest of ``runs`` runs of ``steps``
+    counts. The cache grows by ``2 + steps * runs`` rows.
+    """
+    import mlx.core as mx
+
+    y = mx.array([token])
 
     def step(y: mx.array) -> mx.array:
-        return mx.argmax(draft(y[None], cache=cache)[0, -1:], axis=-1)
+        return mx.argmax(model(y[None], cache=cache)[0, -1:], axis=-1)
 
     for _ in range(2):  # the first steps build kernels
         y = step(y)

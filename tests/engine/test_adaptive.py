@@ -441,3 +441,35 @@ def test_measure_profile_times_what_a_new_width_builds() -> None:
     assert isinstance(profile, CostProfile)
     assert 0.15 < profile.build < 0.4
     assert all(v is not None and v < 0.15 for v in profile.verify)
+
+
+def test_measure_profile_times_a_plain_step_queued_behind_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import mlx.core as mx
+
+    from app.engine.costs import measure_profile
+    from app.testing import synthetic as syn
+
+    target = syn.build("tiny")
+    seen: list[str] = []
+
+    class Seen(type(target)):  # type: ignore[misc]
+        def __call__(self, x, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append("forward" if x.shape[1] == 1 else "wide")
+            return super().__call__(x, *args, **kwargs)
+
+    target.__class__ = Seen
+    queue = mx.async_eval
+
+    def queued(*arrays):  # type: ignore[no-untyped-def]
+        seen.append("queued")
+        return queue(*arrays)
+
+    monkeypatch.setattr(mx, "async_eval", queued)
+    *_, profile = list(measure_profile(target, None, widths=3, context=64))
+    assert isinstance(profile, CostProfile) and profile.complete
+    # Plain decoding queues each step before the last is read; a lone forward
+    # waited on would pay for building its graph as well.
+    steps = "".join("q" if s == "queued" else "f" for s in seen if s != "wide")
+    assert "fq" * 8 in steps

@@ -287,23 +287,24 @@ def test_the_estimate_follows_the_plain_speed_and_the_mode(qtbot: QtBot) -> None
     assert full.seconds(10.0) == (full.runs * 64 + len(full.ks) * 8) / 10.0
     # The cost measurement comes first: never timed here yet, it is said, not left out.
     assert d.estimate.text() == (
-        "Measures verifying 1–17 tokens (51 target passes), not yet timed on this machine, "
+        "Measures verifying 1–17 tokens (66 target passes), not yet timed on this machine, "
         f"then {full.runs} runs of up to 64 tokens: about 5 min at most at 10.0 tok/s plain "
         "decoding."
     )
     d.quick_check.setChecked(True)
     assert d.estimate.text() == (
-        "Measures verifying 1–7 tokens (21 target passes), not yet timed on this machine, "
+        "Measures verifying 1–7 tokens (36 target passes), not yet timed on this machine, "
         "then 3 runs of up to 24 tokens: under a minute at most at 10.0 tok/s plain decoding."
     )
-    # Once a sweep measured the costs, they count: 3 passes of each width at its cost.
+    # Once a sweep measured the costs, they count: 18 queued plain steps, then 3 passes of
+    # each wider width at its cost.
     d.show_result(PROFILED)
     quick = SweepPlan.quick(d.chosen_prompts(), 6)
     profile = PROFILED.profile
     assert profile is not None
-    costs = 3 * sum(v or 0.0 for v in profile.verify[:7])
+    costs = 18 * (profile.verify[0] or 0.0) + 3 * sum(v or 0.0 for v in profile.verify[1:7])
     assert quick.cost_seconds(profile.verify) == pytest.approx(costs)
-    assert d.estimate.text().startswith("Measures verifying 1–7 tokens (21 target passes), then")
+    assert d.estimate.text().startswith("Measures verifying 1–7 tokens (36 target passes), then")
     assert d.estimate.text().endswith("at 10.0 tok/s plain decoding and the last sweep's costs.")
     d.set_plain_speed(None)
     assert d.estimate.text().endswith("the time shows once the first run is measured.")
