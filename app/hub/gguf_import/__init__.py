@@ -11,7 +11,8 @@ the end, so a failed, cancelled or crashed import never leaves a half-written
 model where the library would find it.
 
 The steps live in modules of their own: :mod:`.convert` (GGUF tensors and
-metadata to the Hugging Face layout), :mod:`.tokenizer` (``tokenizer.json``
+metadata to the Hugging Face layout), :mod:`.hybrid` (what Qwen3.5's Gated
+DeltaNet and MTP layers add to that), :mod:`.tokenizer` (``tokenizer.json``
 from the metadata), :mod:`.quantize` (re-quantization with MLX),
 :mod:`.shards` (safetensors writing), :mod:`.files` (the hidden folder and its
 move into place) and :mod:`.common` (what they share).

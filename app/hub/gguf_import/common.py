@@ -1,10 +1,12 @@
-"""What every step of an import shares: progress, cancel, metadata and the planned tensors."""
+"""What every step of an import shares: progress, cancel, metadata values, planned tensors."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from app.errors import ModelError
 
@@ -68,3 +70,19 @@ class _Metadata:
 def _check_cancel(cancel: threading.Event | None) -> None:
     if cancel is not None and cancel.is_set():
         raise ImportCancelled("import cancelled")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, list):
+        # Per-layer values (some architectures vary them); these models keep them equal.
+        if not value or any(v != value[0] for v in value):
+            raise ValueError("per-layer values differ")
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def _f32(value: Any) -> float:
+    """A float32 metadata value as the shortest decimal that reads back the same."""
+    return float(str(np.float32(value)))

@@ -2,7 +2,8 @@
 
 Each tensor is dequantized with the ``gguf`` package's numpy code, renamed to
 the names mlx-lm loads and freed of llama.cpp's own edits (permuted Q/K rows,
-shifted norms); ``config.json`` is rebuilt from the metadata.
+shifted norms, and Qwen3.5's in :mod:`.hybrid`); ``config.json`` is rebuilt from
+the metadata.
 """
 
 from __future__ import annotations
@@ -28,10 +29,21 @@ from app.hub.gguf_import.common import (
     _SAFETENSORS_CODES,
     ImportProgress,
     _check_cancel,
+    _f32,
+    _int,
     _Metadata,
     _Planned,
 )
 from app.hub.gguf_import.files import _write_json
+from app.hub.gguf_import.hybrid import (
+    _check_head,
+    _hf_shape,
+    _hybrid_config,
+    _mtp_layers,
+    _mtp_name,
+    _nested,
+    _undo_linear_attention,
+)
 from app.hub.gguf_import.quantize import _quantize
 from app.hub.gguf_import.shards import _shard, _write_shards
 from app.hub.gguf_import.tokenizer import _build_tokenizer
@@ -73,6 +85,42 @@ _GEMMA_BLOCK_TENSORS = {
 }
 
 
+# Qwen3.5's layers: Gated DeltaNet (linear_attn) or gated attention, each then an MLP.
+# The last two map whole tails: ssm_a has no suffix, and ssm_dt.bias is dt_bias.
+_QWEN35_BLOCK_TENSORS = {
+    **{k: v for k, v in _BLOCK_TENSORS.items() if k != "ffn_norm"},
+    "post_attention_norm": "post_attention_layernorm",
+    "attn_qkv": "linear_attn.in_proj_qkv",
+    "attn_gate": "linear_attn.in_proj_z",
+    "ssm_beta": "linear_attn.in_proj_b",
+    "ssm_alpha": "linear_attn.in_proj_a",
+    "ssm_conv1d": "linear_attn.conv1d",
+    "ssm_norm": "linear_attn.norm",
+    "ssm_out": "linear_attn.out_proj",
+    "ssm_a": "linear_attn.A_log",
+    "ssm_dt.bias": "linear_attn.dt_bias",
+}
+
+
+# Qwen3.5's mixtures of experts: the experts stacked, as mlx-lm's SwitchGLU holds them.
+_QWEN35_MOE_BLOCK_TENSORS = {
+    **{k: v for k, v in _QWEN35_BLOCK_TENSORS.items() if not k.startswith("ffn_")},
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+    "ffn_up_exps": "mlp.switch_mlp.up_proj",
+    "ffn_down_exps": "mlp.switch_mlp.down_proj",
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+}
+
+
+# Norm weights llama.cpp may store shifted: every RMSNorm's, the MTP head's input norms
+# among them, but for the Gated DeltaNet's gated norm (Qwen3NextModel.modify_tensors).
+_NORM_SUFFIXES = ("norm.weight", "norm_embedding.weight", "norm_hidden.weight")
+
+
 @dataclass(frozen=True, slots=True)
 class _Arch:
     model_type: str
@@ -81,6 +129,7 @@ class _Arch:
     permute_qk: bool  # llama.cpp reorders Q/K rows of llama-architecture files
     norm_shift: float  # subtracted from norm weights that llama.cpp stores shifted
     default_rope_theta: float
+    hybrid: bool = False  # Qwen3.5's Gated DeltaNet and MTP layers (see .hybrid)
 
 
 _ARCHS = {
@@ -90,6 +139,25 @@ _ARCHS = {
     # Gemma's RMSNorm multiplies by 1 + w; llama.cpp stores 1 + w to multiply by it.
     "gemma3": _Arch(
         "gemma3_text", "Gemma3ForCausalLM", _GEMMA_BLOCK_TENSORS, False, 1.0, 1_000_000.0
+    ),
+    # Qwen3.5's RMSNorms multiply by 1 + w as Gemma's do; llama.cpp stores 1 + w.
+    "qwen35": _Arch(
+        "qwen3_5",
+        "Qwen3_5ForCausalLM",
+        _QWEN35_BLOCK_TENSORS,
+        False,
+        1.0,
+        10_000_000.0,
+        hybrid=True,
+    ),
+    "qwen35moe": _Arch(
+        "qwen3_5_moe",
+        "Qwen3_5MoeForCausalLM",
+        _QWEN35_MOE_BLOCK_TENSORS,
+        False,
+        1.0,
+        10_000_000.0,
+        hybrid=True,
     ),
 }
 
@@ -122,14 +190,16 @@ def _convert(
         )
     tensors = list(reader.tensors)
     _check_tensor_types(tensors, label)
-    plan, rope_freqs = _plan_tensors(tensors, arch, dtype, label)
-    config = _model_config(meta, arch, arch_name, tensors, dtype, rope_freqs, label)
+    layers = _own_layers(meta, arch_name, label)
+    plan, rope_freqs = _plan_tensors(tensors, arch, layers, dtype, label)
+    config = _model_config(meta, arch, arch_name, tensors, layers, dtype, rope_freqs, label)
+    text = config.get("text_config", config)
     _check_plan(plan, config, label)
     report(ImportProgress("reading", 1, 1))
 
     _check_cancel(cancel)
     report(ImportProgress("tokenizer", 0, 1))
-    tok = _build_tokenizer(meta, arch_name, int(config["max_position_embeddings"]), label)
+    tok = _build_tokenizer(meta, arch_name, int(text["max_position_embeddings"]), label)
     if tok.eos_token_id is not None:
         config["eos_token_id"] = tok.eos_token_id
     if tok.bos_token_id is not None:
@@ -145,11 +215,9 @@ def _convert(
     weights_dir = out if q_bits is None else out / ".unquantized"
     weights_dir.mkdir(exist_ok=True)
     _write_json(weights_dir / "config.json", config)
-    n_heads = int(config["num_attention_heads"])
-    n_kv_heads = int(config["num_key_value_heads"])
 
     def produce(p: _Planned) -> np.ndarray:
-        return _dequantized(p, arch, n_heads, n_kv_heads, dtype, label)
+        return _dequantized(p, arch, text, dtype, label)
 
     def written(done: int, total: int) -> None:
         report(ImportProgress("tensors", done, total))
@@ -227,45 +295,72 @@ def _check_plan(plan: Sequence[_Planned], config: dict[str, Any], label: str) ->
         if hasattr(model, "sanitize"):
             weights = model.sanitize(weights)
         model.load_weights(list(weights.items()), strict=True)
+        _check_head(model, plan, config)
     except Exception as exc:  # missing, extra or misshapen tensors, or odd metadata
         raise ModelError(
             f"{label}: the tensors do not make a {config['model_type']} model ({one_line(exc)})"
         ) from exc
 
 
+def _own_layers(meta: _Metadata, arch_name: str, label: str) -> int:
+    """The model's own layers: llama.cpp counts MTP layers (nextn) in block_count."""
+    p = f"{arch_name}."
+    try:
+        blocks = _int(meta.require(p + "block_count"))
+        layers = blocks - _int(meta.get(p + "nextn_predict_layers", 0))
+    except (TypeError, ValueError) as exc:
+        raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
+    if not 0 < layers <= blocks:
+        raise ModelError(f"{label}: inconsistent layer metadata")
+    return layers
+
+
 def _plan_tensors(
-    tensors: Sequence[Any], arch: _Arch, dtype: str, label: str
+    tensors: Sequence[Any], arch: _Arch, layers: int, dtype: str, label: str
 ) -> tuple[list[_Planned], np.ndarray | None]:
     """Maps every tensor to its Hugging Face name; returns llama's rope factors apart."""
     plan: list[_Planned] = []
     rope_freqs: np.ndarray | None = None
-    itemsize = _DTYPES[dtype]
     for t in tensors:
         if t.name == "rope_freqs.weight":
             rope_freqs = np.asarray(_dequantize_raw(t, label), dtype=np.float64)
             continue
-        name = _hf_name(t.name, arch)
+        name = _hf_name(t.name, arch, layers)
         if name is None:
             raise ModelError(f"{label}: tensor '{t.name}' has no MLX counterpart")
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        if arch.hybrid:
+            shape = _hf_shape(name, shape)
+        kind = _tensor_dtype(name, arch, dtype)
         plan.append(
-            _Planned(t, name, shape, _SAFETENSORS_CODES[dtype], math.prod(shape) * itemsize)
+            _Planned(t, name, shape, _SAFETENSORS_CODES[kind], math.prod(shape) * _DTYPES[kind])
         )
     if not any(p.name == "model.embed_tokens.weight" for p in plan):
         raise ModelError(f"{label}: no token_embd.weight tensor")
     return plan, rope_freqs
 
 
-def _hf_name(name: str, arch: _Arch) -> str | None:
+def _hf_name(name: str, arch: _Arch, layers: int) -> str | None:
     if name in _TOP_TENSORS:
         return _TOP_TENSORS[name]
-    parts = name.split(".")
-    if len(parts) != 4 or parts[0] != "blk" or not parts[1].isdigit():
+    parts = name.split(".", 2)
+    if len(parts) != 3 or parts[0] != "blk" or not parts[1].isdigit():
         return None
-    module = arch.blocks.get(parts[2])
-    if module is None or parts[3] not in ("weight", "bias"):
-        return None
-    return f"model.layers.{parts[1]}.{module}.{parts[3]}"
+    block, tail = int(parts[1]), parts[2]
+    if block < layers:
+        module = _block_module(tail, arch)
+        return None if module is None else f"model.layers.{block}.{module}"
+    # llama.cpp files MTP layer i as block n_layer + i.
+    return _mtp_name(block - layers, tail, _block_module(tail, arch)) if arch.hybrid else None
+
+
+def _block_module(tail: str, arch: _Arch) -> str | None:
+    """A block tensor's name within its layer, from its GGUF name past ``blk.N.``."""
+    if tail in arch.blocks:
+        return arch.blocks[tail]
+    short, _, kind = tail.rpartition(".")
+    module = arch.blocks.get(short)
+    return None if module is None or kind not in ("weight", "bias") else f"{module}.{kind}"
 
 
 def _model_config(
@@ -273,6 +368,7 @@ def _model_config(
     arch: _Arch,
     arch_name: str,
     tensors: Sequence[Any],
+    n_layers: int,
     dtype: str,
     rope_freqs: np.ndarray | None,
     label: str,
@@ -286,14 +382,13 @@ def _model_config(
         n_heads = _int(meta.require(p + "attention.head_count"))
         n_kv_heads = _int(meta.get(p + "attention.head_count_kv", n_heads))
         head_dim = _int(meta.get(p + "attention.key_length", hidden // n_heads))
-        n_layers = _int(meta.require(p + "block_count"))
         context = _int(meta.get(p + "context_length", 4096))
         theta = _f32(meta.get(p + "rope.freq_base", arch.default_rope_theta))
         config: dict[str, Any] = {
             "architectures": [arch.hf_class],
             "model_type": arch.model_type,
             "hidden_size": hidden,
-            "intermediate_size": _int(meta.require(p + "feed_forward_length")),
+            **_mlp_sizes(meta, p),
             "num_hidden_layers": n_layers,
             "num_attention_heads": n_heads,
             "num_key_value_heads": n_kv_heads,
@@ -307,11 +402,15 @@ def _model_config(
             "torch_dtype": dtype,
         }
         rope_scaling = _rope_scaling(meta, p, rope_freqs, head_dim, theta, label)
+        if arch.hybrid:
+            config.update(_hybrid_config(meta, p, head_dim, theta, rope_scaling))
+            if mtp := _mtp_layers(meta, p, n_layers, tensors):
+                config["mtp_num_hidden_layers"] = mtp
     except (TypeError, ValueError) as exc:
         raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
     if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads or head_dim % 2:
         raise ModelError(f"{label}: inconsistent attention metadata")
-    if rope_scaling is not None:
+    if rope_scaling is not None and not arch.hybrid:  # Qwen3.5 keeps it in rope_parameters
         config["rope_scaling"] = rope_scaling
     if arch.model_type in ("llama", "qwen2"):
         config["hidden_act"] = "silu"
@@ -334,7 +433,26 @@ def _model_config(
     name = meta.get("general.name")
     if isinstance(name, str) and name:
         config["_name_or_path"] = name
-    return config
+    return _nested(config) if arch.hybrid else config
+
+
+def _mlp_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
+    """The MLP's width, or a mixture of experts' sizes (the keys Qwen2MoeModel writes);
+    a mixture may leave out the dense width it never uses."""
+    experts = meta.get(prefix + "expert_count")
+    if not experts:
+        return {"intermediate_size": _int(meta.require(prefix + "feed_forward_length"))}
+    sizes = {
+        "num_experts": _int(experts),
+        "num_experts_per_tok": _int(meta.require(prefix + "expert_used_count")),
+        "moe_intermediate_size": _int(meta.require(prefix + "expert_feed_forward_length")),
+        "shared_expert_intermediate_size": _int(
+            meta.require(prefix + "expert_shared_feed_forward_length")
+        ),
+    }
+    if (width := meta.get(prefix + "feed_forward_length")) is not None:
+        sizes["intermediate_size"] = _int(width)
+    return sizes
 
 
 def _rope_scaling(
@@ -396,17 +514,32 @@ def _llama3_rope_scaling(
 
 
 def _dequantized(
-    p: _Planned, arch: _Arch, n_heads: int, n_kv_heads: int, dtype: str, label: str
+    p: _Planned, arch: _Arch, text: Mapping[str, Any], dtype: str, label: str
 ) -> np.ndarray:
-    """One tensor as float32 in the Hugging Face layout, cast to ``dtype``."""
+    """One tensor as float32 in the Hugging Face layout, cast to ``dtype``.
+
+    ``text`` is the config, or its ``text_config`` where it has one.
+    """
     x = _dequantize_raw(p.source, label).reshape(p.shape)
     if arch.permute_qk and ".self_attn.q_proj." in p.name:
-        x = _unpermute_qk(x, n_heads)
+        x = _unpermute_qk(x, int(text["num_attention_heads"]))
     elif arch.permute_qk and ".self_attn.k_proj." in p.name:
-        x = _unpermute_qk(x, n_kv_heads)
-    if arch.norm_shift and p.name.endswith("norm.weight"):
+        x = _unpermute_qk(x, int(text["num_key_value_heads"]))
+    if arch.hybrid:
+        x = _undo_linear_attention(p.name, x, text, label)
+    if arch.norm_shift and _is_shifted_norm(p.name):
         x = x - np.float32(arch.norm_shift)
-    return _cast(x, dtype)
+    return _cast(x, _tensor_dtype(p.name, arch, dtype))
+
+
+def _tensor_dtype(name: str, arch: _Arch, dtype: str) -> str:
+    """A tensor's type: Gated DeltaNet's A_log stays float32, as mlx-lm's conversions keep it
+    (its cast_predicate)."""
+    return "float32" if arch.hybrid and name.endswith(".A_log") else dtype
+
+
+def _is_shifted_norm(name: str) -> bool:
+    return name.endswith(_NORM_SUFFIXES) and not name.endswith(".linear_attn.norm.weight")
 
 
 def _dequantize_raw(t: Any, label: str) -> np.ndarray:
@@ -445,19 +578,3 @@ def _cast(x: np.ndarray, dtype: str) -> np.ndarray:
     import mlx.core as mx
 
     return np.asarray(mx.array(x).astype(mx.bfloat16).view(mx.uint16))
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, list):
-        # Per-layer values (some architectures vary them); these models keep them equal.
-        if not value or any(v != value[0] for v in value):
-            raise ValueError("per-layer values differ")
-        value = value[0]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ValueError(f"expected an integer, got {value!r}")
-    return int(value)
-
-
-def _f32(value: Any) -> float:
-    """A float32 metadata value as the shortest decimal that reads back the same."""
-    return float(str(np.float32(value)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,6 +36,7 @@ def _quantize(
     except Exception as exc:  # mlx-lm raises many kinds for a config it cannot build
         raise ModelError(f"cannot quantize the model ({first_line(exc)})") from exc
     params: dict[str, Any] = dict(tree_flatten(model.parameters()))
+    params.update(_quantized_head(model, weights_dir, config, q_bits))
     del model
     plan = [
         _Planned(None, name, tuple(a.shape), _mx_code(a.dtype), int(a.nbytes))
@@ -60,6 +61,35 @@ def _quantize(
     config["quantization"] = quantized["quantization"]
     config["quantization_config"] = quantized["quantization"]
     return config
+
+
+def _quantized_head(
+    model: Any, weights_dir: Path, config: dict[str, Any], q_bits: int
+) -> dict[str, Any]:
+    """The model's MTP head, which mlx-lm drops at load, quantized as the model is.
+
+    Its norms are kept as applied, as the quantized folder's other norms are.
+    """
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+
+    from app.engine.mtp import MTPHead, head_weights, mtp_layers
+
+    layers = mtp_layers(config)
+    if not layers:
+        return {}
+    head: nn.Module = MTPHead(model, layers)
+    head.load_weights(list(head_weights(weights_dir).items()), strict=True)
+    nn.quantize(
+        head,
+        group_size=_GROUP_SIZE,
+        bits=q_bits,
+        class_predicate=lambda _, m: (
+            hasattr(m, "to_quantized") and m.weight.shape[-1] % _GROUP_SIZE == 0
+        ),
+    )
+    leaves = cast(list[tuple[str, Any]], tree_flatten(head.parameters()))
+    return {f"mtp.{k}": v for k, v in leaves}
 
 
 def _mx_code(dtype: Any) -> str:

@@ -32,6 +32,13 @@ _QWEN2_SPLIT = (
 )
 
 
+# Qwen3.5's: Qwen2's, with combining marks (\p{M}) kept in the letters they follow.
+_QWEN35_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
 # tokenizer.ggml.pre values (llama.cpp's names) whose split regex is known. Anything
 # else falls back to GPT-2's regex, which most byte-level vocabularies started from.
 _PRE_SPLITS = {
@@ -45,6 +52,7 @@ _PRE_SPLITS = {
     "qwen2": _QWEN2_SPLIT,
     "deepseek-r1-qwen": _QWEN2_SPLIT,
     "megrez": _QWEN2_SPLIT,
+    "qwen35": _QWEN35_SPLIT,
 }
 
 

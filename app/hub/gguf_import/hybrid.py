@@ -1,0 +1,191 @@
+"""Qwen3.5 / 3.6 (llama.cpp's qwen35, qwen35moe): Gated DeltaNet among attention, MTP layers.
+
+llama.cpp's converter (``convert_hf_to_gguf.py``: ``Qwen3NextModel``,
+``_LinearAttentionVReorderBase`` and ``_Qwen35MtpMixin``) edits these tensors on
+the way in; the helpers here undo it, so that the folder holds what a Hugging
+Face checkpoint holds, which mlx-lm's ``qwen3_5`` class and Tandem's MTP head
+load:
+
+- ``A_log`` became ``ssm_a = -exp(A_log)``, ``dt_bias`` became ``ssm_dt.bias``;
+- the depthwise convolution lost its middle axis of 1: (channels, kernel);
+- every RMSNorm weight but the Gated DeltaNet's gated one became 1 + w (undone in
+  :mod:`.convert`, as Gemma's);
+- with more value heads than key heads, the value heads went from grouped by key
+  head to tiled across the key heads: in the value rows of ``in_proj_qkv`` and of
+  the convolution, in ``in_proj_z``, ``in_proj_b``, ``in_proj_a``, ``A_log`` and
+  ``dt_bias``, and in ``out_proj``'s columns;
+- MTP layer i became block n_layer + i, and the head's ``fc`` and norms became
+  ``nextn.*`` tensors of the first of those blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from app.errors import ModelError
+from app.hub.gguf_import.common import _int, _Metadata, _Planned
+
+# The MTP head's own tensors, filed under its first block.
+_NEXTN_TENSORS = {
+    "nextn.eh_proj.weight": "fc.weight",
+    "nextn.enorm.weight": "pre_fc_norm_embedding.weight",
+    "nextn.hnorm.weight": "pre_fc_norm_hidden.weight",
+    "nextn.shared_head_norm.weight": "norm.weight",
+}
+
+# What a Qwen3.5 config keeps at its top level, beside the text model's settings.
+_TOP_KEYS = (
+    "architectures",
+    "model_type",
+    "vocab_size",
+    "tie_word_embeddings",
+    "torch_dtype",
+    "_name_or_path",
+)
+
+
+def _mtp_name(index: int, tail: str, module: str | None) -> str | None:
+    """The Hugging Face name of ``blk.{n_layer + index}.{tail}``, ``module`` being the
+    tail's name in a decoder layer."""
+    if index == 0 and tail in _NEXTN_TENSORS:
+        return f"mtp.{_NEXTN_TENSORS[tail]}"
+    return None if module is None else f"mtp.layers.{index}.{module}"
+
+
+def _hybrid_config(
+    meta: _Metadata,
+    prefix: str,
+    head_dim: int,
+    theta: float,
+    rope_scaling: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The Gated DeltaNet and rope settings, from the keys ``Qwen3NextModel`` writes.
+
+    Raises:
+        ValueError: A value is malformed.
+    """
+    v_heads = _int(meta.require(prefix + "ssm.time_step_rank"))
+    inner = _int(meta.require(prefix + "ssm.inner_size"))
+    if v_heads <= 0 or inner % v_heads:
+        raise ValueError("ssm.inner_size does not split into ssm.time_step_rank heads")
+    if head_dim <= 0:
+        raise ValueError(f"a head size of {head_dim}")
+    # Qwen3.5 rotates a quarter of each head unless the file says otherwise.
+    rope_dims = _int(meta.get(prefix + "rope.dimension_count", head_dim // 4))
+    rope: dict[str, Any] = {
+        "rope_type": "default",
+        "rope_theta": theta,
+        "partial_rotary_factor": rope_dims / head_dim,
+    }
+    sections = meta.get(prefix + "rope.dimension_sections")
+    if isinstance(sections, list):
+        rope["mrope_section"] = [_int(s) for s in sections[:3]]  # llama.cpp pads [t, h, w]
+    return {
+        "linear_conv_kernel_dim": _int(meta.require(prefix + "ssm.conv_kernel")),
+        "linear_key_head_dim": _int(meta.require(prefix + "ssm.state_size")),
+        "linear_num_key_heads": _int(meta.require(prefix + "ssm.group_count")),
+        "linear_num_value_heads": v_heads,
+        "linear_value_head_dim": inner // v_heads,
+        "full_attention_interval": _int(meta.get(prefix + "full_attention_interval", 4)),
+        # mlx-lm's qwen3_5 takes its rope from here, whatever the other keys say.
+        "rope_parameters": {**rope, **(rope_scaling or {})},
+    }
+
+
+def _mtp_layers(meta: _Metadata, prefix: str, layers: int, tensors: Sequence[Any]) -> int:
+    """The MTP layers the file holds (0 where they were left out)."""
+    if not any(t.name.startswith(f"blk.{layers}.") for t in tensors):
+        return 0
+    return _int(meta.get(prefix + "nextn_predict_layers", 0))
+
+
+def _nested(config: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3.5's layout, as its Hugging Face checkpoints have it: the text model's
+    settings under ``text_config``."""
+    own = ("architectures", "torch_dtype", "_name_or_path")
+    text = {k: v for k, v in config.items() if k not in own}
+    text["model_type"] = f"{config['model_type']}_text"
+    return {**{k: config[k] for k in _TOP_KEYS if k in config}, "text_config": text}
+
+
+def _hf_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A tensor's Hugging Face shape: a convolution gets back the axis llama.cpp squeezed."""
+    if name.endswith(".linear_attn.conv1d.weight") and len(shape) == 2:
+        return (shape[0], 1, shape[1])
+    return shape
+
+
+def _undo_linear_attention(
+    name: str, x: np.ndarray, text: Mapping[str, Any], label: str
+) -> np.ndarray:
+    """A Gated DeltaNet tensor (``*.linear_attn.*``) freed of llama.cpp's edits."""
+    if ".linear_attn." not in name:
+        return x
+    own = name.rpartition(".linear_attn.")[2]
+    if own == "A_log":
+        x = _a_log(x, name, label)
+    k_heads, v_heads = int(text["linear_num_key_heads"]), int(text["linear_num_value_heads"])
+    layout = _value_heads(own, text)
+    if layout is None or k_heads == v_heads:
+        return x
+    axis, size, start = layout
+    return _ungroup(x, axis, start, k_heads, v_heads // k_heads, size)
+
+
+def _a_log(ssm_a: np.ndarray, name: str, label: str) -> np.ndarray:
+    """``A_log`` back from llama.cpp's ``ssm_a = -exp(A_log)``."""
+    if not np.all(ssm_a < 0):
+        raise ModelError(f"{label}: {name} (ssm_a) holds values that are not negative")
+    a_log: np.ndarray = np.log(-ssm_a)
+    return a_log
+
+
+def _value_heads(own: str, text: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """Where a Gated DeltaNet tensor holds its value heads: the axis, each head's size
+    there, and the rows of q and k that come first."""
+    v_dim = int(text["linear_value_head_dim"])
+    qk = 2 * int(text["linear_key_head_dim"]) * int(text["linear_num_key_heads"])
+    layouts = {
+        "in_proj_qkv.weight": (0, v_dim, qk),
+        "conv1d.weight": (0, v_dim, qk),
+        "in_proj_z.weight": (0, v_dim, 0),
+        "out_proj.weight": (1, v_dim, 0),
+        "in_proj_b.weight": (0, 1, 0),
+        "in_proj_a.weight": (0, 1, 0),
+        "A_log": (0, 1, 0),
+        "dt_bias": (0, 1, 0),
+    }
+    return layouts.get(own)
+
+
+def _ungroup(
+    x: np.ndarray, axis: int, start: int, k_heads: int, per_k: int, size: int
+) -> np.ndarray:
+    """Undoes ``_reorder_v_heads``: the value heads past ``start`` along ``axis`` go from
+    llama.cpp's tiled order (the first of every key head's, then the second, ...) back
+    to Hugging Face's, grouped by key head."""
+    kept, heads = np.split(x, [start], axis=axis)
+    shape = heads.shape
+    tiled = heads.reshape((*shape[:axis], per_k, k_heads, size, *shape[axis + 1 :]))
+    grouped = np.swapaxes(tiled, axis, axis + 1).reshape(shape)
+    return np.concatenate([kept, grouped], axis=axis)
+
+
+def _check_head(model: Any, plan: Sequence[_Planned], config: dict[str, Any]) -> None:
+    """Loads placeholders of the planned MTP tensors into the head Tandem builds: mlx-lm
+    drops them at load, so the model's own check never sees them.
+
+    Raises:
+        ValueError: Missing, extra or misshapen MTP tensors.
+    """
+    import mlx.core as mx
+
+    head = [(p.name[len("mtp.") :], mx.zeros(p.shape)) for p in plan if p.name.startswith("mtp.")]
+    if not head:
+        return
+    from app.engine.mtp import MTPHead, mtp_layers
+
+    MTPHead(model, mtp_layers(config)).load_weights(head, strict=True)
