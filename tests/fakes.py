@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,13 +164,18 @@ def write_gguf(
             w.add_tensor(gguf_name(name, arch), x.astype(np.int32))
         else:
             w.add_tensor(gguf_name(name, arch), gguf.quants.quantize(x, kind), raw_dtype=kind)
-    for name, x in (extra or {}).items():
+    finish_gguf(w, extra or {})
+    return path
+
+
+def finish_gguf(w: Any, tensors: Mapping[str, np.ndarray]) -> None:
+    """Adds ``tensors`` as they are to the GGUF writer ``w``, then writes and closes its file."""
+    for name, x in tensors.items():
         w.add_tensor(name, x)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
 
 
 def tiny_tokenizer(folder: Path, *, model: str = "gpt2") -> TokenizerMeta:

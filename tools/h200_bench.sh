@@ -480,10 +480,10 @@ fresh)  # run 34's open question: do configurations of one process still spread 
   ;;
 hybrid)  # the hybrid 27B with the 0.8B draft, one request (the benchmarks summary's hybrid table)
   name=hybrid-27b-0.8b
-  echo "== $name: tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 --dtype bfloat16 --miss 0,0.1,0.28 --ks 8,15,auto --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 --repeats 2"
+  echo "== $name: tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 --dtype bfloat16 --miss 0.1,0.28 --ks 8,15,auto --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 --repeats 2"
   start=$(date +%s)
   timeout ${BUDGET:-300} $tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 \
-    --dtype bfloat16 --miss 0,0.1,0.28 --ks 8,15,auto --impls plain,tandem --temps 0 \
+    --dtype bfloat16 --miss 0.1,0.28 --ks 8,15,auto --impls plain,tandem --temps 0 \
     --max-tokens 128 --warmup 32 --repeats 2 --json "$out/$name.json" > "$out/$name.txt" \
     2> "$out/$name.err"
   echo "rc=$? in $(( $(date +%s) - start )) s"

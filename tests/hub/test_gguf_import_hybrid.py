@@ -23,7 +23,7 @@ from app.errors import ModelError
 from app.hub.gguf_import import import_gguf
 from app.testing.tiny import train_tokenizer
 from tests.engine.families import hybrid_config
-from tests.fakes import TokenizerMeta, tiny_tokenizer
+from tests.fakes import TokenizerMeta, finish_gguf, tiny_tokenizer
 
 _TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
 
@@ -268,12 +268,7 @@ def write_qwen35(
         w.add_nextn_predict_layers(mtp_layers)
     tokenizer(w)
     w.add_tokenizer_pre("qwen35")  # what llama.cpp names Qwen3.5's pre-tokenizer
-    for name, x in tensors.items():
-        w.add_tensor(name, x)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w, tensors)
     return path
 
 
