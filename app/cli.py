@@ -450,7 +450,6 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from app.engine.loader import MTP
     from app.server.http import cannot_listen, check_address
     from app.server.security import ServerConfig, ServerConfigError, check_config
 
@@ -478,8 +477,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not 1 <= args.parallel <= 64:
         print(f"tandem: --parallel takes 1 to 64 requests, not {args.parallel}", file=sys.stderr)
         return 2
-    head = args.serve_draft == MTP  # the target's own head pairs with it by construction
-    if args.serve_draft and not head and not _pair_accepted(args.serve_model, args.serve_draft):
+    if args.serve_draft and not _pair_accepted(args.serve_model, args.serve_draft):
         return 2  # before loading any weights, in check-pair's words
     from app.logs import setup_logging
     from app.services.server_service import serve_headless
@@ -505,44 +503,31 @@ def _serve(args: argparse.Namespace) -> int:
 def _check_pair(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from app.engine.loader import MTP
-    from app.engine.mtp import has_head
     from app.errors import ModelError
     from app.hub import check_pair, format_verdict
     from app.hub.fit import memory_fit
 
-    head = args.draft == MTP
     try:
-        verdict = None if head else check_pair(Path(args.target), Path(args.draft))
+        verdict = check_pair(Path(args.target), args.draft)
     except ModelError as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return 1
-    # The target's own MTP head pairs with it by construction, where it has one.
-    compatible = has_head(Path(args.target)) if verdict is None else verdict.compatible
     try:
         fit = memory_fit(Path(args.target), args.draft)
     except ModelError as exc:  # the verdict still stands; the memory cannot be sized
         fit, unsized = None, str(exc)
     if args.json:
-        checks = [asdict(c) for c in verdict.checks] if verdict is not None else []
+        checks = [asdict(c) for c in verdict.checks]
         memory = asdict(fit) if fit is not None else {"error": unsized}
-        out = {"compatible": compatible, "checks": checks, "memory": memory}
+        out = {"compatible": verdict.compatible, "checks": checks, "memory": memory}
         print(json.dumps(out, indent=2))
     else:
-        if verdict is not None:
-            print(format_verdict(verdict))
-        elif compatible:
-            print("compatible: the target drafts with its own multi-token-prediction head")
-        else:
-            print(
-                f"incompatible: {Path(args.target).name} carries no MTP head Tandem drafts "
-                "with (Qwen3.5 / 3.6, Qwen3-Next)"
-            )
+        print(format_verdict(verdict))
         if fit is not None:
             print(f"  {'✓' if fit.fits else '✗'} memory: {fit.detail}")
         else:
             print(f"  ? memory: cannot estimate ({unsized})")
-    return 0 if compatible and (fit is None or fit.fits) else 2
+    return 0 if verdict.compatible and (fit is None or fit.fits) else 2
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -732,7 +717,7 @@ def _pair_accepted(target: str, draft: str) -> bool:
     from app.hub import require_compatible
 
     try:
-        require_compatible(Path(target), Path(draft))
+        require_compatible(Path(target), draft)
     except IncompatiblePairError as exc:
         print(f"tandem: {exc}", file=sys.stderr)
         return False

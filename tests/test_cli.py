@@ -255,7 +255,19 @@ def test_check_pair_judges_a_targets_own_mtp_head(tiny: TinyModels, tmp_path: Pa
     target = str(mtp_model(tmp_path / "qwen3.5", tiny.target))
     r = _tandem_here("check-pair", target, "mtp")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("compatible: the target drafts with its own")
+    assert r.stdout.startswith(
+        "compatible\n  ✓ MTP head: the target drafts with its own multi-token-prediction head"
+    )
     r = _tandem_here("check-pair", str(tiny.target), "mtp")
     assert r.returncode == 2
-    assert r.stdout.startswith(f"incompatible: {tiny.target.name} carries no MTP head")
+    name = tiny.target.name
+    assert r.stdout.startswith(
+        f"incompatible: its own MTP head cannot draft for {name}: {name} carries no MTP head"
+    )
+    # serve refuses it before loading any weight, in the same words.
+    r = _tandem_here("serve", "--model", str(tiny.target), "--draft", "mtp", "--port", "0")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        f"tandem: its own MTP head cannot draft for {name}: {name} carries no MTP head "
+        "Tandem drafts with (Qwen3.5 / 3.6, Qwen3-Next)"
+    )

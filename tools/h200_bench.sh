@@ -478,6 +478,11 @@ fresh)  # run 34's open question: do configurations of one process still spread 
       --impls plain,mlx-lm,tandem --mlx-lm-ks 15 $flag
   done
   ;;
+open)  # what the open issues still need measured, in one device call: about 570 s
+  BUDGET=170 sh "$0" hybrid "$out"
+  BUDGET=200 sh "$0" hstreams "$out"
+  BUDGET=190 sh "$0" mtpstreams "$out"
+  ;;
 hybrid)  # the hybrid 27B with the 0.8B draft, one request (the benchmarks summary's hybrid table)
   name=hybrid-27b-0.8b
   echo "== $name: tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 --dtype bfloat16 --miss 0.1,0.28 --ks 8,15,auto --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 --repeats 2"

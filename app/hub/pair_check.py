@@ -9,11 +9,12 @@ under a second.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from app.engine.loader import (
+    MTP,
     LoadProgress,
     ModelPair,
     config_model,
@@ -22,6 +23,7 @@ from app.engine.loader import (
     load_pair,
     user_path,
 )
+from app.engine.mtp import has_head
 from app.errors import IncompatiblePairError, ModelError, first_line
 from app.hub.library import ModelInfo, hub_repo_id, human_count, inspect_model
 
@@ -112,12 +114,13 @@ class _Side:
     vocab: _Vocab
 
 
-def check_pair(target: Path, draft: Path) -> Verdict:
+def check_pair(target: Path, draft: Path | str) -> Verdict:
     """Checks whether ``draft`` can draft for ``target``, without loading weights.
 
     Args:
         target: The target model folder.
-        draft: The draft model folder.
+        draft: The draft model folder, or :data:`~app.engine.loader.MTP` for the
+            target's own MTP head (a folder of that name is a path, ``./mtp``).
 
     Returns:
         Every check with its outcome; :attr:`Verdict.compatible` sums them up.
@@ -126,7 +129,9 @@ def check_pair(target: Path, draft: Path) -> Verdict:
         ModelError: A folder is not a usable model; the message is one line.
     """
     t = _side("target", user_path(target))
-    d = _side("draft", user_path(draft))
+    if isinstance(draft, str) and draft == MTP:
+        return _own_head(t)
+    d = _side("draft", user_path(Path(draft)))
     checks = (
         _check_vocab_size(t, d),
         _check_token_texts(t, d),
@@ -137,6 +142,18 @@ def check_pair(target: Path, draft: Path) -> Verdict:
         _check_chat_templates(t, d),
     )
     return Verdict(target=t.info, draft=d.info, checks=checks)
+
+
+def _own_head(t: _Side) -> Verdict:
+    """The target drafting with its own MTP head: it pairs by construction, where it has one."""
+    found = has_head(t.info.path)
+    detail = (
+        "the target drafts with its own multi-token-prediction head"
+        if found
+        else f"{t.info.name} carries no MTP head Tandem drafts with (Qwen3.5 / 3.6, Qwen3-Next)"
+    )
+    head = replace(t.info, name="its own MTP head", parameters=None)
+    return Verdict(target=t.info, draft=head, checks=(Check("MTP head", found, detail),))
 
 
 def refusal(v: Verdict) -> str | None:
@@ -150,7 +167,7 @@ def refusal(v: Verdict) -> str | None:
     return f"{v.draft.name} cannot draft for {v.target.name}: " + "; ".join(v.reasons)
 
 
-def require_compatible(target: Path, draft: Path) -> Verdict:
+def require_compatible(target: Path, draft: Path | str) -> Verdict:
     """:func:`check_pair`, raising for an incompatible pair; the loaders' pair check.
 
     Raises:

@@ -46,7 +46,7 @@ from app.ui.empty_hint import HintTableView
 from app.ui.hub_downloads import HubPanel
 from app.ui.memory_bar import MemoryBar
 from app.ui.remote_dialog import RemoteEngineDialog
-from app.ui.target_edit import BUILT_IN
+from app.ui.target_edit import BUILT_IN, model_name
 
 ModelInfoRole = Qt.ItemDataRole.UserRole + 1
 DraftRole = Qt.ItemDataRole.UserRole + 2  # ("local", path) or ("catalog", repo id)
@@ -352,8 +352,7 @@ class ModelManagerDialog(QDialog):
 
     def _update_pair(self) -> None:
         t = target_name(self.target) if self.target else "none"  # a remote engine: its host
-        head = self.draft == MTP
-        d = BUILT_IN if head else Path(self.draft).name if self.draft else "none"
+        d = model_name(self.draft) if self.draft else "none"
         self.pair_label.setText(f"Target: {t}    Draft: {d}")
         self.load_button.setEnabled(bool(self.target))
         self.memory_bar.set_fit(None)
@@ -364,8 +363,7 @@ class ModelManagerDialog(QDialog):
 
         try:
             fit = memory_fit(Path(self.target), self.draft or None, loaded=self._loaded)
-            pairs = self.draft and not head  # the target's own head pairs with it by construction
-            verdict = check_pair(Path(self.target), Path(self.draft)) if pairs else None
+            verdict = check_pair(Path(self.target), self.draft) if self.draft else None
         except (ModelError, OSError) as exc:
             self.verdict_label.setText(f"✗ {exc}")
             self.load_button.setEnabled(False)
@@ -374,11 +372,7 @@ class ModelManagerDialog(QDialog):
         # A pair that cannot fit or cannot be paired is not offered for loading.
         self.load_button.setEnabled(fit.fits and (verdict is None or verdict.compatible))
         if verdict is None:
-            said = (
-                "✓ The target drafts with its own MTP head."
-                if head
-                else "No draft: plain decoding."
-            )
+            said = "No draft: plain decoding."
             self.verdict_label.setText(said if fit.fits else f"✗ Does not fit: {fit.detail}")
             return
         if not fit.fits:

@@ -449,5 +449,5 @@ def test_a_target_with_an_mtp_head_lists_it_first_among_its_drafts(
     qtbot.mouseClick(dialog.use_draft_button, Qt.MouseButton.LeftButton)
     assert dialog.draft == "mtp"
     assert "Draft: Built-in (MTP)" in dialog.pair_label.text()
-    assert dialog.verdict_label.text() == "✓ The target drafts with its own MTP head."
+    assert dialog.verdict_label.text() == "✓ Compatible pair"
     assert dialog.load_button.isEnabled()
