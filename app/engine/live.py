@@ -40,7 +40,8 @@ class LiveSnapshot:
         speedup: ``tps`` over ``baseline_tps``; ``None`` if either is unknown.
         k: Tokens proposed in the last round; ``None`` before any round.
         auto: Whether the adaptive controller chose the last round's k.
-        draft_accepted: Accepted tokens of this message that the draft model proposed.
+        own_head: Whether the drafter is the target's own MTP head, not a draft model.
+        draft_accepted: Accepted tokens of this message that the drafter proposed.
         lookup_accepted: Accepted tokens of this message that prompt lookup proposed.
         position_acceptance: For draft positions 1..``max_positions``, the share of
             this message's rounds with ``k >= i`` whose first ``i`` proposals all
@@ -58,6 +59,7 @@ class LiveSnapshot:
     speedup: float | None = None
     k: int | None = None
     auto: bool = False
+    own_head: bool = False
     draft_accepted: int = 0
     lookup_accepted: int = 0
     position_acceptance: tuple[float | None, ...] = ()
@@ -109,6 +111,7 @@ class LiveStats:
         self._baseline: float | None = None
         self._last_k: int | None = None
         self._last_auto = False
+        self._own_head = False
         self._life_accepted = 0
         self._life_drafted = 0
         # Told a fresh snapshot whenever the figures change: the widgets that show them.
@@ -138,8 +141,10 @@ class LiveStats:
         self._survived = [0] * self.max_positions  # of those, accepted >= i
         self._changed()
 
-    def reset_pair(self) -> None:
-        """Clears everything, for a newly loaded pair."""
+    def reset_pair(self, own_head: bool = False) -> None:
+        """Clears everything, for a newly loaded pair; ``own_head``: it drafts with the
+        target's own MTP head."""
+        self._own_head = own_head
         self._drafting.clear()
         self._baseline = None
         self._last_k = None
@@ -237,6 +242,7 @@ class LiveStats:
             speedup=speedup_over(tps, self._baseline, self._tokens),
             k=self._last_k,
             auto=self._last_auto,
+            own_head=self._own_head,
             draft_accepted=self._accepted - self._lookup,
             lookup_accepted=self._lookup,
             position_acceptance=tuple(

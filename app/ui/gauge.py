@@ -26,6 +26,7 @@ RECENT_TICK = QColor("#f59e0b")
 LIFETIME_TICK = QColor("#a855f7")
 # The transcript's colours for the same tokens, opaque: a bar is filled, not tinted.
 DRAFT_SOURCE = QColor(ORIGIN_COLORS[Origin.DRAFT].rgb())
+HEAD_SOURCE = QColor(ORIGIN_COLORS[Origin.MTP].rgb())
 LOOKUP_SOURCE = QColor(ORIGIN_COLORS[Origin.LOOKUP].rgb())
 
 PAD = 10.0
@@ -45,6 +46,7 @@ SCALE_CAPTION = "this reply"  # under the big figure: whose acceptance it is
 # Legends are laid out for their widest text, so they do not jump as figures change.
 TICK_LEGEND = (("recent 100%", RECENT_TICK), ("lifetime 100%", LIFETIME_TICK))
 SOURCE_LEGEND = (("draft 100%", DRAFT_SOURCE), ("lookup 100%", LOOKUP_SOURCE))
+HEAD_LEGEND = (("MTP head 100%", HEAD_SOURCE), ("lookup 100%", LOOKUP_SOURCE))
 
 LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
@@ -187,9 +189,8 @@ class GaugeWidget(QWidget):
         line = QFontMetricsF(normal).height()
         small_line = QFontMetricsF(small).height()
         inner = width - 2 * PAD
-        legends = self._legend_rows(TICK_LEGEND, inner, small) + self._legend_rows(
-            SOURCE_LEGEND, inner, small
-        )
+        sources = max(self._legend_rows(s, inner, small) for s in (SOURCE_LEGEND, HEAD_LEGEND))
+        legends = self._legend_rows(TICK_LEGEND, inner, small) + sources
         return (
             small_line  # scale labels under the arc
             + line * 3  # speed, speedup, k
@@ -415,6 +416,7 @@ class GaugeWidget(QWidget):
         p.setPen(Qt.PenStyle.NoPen)
         p.setBrush(self._track())
         p.drawRoundedRect(bar, BAR / 2, BAR / 2)
+        legend = HEAD_LEGEND if s.own_head else SOURCE_LEGEND  # the drafter by its colour
         share = s.lookup_share
         if share is not None:
             # Clip to the rounded track so the split between the two stays straight.
@@ -423,14 +425,15 @@ class GaugeWidget(QWidget):
             p.save()
             p.setClipPath(rounded)
             split = width * (1.0 - share)
-            p.fillRect(QRectF(bar.left(), y, split, BAR), DRAFT_SOURCE)
+            p.fillRect(QRectF(bar.left(), y, split, BAR), legend[0][1])
             p.fillRect(QRectF(bar.left() + split, y, width - split, BAR), LOOKUP_SOURCE)
             p.restore()
         y += BAR + 2
         draft_share = None if share is None else 1.0 - share
-        texts = (f"draft {percent(draft_share)}", f"lookup {percent(share)}")
-        self._paint_legend(p, y, width, SOURCE_LEGEND, texts, small, small_line)
-        return y + small_line * self._legend_rows(SOURCE_LEGEND, width, small)
+        drafter = "MTP head" if s.own_head else "draft"
+        texts = (f"{drafter} {percent(draft_share)}", f"lookup {percent(share)}")
+        self._paint_legend(p, y, width, legend, texts, small, small_line)
+        return y + small_line * self._legend_rows(legend, width, small)
 
     def _paint_positions(
         self,

@@ -8,6 +8,8 @@ from pytestqt.qtbot import QtBot
 from app.engine.live import LiveSnapshot, LiveStats
 from app.engine.types import RoundStat
 from app.ui.gauge import (
+    DRAFT_SOURCE,
+    HEAD_SOURCE,
     LIFETIME_TICK,
     MAX_RADIUS,
     OVERHANG,
@@ -190,3 +192,18 @@ def test_the_big_figure_is_this_replys_acceptance_not_the_recent_windows(qtbot: 
     angle = math.pi * (1 - 0.05)
     x, y = cx + r * math.cos(angle), cy - r * math.sin(angle)
     assert image.pixel(round(x), round(y)) & 0xFFFFFF == highlight
+
+
+@pytest.mark.parametrize("own_head", [False, True])
+def test_accepted_tokens_show_in_their_drafters_colour(qtbot: QtBot, own_head: bool) -> None:
+    live = LiveStats()
+    live.reset_pair(own_head=own_head)
+    live.add([RoundStat(tokens=4, k=4, accepted=3, seconds=0.1)] * 6, baseline_tps=20.0)
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    gauge.setPalette(_palette(dark=False))
+    gauge.set_snapshot(live.snapshot())
+    colors = _colors(gauge)
+    # The target's own head is not a draft model: its share is the MTP tokens' colour.
+    assert (_rgb(HEAD_SOURCE) in colors) is own_head
+    assert (_rgb(DRAFT_SOURCE) in colors) is not own_head

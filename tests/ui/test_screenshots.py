@@ -30,11 +30,14 @@ REPLY = (
 )
 
 
-def _markdown_reply():  # type: ignore[no-untyped-def]
-    """A reply with code, in rounds of drafted, corrected and bonus tokens."""
+def _markdown_reply(drafter: str = "draft"):  # type: ignore[no-untyped-def]
+    """A reply with code, in rounds of drafted (by a draft model, or the target's own
+    ``"mtp"`` head), corrected and bonus tokens."""
     import re
 
     from app.engine.types import Chunk, Finished, Origin, RoundStat, Stats
+
+    drafted = Origin.MTP if drafter == "mtp" else Origin.DRAFT
 
     words = re.findall(r"\s*\S+|\s+", REPLY)
 
@@ -43,7 +46,7 @@ def _markdown_reply():  # type: ignore[no-untyped-def]
         while i < len(words):
             k, accepted = 4, (3 if i % 3 else 4)
             pieces = tuple(words[i : i + accepted + 1])
-            orig = [Origin.DRAFT] * (len(pieces) - 1)
+            orig = [drafted] * (len(pieces) - 1)
             orig.append(Origin.BONUS if accepted == k else Origin.CORRECTION)
             rnd = RoundStat(len(pieces), k, accepted, seconds=0.02)
             yield Chunk("".join(pieces), tuple(range(len(pieces))), tuple(orig), pieces, rnd, 40.0)
@@ -151,6 +154,39 @@ def test_window_screenshots_in_light_and_dark(
         return sum(pixels) / len(pixels)
 
     assert mean_lightness(shots["dark"]) < mean_lightness(shots["light"]) - 0.3
+
+
+def test_window_screenshot_drafting_with_the_targets_own_head(
+    qtbot: QtBot, tmp_path: Path, tiny: TinyModels
+) -> None:
+    from app.ui.gauge import HEAD_SOURCE
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    store = Store(tmp_path / "mtp.sqlite3")
+    service = EngineService(EngineWorker(load=_fake_load, stream=_markdown_reply("mtp")))
+    (tmp_path / "models").mkdir()
+    window = MainWindow(
+        store, service, SettingsFile(tmp_path / "mtp.json"), models_dir=tmp_path / "models"
+    )
+    qtbot.addWidget(window)
+    window.resize(1280, 760)
+    window.show()
+    _load(qtbot, window, "/models/Qwen3.6-27B-4bit", "mtp")
+    _send(qtbot, window, "Write a Python function that adds two numbers.")
+    qtbot.wait(50)
+    image = window.grab().toImage()
+    image.save(str(OUT / "main-mtp.png"))
+    window.close()
+    assert service.shutdown()
+    store.close()
+    # The gauge names the drafter: the target's own head, in its tokens' colour.
+    assert window.live.snapshot().own_head
+    pixels = {
+        image.pixel(x, y) & 0xFFFFFF
+        for x in range(image.width() * 3 // 4, image.width())
+        for y in range(image.height() // 2)
+    }
+    assert HEAD_SOURCE.rgb() & 0xFFFFFF in pixels
 
 
 def test_tune_dialog_screenshot_with_a_cuda_like_curve(qtbot: QtBot) -> None:
