@@ -483,6 +483,14 @@ open)  # what the open issues still need measured, in one device call: about 570
   BUDGET=200 sh "$0" hstreams "$out"
   BUDGET=190 sh "$0" mtpstreams "$out"
   ;;
+open2)  # the rest, in a second call: 8b:1b's streams at miss 0.1, then configurations' spread
+  name=streams-8b-1b-miss0.1
+  echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
+  timeout 200 $tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
+    --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes --json "$out/$name.json" \
+    2> "$out/$name.err"
+  sh "$0" fresh "$out"
+  ;;
 hybrid)  # the hybrid 27B with the 0.8B draft, one request (the benchmarks summary's hybrid table)
   name=hybrid-27b-0.8b
   echo "== $name: tandem bench --synthetic qwen3.6-27b:qwen3.5-0.8b --bits 4 --dtype bfloat16 --miss 0.1,0.28 --ks 8,15,auto --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 --repeats 2"
