@@ -310,3 +310,32 @@ def tiny_models_dir(tiny, tmp_path: Path) -> Path:  # type: ignore[no-untyped-de
     from tests.engine.families import mtp_model
 
     return mtp_model(tmp_path / "qwen3.5-tiny", tiny.target)
+
+
+def test_a_follow_up_a_retry_and_an_edit_drafted_by_the_head_reuse_the_caches() -> None:
+    from app.engine.rounds import Prefill, Round
+    from app.testing import synthetic as syn
+
+    target = syn.build("tiny-hybrid-wide", bits=4)
+    head = syn.build_head(target, "tiny-hybrid-wide", miss=0.25, bits=4)
+    cycle = syn.prompt("tiny-hybrid-wide")
+    decoder = Decoder(target, head)
+    first = cycle[:40]
+    reply = take_turns([decoder.generate(first, _greedy(4))], 24).replies[0][:24]
+    follow = [*first, *reply, *cycle[3:9]]
+    edited = [*first, *reply, *cycle[20:23]]
+    # A turn, its retry, an edit of it; the last with prompt lookup beside the head.
+    lookup = GenerationParams(drafting=DraftSetting.of(None), prompt_lookup=True)
+    for prompt, params in ((follow, _greedy(4)), (follow, _greedy(6)), (edited, lookup)):
+        gen = decoder.generate(prompt, params)
+        prefill = next(e for e in gen if isinstance(e, Prefill))
+        rounds: list[Round] = []
+        while sum(len(r.tokens) for r in rounds) < 24:
+            if isinstance(event := next(gen), Round):
+                rounds.append(event)
+        gen.close()  # as a reply that ends: its caches are kept for the next turn
+        tokens = [t for r in rounds for t in r.tokens][:24]
+        assert tokens == _plain(target, prompt, 24)
+        # Not read again: the first prompt (an edit goes back to the state marked there).
+        assert prefill.reused_tokens >= len(first) - 1
+        assert sum(r.accepted for r in rounds) > 0  # the head drafted
