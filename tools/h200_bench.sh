@@ -483,14 +483,13 @@ open)  # what the open issues still need measured, in one device call: about 570
   BUDGET=200 sh "$0" hstreams "$out"
   BUDGET=190 sh "$0" mtpstreams "$out"
   ;;
-open2)  # the rest, in a second call: 8b:1b's streams at miss 0.1, configurations' spread, spells
+open2)  # a second call: 8b:1b's streams at miss 0.1, configurations' spread (then: spells)
   name=streams-8b-1b-miss0.1
   echo "== $name: tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes"
   timeout 200 $tandem bench --synthetic 8b:1b --bits 4 --dtype bfloat16 --concurrent 4,8 \
     --miss 0.1 --ks 15,auto --temps 0 --max-tokens 128 --fresh-shapes --json "$out/$name.json" \
     2> "$out/$name.err"
   sh "$0" fresh "$out"
-  sh "$0" spells "$out"
   ;;
 spells)  # whether the hybrid 27B's plain steps (JSON rounds: ms each) run in spells by graph setting
   for env in "" "MLX_CUDA_GRAPH_CACHE_SIZE=400 MLX_MAX_OPS_PER_BUFFER=20" "MLX_USE_CUDA_GRAPHS=0"; do
