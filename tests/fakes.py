@@ -178,6 +178,33 @@ def finish_gguf(w: Any, tensors: Mapping[str, np.ndarray]) -> None:
     w.close()
 
 
+def qwen3_next_edits(name: str, x: np.ndarray) -> tuple[str, np.ndarray]:
+    """convert_hf_to_gguf.py's Qwen3NextModel.modify_tensors (Qwen3.5's too): ssm_a =
+    -exp(A_log), dt_bias renamed, convolutions squeezed, and every norm but the gated one
+    stored as 1 + w."""
+    if name.endswith(".A_log"):
+        return name, -np.exp(x)
+    if name.endswith(".dt_bias"):
+        return name.rpartition(".dt_bias")[0] + ".dt_proj.bias", x
+    if "conv1d" in name:
+        return name, x.squeeze()
+    if name.endswith("norm.weight") and not name.endswith("linear_attn.norm.weight"):
+        return name, x + 1
+    return name, x
+
+
+def qwen3_next_parameters(w: gguf.GGUFWriter, args: Any) -> None:
+    """The Gated DeltaNet keys of Qwen3NextModel.set_gguf_parameters (Qwen3.5's too), from
+    mlx-lm model ``args``."""
+    w.add_ssm_conv_kernel(args.linear_conv_kernel_dim)
+    w.add_ssm_state_size(args.linear_key_head_dim)
+    w.add_ssm_group_count(args.linear_num_key_heads)
+    w.add_ssm_time_step_rank(args.linear_num_value_heads)
+    w.add_ssm_inner_size(args.linear_value_head_dim * args.linear_num_value_heads)
+    w.add_full_attention_interval(args.full_attention_interval)
+    w.add_rope_dimension_count(int(args.head_dim * args.partial_rotary_factor))
+
+
 def tiny_tokenizer(folder: Path, *, model: str = "gpt2") -> TokenizerMeta:
     """The tiny model's byte-level BPE tokenizer as GGUF metadata."""
     tok = json.loads((folder / "tokenizer.json").read_text())
@@ -698,3 +725,14 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
         text=True,
         env=env,
     )
+
+
+# Norms a Hugging Face Qwen3.5 or Qwen3-Next checkpoint stores as w and applies as 1 + w
+# (mlx-lm's sanitize); the Gated DeltaNet's gated norm is not one of them.
+NORMS_STORED_AS_W = (
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "q_norm.weight",
+    "k_norm.weight",
+    "model.norm.weight",
+)

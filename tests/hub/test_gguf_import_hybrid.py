@@ -23,18 +23,20 @@ from app.errors import ModelError
 from app.hub.gguf_import import import_gguf
 from app.testing.tiny import train_tokenizer
 from tests.engine.families import hybrid_config
-from tests.fakes import TokenizerMeta, finish_gguf, tiny_tokenizer
+from tests.fakes import (
+    NORMS_STORED_AS_W,
+    TokenizerMeta,
+    finish_gguf,
+    qwen3_next_edits,
+    qwen3_next_parameters,
+    tiny_tokenizer,
+)
 
 _TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
 
-# Norms a Hugging Face checkpoint stores as w and applies as 1 + w (mlx-lm's qwen3_5
-# sanitize, and Tandem's MTP head); the Gated DeltaNet's gated norm is not one of them.
+# Tandem's MTP head stores its input norms as w too.
 _STORED_AS_W = (
-    "input_layernorm.weight",
-    "post_attention_layernorm.weight",
-    "q_norm.weight",
-    "k_norm.weight",
-    "model.norm.weight",
+    *NORMS_STORED_AS_W,
     "pre_fc_norm_embedding.weight",
     "pre_fc_norm_hidden.weight",
     "mtp.norm.weight",
@@ -188,20 +190,6 @@ def v_heads_reordered(name: str, x: np.ndarray, args: Any) -> np.ndarray:
     return x
 
 
-def qwen3_next_edits(name: str, x: np.ndarray) -> tuple[str, np.ndarray]:
-    """Qwen3NextModel.modify_tensors: ssm_a = -exp(A_log), dt_bias renamed, convolutions
-    squeezed, and every norm but the gated one stored as 1 + w."""
-    if name.endswith(".A_log"):
-        return name, -np.exp(x)
-    if name.endswith(".dt_bias"):
-        return name.rpartition(".dt_bias")[0] + ".dt_proj.bias", x
-    if "conv1d" in name:
-        return name, x.squeeze()
-    if name.endswith("norm.weight") and not name.endswith("linear_attn.norm.weight"):
-        return name, x + 1
-    return name, x
-
-
 def experts_split(name: str, x: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """Qwen2MoeModel.modify_tensors: stacked experts named as weights, gate_up split in two."""
     if name.endswith("mlp.experts.down_proj"):
@@ -257,13 +245,7 @@ def write_qwen35(
     w.add_layer_norm_rms_eps(args.rms_norm_eps)
     w.add_key_length(args.head_dim)
     w.add_value_length(args.head_dim)
-    w.add_ssm_conv_kernel(args.linear_conv_kernel_dim)
-    w.add_ssm_state_size(args.linear_key_head_dim)
-    w.add_ssm_group_count(args.linear_num_key_heads)
-    w.add_ssm_time_step_rank(args.linear_num_value_heads)
-    w.add_ssm_inner_size(args.linear_value_head_dim * args.linear_num_value_heads)
-    w.add_full_attention_interval(args.full_attention_interval)
-    w.add_rope_dimension_count(int(args.head_dim * args.partial_rotary_factor))
+    qwen3_next_parameters(w, args)
     if mtp_layers:
         w.add_nextn_predict_layers(mtp_layers)
     tokenizer(w)

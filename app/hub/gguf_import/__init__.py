@@ -11,9 +11,10 @@ the end, so a failed, cancelled or crashed import never leaves a half-written
 model where the library would find it.
 
 The steps live in modules of their own: :mod:`.convert` (GGUF tensors and
-metadata to the Hugging Face layout), :mod:`.hybrid` (what Qwen3.5's Gated
-DeltaNet and MTP layers add to that), :mod:`.tokenizer` (``tokenizer.json``
-from the metadata), :mod:`.quantize` (re-quantization with MLX),
+metadata to the Hugging Face layout), :mod:`.hybrid` (what the Gated DeltaNet
+families, Qwen3.5 and Qwen3-Next, and Qwen3.5's MTP layers add to that),
+:mod:`.tokenizer` (``tokenizer.json`` from the metadata), :mod:`.quantize`
+(re-quantization with MLX),
 :mod:`.shards` (safetensors writing), :mod:`.files` (the hidden folder and its
 move into place) and :mod:`.common` (what they share).
 """

@@ -2,8 +2,8 @@
 
 Each tensor is dequantized with the ``gguf`` package's numpy code, renamed to
 the names mlx-lm loads and freed of llama.cpp's own edits (permuted Q/K rows,
-shifted norms, and Qwen3.5's in :mod:`.hybrid`); ``config.json`` is rebuilt from
-the metadata.
+shifted norms, and Qwen3.5's and Qwen3-Next's in :mod:`.hybrid`); ``config.json``
+is rebuilt from the metadata.
 """
 
 from __future__ import annotations
@@ -39,9 +39,13 @@ from app.hub.gguf_import.hybrid import (
     _check_head,
     _hf_shape,
     _hybrid_config,
+    _join_qkvz,
+    _Joined,
     _mtp_layers,
     _mtp_name,
     _nested,
+    _qkvz,
+    _refuse_mtp,
     _undo_linear_attention,
 )
 from app.hub.gguf_import.quantize import _quantize
@@ -116,6 +120,15 @@ _QWEN35_MOE_BLOCK_TENSORS = {
 }
 
 
+# Qwen3-Next's: in_proj_ba whole, and in_proj_qkvz whole in older files (ssm_in) or, in
+# newer ones, as Qwen3.5's in_proj_qkv and in_proj_z, joined back (.hybrid).
+_QWEN3_NEXT_BLOCK_TENSORS = {
+    **{k: v for k, v in _QWEN35_MOE_BLOCK_TENSORS.items() if k not in ("ssm_beta", "ssm_alpha")},
+    "ssm_ba": "linear_attn.in_proj_ba",
+    "ssm_in": "linear_attn.in_proj_qkvz",
+}
+
+
 # Norm weights llama.cpp may store shifted: every RMSNorm's, the MTP head's input norms
 # among them, but for the Gated DeltaNet's gated norm (Qwen3NextModel.modify_tensors).
 _NORM_SUFFIXES = ("norm.weight", "norm_embedding.weight", "norm_hidden.weight")
@@ -129,7 +142,7 @@ class _Arch:
     permute_qk: bool  # llama.cpp reorders Q/K rows of llama-architecture files
     norm_shift: float  # subtracted from norm weights that llama.cpp stores shifted
     default_rope_theta: float
-    hybrid: bool = False  # Qwen3.5's Gated DeltaNet and MTP layers (see .hybrid)
+    hybrid: str | None = None  # the Gated DeltaNet family, "qwen3_5" or "qwen3_next" (.hybrid)
 
 
 _ARCHS = {
@@ -148,7 +161,7 @@ _ARCHS = {
         False,
         1.0,
         10_000_000.0,
-        hybrid=True,
+        hybrid="qwen3_5",
     ),
     "qwen35moe": _Arch(
         "qwen3_5_moe",
@@ -157,7 +170,17 @@ _ARCHS = {
         False,
         1.0,
         10_000_000.0,
-        hybrid=True,
+        hybrid="qwen3_5",
+    ),
+    # Written in mlx-lm's layout (see .hybrid), whose norms hold what is applied: llama.cpp's.
+    "qwen3next": _Arch(
+        "qwen3_next",
+        "Qwen3NextForCausalLM",
+        _QWEN3_NEXT_BLOCK_TENSORS,
+        False,
+        0.0,
+        10_000_000.0,
+        hybrid="qwen3_next",
     ),
 }
 
@@ -321,6 +344,8 @@ def _plan_tensors(
     """Maps every tensor to its Hugging Face name; returns llama's rope factors apart."""
     plan: list[_Planned] = []
     rope_freqs: np.ndarray | None = None
+    if arch.hybrid == "qwen3_next":
+        _refuse_mtp(tensors, label)
     for t in tensors:
         if t.name == "rope_freqs.weight":
             rope_freqs = np.asarray(_dequantize_raw(t, label), dtype=np.float64)
@@ -330,14 +355,14 @@ def _plan_tensors(
             raise ModelError(f"{label}: tensor '{t.name}' has no MLX counterpart")
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
         if arch.hybrid:
-            shape = _hf_shape(name, shape)
+            shape = _hf_shape(name, shape, arch.hybrid)
         kind = _tensor_dtype(name, arch, dtype)
         plan.append(
             _Planned(t, name, shape, _SAFETENSORS_CODES[kind], math.prod(shape) * _DTYPES[kind])
         )
     if not any(p.name == "model.embed_tokens.weight" for p in plan):
         raise ModelError(f"{label}: no token_embd.weight tensor")
-    return plan, rope_freqs
+    return _join_qkvz(plan) if arch.hybrid == "qwen3_next" else plan, rope_freqs
 
 
 def _hf_name(name: str, arch: _Arch, layers: int) -> str | None:
@@ -350,8 +375,10 @@ def _hf_name(name: str, arch: _Arch, layers: int) -> str | None:
     if block < layers:
         module = _block_module(tail, arch)
         return None if module is None else f"model.layers.{block}.{module}"
-    # llama.cpp files MTP layer i as block n_layer + i.
-    return _mtp_name(block - layers, tail, _block_module(tail, arch)) if arch.hybrid else None
+    # llama.cpp files Qwen3.5's MTP layer i as block n_layer + i.
+    if arch.hybrid != "qwen3_5":
+        return None
+    return _mtp_name(block - layers, tail, _block_module(tail, arch))
 
 
 def _block_module(tail: str, arch: _Arch) -> str | None:
@@ -403,14 +430,14 @@ def _model_config(
         }
         rope_scaling = _rope_scaling(meta, p, rope_freqs, head_dim, theta, label)
         if arch.hybrid:
-            config.update(_hybrid_config(meta, p, head_dim, theta, rope_scaling))
+            config.update(_hybrid_config(meta, p, arch.hybrid, head_dim, theta, rope_scaling))
             if mtp := _mtp_layers(meta, p, n_layers, tensors):
                 config["mtp_num_hidden_layers"] = mtp
     except (TypeError, ValueError) as exc:
         raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
     if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads or head_dim % 2:
         raise ModelError(f"{label}: inconsistent attention metadata")
-    if rope_scaling is not None and not arch.hybrid:  # Qwen3.5 keeps it in rope_parameters
+    if rope_scaling is not None and arch.hybrid != "qwen3_5":  # kept in rope_parameters
         config["rope_scaling"] = rope_scaling
     if arch.model_type in ("llama", "qwen2"):
         config["hidden_act"] = "silu"
@@ -433,7 +460,7 @@ def _model_config(
     name = meta.get("general.name")
     if isinstance(name, str) and name:
         config["_name_or_path"] = name
-    return _nested(config) if arch.hybrid else config
+    return _nested(config) if arch.hybrid == "qwen3_5" else config
 
 
 def _mlp_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
@@ -520,21 +547,24 @@ def _dequantized(
 
     ``text`` is the config, or its ``text_config`` where it has one.
     """
-    x = _dequantize_raw(p.source, label).reshape(p.shape)
+    if isinstance(p.source, _Joined):  # Qwen3-Next's in_proj_qkvz
+        x = _qkvz([_dequantize_raw(s, label) for s in p.source.parts], p.shape, text)
+    else:
+        x = _dequantize_raw(p.source, label).reshape(p.shape)
     if arch.permute_qk and ".self_attn.q_proj." in p.name:
         x = _unpermute_qk(x, int(text["num_attention_heads"]))
     elif arch.permute_qk and ".self_attn.k_proj." in p.name:
         x = _unpermute_qk(x, int(text["num_key_value_heads"]))
     if arch.hybrid:
-        x = _undo_linear_attention(p.name, x, text, label)
+        x = _undo_linear_attention(p.name, x, text, label, arch.hybrid)
     if arch.norm_shift and _is_shifted_norm(p.name):
         x = x - np.float32(arch.norm_shift)
     return _cast(x, _tensor_dtype(p.name, arch, dtype))
 
 
 def _tensor_dtype(name: str, arch: _Arch, dtype: str) -> str:
-    """A tensor's type: Gated DeltaNet's A_log stays float32, as mlx-lm's conversions keep it
-    (its cast_predicate)."""
+    """A tensor's type: Gated DeltaNet's A_log stays float32, as mlx-lm's qwen3_5
+    conversions keep it (its cast_predicate); Qwen3-Next's too, for the same precision."""
     return "float32" if arch.hybrid and name.endswith(".A_log") else dtype
 
 

@@ -1,4 +1,5 @@
-"""Qwen3.5 / 3.6 (llama.cpp's qwen35, qwen35moe): Gated DeltaNet among attention, MTP layers.
+"""Gated DeltaNet among attention: Qwen3.5 / 3.6 (llama.cpp's qwen35, qwen35moe; with MTP
+layers) and Qwen3-Next (qwen3next).
 
 llama.cpp's converter (``convert_hf_to_gguf.py``: ``Qwen3NextModel``,
 ``_LinearAttentionVReorderBase`` and ``_Qwen35MtpMixin``) edits these tensors on
@@ -16,11 +17,24 @@ load:
   ``dt_bias``, and in ``out_proj``'s columns;
 - MTP layer i became block n_layer + i, and the head's ``fc`` and norms became
   ``nextn.*`` tensors of the first of those blocks.
+
+Qwen3-Next's files (``Qwen3NextModel`` itself: the first three edits, no value-head
+tiling, MTP layers dropped) become mlx-lm's own layout instead, what its
+``qwen3_next`` class holds after ``sanitize``: that ``sanitize`` stacks the experts,
+shifts the norms and turns the convolution only for a checkpoint with one tensor per
+expert, so a folder of stacked experts must hold the norms and convolution done:
+
+- norms stay llama.cpp's 1 + w, which mlx-lm multiplies by; the convolution is
+  MLX's (channels, kernel, 1);
+- ``in_proj_qkvz``, its rows grouped by key head ([q, k, v, z] per head), was split
+  into ``attn_qkv`` (all q, all k, all v) and ``attn_gate`` (all z), joined back
+  here; older files hold it whole, as ``ssm_in``. ``in_proj_ba`` stays whole (``ssm_ba``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +49,23 @@ _NEXTN_TENSORS = {
     "nextn.hnorm.weight": "pre_fc_norm_hidden.weight",
     "nextn.shared_head_norm.weight": "norm.weight",
 }
+
+# Qwen3-Next's mixture as llama.cpp runs it, whatever the file says: experts in every layer
+# (its loader requires them) and the chosen experts' weights normalized (build_moe_ffn's
+# norm_w, always true in its qwen3next graph).
+_QWEN3_NEXT_MOE = {"decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True}
+
+# in_proj_qkvz's parts, as llama.cpp's converter split it.
+_QKV = ".linear_attn.in_proj_qkv.weight"
+_Z = ".linear_attn.in_proj_z.weight"
+
+
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    """A planned tensor's source: several of the file's tensors, their rows one after another."""
+
+    parts: tuple[Any, ...]
+
 
 # What a Qwen3.5 config keeps at its top level, beside the text model's settings.
 _TOP_KEYS = (
@@ -58,11 +89,13 @@ def _mtp_name(index: int, tail: str, module: str | None) -> str | None:
 def _hybrid_config(
     meta: _Metadata,
     prefix: str,
+    family: str,
     head_dim: int,
     theta: float,
     rope_scaling: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The Gated DeltaNet and rope settings, from the keys ``Qwen3NextModel`` writes.
+    """The Gated DeltaNet and rope settings, from the keys ``Qwen3NextModel`` writes;
+    ``family`` is ``"qwen3_5"`` or ``"qwen3_next"``.
 
     Raises:
         ValueError: A value is malformed.
@@ -73,8 +106,18 @@ def _hybrid_config(
         raise ValueError("ssm.inner_size does not split into ssm.time_step_rank heads")
     if head_dim <= 0:
         raise ValueError(f"a head size of {head_dim}")
-    # Qwen3.5 rotates a quarter of each head unless the file says otherwise.
+    # Both rotate a quarter of each head unless the file says otherwise.
     rope_dims = _int(meta.get(prefix + "rope.dimension_count", head_dim // 4))
+    linear = {
+        "linear_conv_kernel_dim": _int(meta.require(prefix + "ssm.conv_kernel")),
+        "linear_key_head_dim": _int(meta.require(prefix + "ssm.state_size")),
+        "linear_num_key_heads": _int(meta.require(prefix + "ssm.group_count")),
+        "linear_num_value_heads": v_heads,
+        "linear_value_head_dim": inner // v_heads,
+        "full_attention_interval": _int(meta.get(prefix + "full_attention_interval", 4)),
+    }
+    if family == "qwen3_next":
+        return {**linear, **_QWEN3_NEXT_MOE, "partial_rotary_factor": rope_dims / head_dim}
     rope: dict[str, Any] = {
         "rope_type": "default",
         "rope_theta": theta,
@@ -83,16 +126,8 @@ def _hybrid_config(
     sections = meta.get(prefix + "rope.dimension_sections")
     if isinstance(sections, list):
         rope["mrope_section"] = [_int(s) for s in sections[:3]]  # llama.cpp pads [t, h, w]
-    return {
-        "linear_conv_kernel_dim": _int(meta.require(prefix + "ssm.conv_kernel")),
-        "linear_key_head_dim": _int(meta.require(prefix + "ssm.state_size")),
-        "linear_num_key_heads": _int(meta.require(prefix + "ssm.group_count")),
-        "linear_num_value_heads": v_heads,
-        "linear_value_head_dim": inner // v_heads,
-        "full_attention_interval": _int(meta.get(prefix + "full_attention_interval", 4)),
-        # mlx-lm's qwen3_5 takes its rope from here, whatever the other keys say.
-        "rope_parameters": {**rope, **(rope_scaling or {})},
-    }
+    # mlx-lm's qwen3_5 takes its rope from here, whatever the other keys say.
+    return {**linear, "rope_parameters": {**rope, **(rope_scaling or {})}}
 
 
 def _mtp_layers(meta: _Metadata, prefix: str, layers: int, tensors: Sequence[Any]) -> int:
@@ -111,15 +146,58 @@ def _nested(config: dict[str, Any]) -> dict[str, Any]:
     return {**{k: config[k] for k in _TOP_KEYS if k in config}, "text_config": text}
 
 
-def _hf_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """A tensor's Hugging Face shape: a convolution gets back the axis llama.cpp squeezed."""
+def _hf_shape(name: str, shape: tuple[int, ...], family: str) -> tuple[int, ...]:
+    """A tensor's shape in the folder: a convolution gets back the axis llama.cpp squeezed,
+    where Hugging Face has it or, for Qwen3-Next, where MLX has it."""
     if name.endswith(".linear_attn.conv1d.weight") and len(shape) == 2:
-        return (shape[0], 1, shape[1])
+        return (*shape, 1) if family == "qwen3_next" else (shape[0], 1, shape[1])
     return shape
 
 
+def _refuse_mtp(tensors: Sequence[Any], label: str) -> None:
+    """Qwen3-Next's MTP layers: llama.cpp's converter drops them, and Tandem has no head
+    for them."""
+    if any(".nextn." in t.name for t in tensors):
+        raise ModelError(f"{label}: Qwen3-Next MTP layers (nextn tensors) are not supported")
+
+
+def _join_qkvz(plan: Sequence[_Planned]) -> list[_Planned]:
+    """Each layer's ``in_proj_qkv`` and ``in_proj_z`` (llama.cpp's ``attn_qkv`` and
+    ``attn_gate``) planned as the one ``in_proj_qkvz`` mlx-lm's qwen3_next loads, read
+    from both (:func:`_qkvz`). A part without its match is left for the model's check to
+    refuse."""
+    gates = {p.name.removesuffix(_Z): p for p in plan if p.name.endswith(_Z)}
+    joined: list[_Planned] = []
+    for p in plan:
+        layer = p.name.removesuffix(_QKV)
+        z = gates.get(layer) if p.name.endswith(_QKV) else None
+        if z is not None and z.shape[1:] == p.shape[1:]:
+            del gates[layer]
+            shape = (p.shape[0] + z.shape[0], *p.shape[1:])
+            name = f"{layer}.linear_attn.in_proj_qkvz.weight"
+            source = _Joined((p.source, z.source))
+            joined.append(_Planned(source, name, shape, p.dtype, p.nbytes + z.nbytes))
+        elif not p.name.endswith(_Z):
+            joined.append(p)
+    return joined + list(gates.values())
+
+
+def _qkvz(
+    parts: Sequence[np.ndarray], shape: tuple[int, ...], text: Mapping[str, Any]
+) -> np.ndarray:
+    """``in_proj_qkvz`` from its parts (all q, all k, all v; then all z): rows grouped by
+    key head again, [q, k, v, z] each, undoing ``Qwen3NextModel.modify_tensors``."""
+    x = np.concatenate([part.reshape(-1) for part in parts]).reshape(shape)
+    k_heads = int(text["linear_num_key_heads"])
+    k_rows = k_heads * int(text["linear_key_head_dim"])
+    v_rows = int(text["linear_num_value_heads"]) * int(text["linear_value_head_dim"])
+    q, k, v, z = np.split(x, [k_rows, 2 * k_rows, 2 * k_rows + v_rows])
+    by_head = [t.reshape(k_heads, -1, *shape[1:]) for t in (q, k, v, z)]
+    return np.concatenate(by_head, axis=1).reshape(shape)
+
+
 def _undo_linear_attention(
-    name: str, x: np.ndarray, text: Mapping[str, Any], label: str
+    name: str, x: np.ndarray, text: Mapping[str, Any], label: str, family: str
 ) -> np.ndarray:
     """A Gated DeltaNet tensor (``*.linear_attn.*``) freed of llama.cpp's edits."""
     if ".linear_attn." not in name:
@@ -127,6 +205,8 @@ def _undo_linear_attention(
     own = name.rpartition(".linear_attn.")[2]
     if own == "A_log":
         x = _a_log(x, name, label)
+    if family == "qwen3_next":  # Qwen3NextModel leaves the value heads in their order
+        return x
     k_heads, v_heads = int(text["linear_num_key_heads"]), int(text["linear_num_value_heads"])
     layout = _value_heads(own, text)
     if layout is None or k_heads == v_heads:
