@@ -43,7 +43,9 @@ def main() -> int:
     app = QApplication(sys.argv)
     tmp = Path(tempfile.mkdtemp())
     store, service = Store(tmp / "db.sqlite3"), EngineService()
-    window = MainWindow(store, service, SettingsFile(tmp / "s.json"), models_dir=tmp)
+    settings = SettingsFile(tmp / "s.json")
+    settings.save(settings.load().updated(max_tokens=args.max_tokens))
+    window = MainWindow(store, service, settings, models_dir=tmp)
     window.show()
 
     def wait(signal: Any) -> Any:
@@ -64,7 +66,6 @@ def main() -> int:
     if wait(service.pair_loaded) is None:
         print("the pair did not load", file=sys.stderr)
         return 1
-    window._save_settings(max_tokens=args.max_tokens)
     window.panel.set_num_draft(args.k)
 
     def reply(text: str) -> float:
