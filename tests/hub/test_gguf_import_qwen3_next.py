@@ -183,6 +183,22 @@ def test_an_odd_qwen3_next_file_is_refused_in_one_line(
     tiny: Tiny, tmp_path: Path, change: dict[str, np.ndarray | None], error: str
 ) -> None:
     tensors = {**tiny.tensors, **change}
+    _refused(tiny, tmp_path, tensors, error)
+
+
+def test_an_attn_qkv_and_gate_split_unlike_the_config_is_refused(
+    tiny: Tiny, tmp_path: Path
+) -> None:
+    # Their rows add up to in_proj_qkvz's, so the model's own check would pass them.
+    qkv, gate = tiny.tensors["blk.0.attn_qkv.weight"], tiny.tensors["blk.0.attn_gate.weight"]
+    both = np.concatenate([qkv, gate])
+    cut = len(qkv) - 16
+    moved = {"blk.0.attn_qkv.weight": both[:cut], "blk.0.attn_gate.weight": both[cut:]}
+    error = "attn_qkv and attn_gate hold"
+    _refused(tiny, tmp_path, {**tiny.tensors, **moved}, error)
+
+
+def _refused(tiny: Tiny, tmp_path: Path, tensors: dict[str, np.ndarray | None], error: str) -> None:
     kept = {k: v for k, v in tensors.items() if v is not None}
     path = write_qwen3_next(tmp_path / "odd.gguf", tiny.model.args, kept, tiny.tokenizer)
     with pytest.raises(ModelError, match=re.escape(error)) as info:

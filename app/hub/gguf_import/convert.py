@@ -548,7 +548,7 @@ def _dequantized(
     ``text`` is the config, or its ``text_config`` where it has one.
     """
     if isinstance(p.source, _Joined):  # Qwen3-Next's in_proj_qkvz
-        x = _qkvz([_dequantize_raw(s, label) for s in p.source.parts], p.shape, text)
+        x = _qkvz([_dequantize_raw(s, label) for s in p.source.parts], p.shape, text, label)
     else:
         x = _dequantize_raw(p.source, label).reshape(p.shape)
     if arch.permute_qk and ".self_attn.q_proj." in p.name:

@@ -183,14 +183,22 @@ def _join_qkvz(plan: Sequence[_Planned]) -> list[_Planned]:
 
 
 def _qkvz(
-    parts: Sequence[np.ndarray], shape: tuple[int, ...], text: Mapping[str, Any]
+    parts: Sequence[np.ndarray], shape: tuple[int, ...], text: Mapping[str, Any], label: str
 ) -> np.ndarray:
     """``in_proj_qkvz`` from its parts (all q, all k, all v; then all z): rows grouped by
-    key head again, [q, k, v, z] each, undoing ``Qwen3NextModel.modify_tensors``."""
-    x = np.concatenate([part.reshape(-1) for part in parts]).reshape(shape)
+    key head again, [q, k, v, z] each, undoing ``Qwen3NextModel.modify_tensors``.
+
+    Raises:
+        ModelError: The parts' rows are not the config's q, k and v, and z (their sum
+            alone passes the model's check).
+    """
     k_heads = int(text["linear_num_key_heads"])
     k_rows = k_heads * int(text["linear_key_head_dim"])
     v_rows = int(text["linear_num_value_heads"]) * int(text["linear_value_head_dim"])
+    rows = [len(part) for part in parts]
+    if rows != [2 * k_rows + v_rows, v_rows]:
+        raise ModelError(f"{label}: attn_qkv and attn_gate hold {rows} rows, not the config's")
+    x = np.concatenate([part.reshape(-1) for part in parts]).reshape(shape)
     q, k, v, z = np.split(x, [k_rows, 2 * k_rows, 2 * k_rows + v_rows])
     by_head = [t.reshape(k_heads, -1, *shape[1:]) for t in (q, k, v, z)]
     return np.concatenate(by_head, axis=1).reshape(shape)
