@@ -736,3 +736,21 @@ NORMS_STORED_AS_W = (
     "k_norm.weight",
     "model.norm.weight",
 )
+
+
+def chi_square(counts: np.ndarray, p: np.ndarray) -> tuple[float, float]:
+    """Goodness-of-fit statistic of ``counts`` against ``p``, and its 0.1 % critical value.
+
+    Tokens expected fewer than 5 times are pooled into one bin.
+    """
+    n = counts.sum()
+    expected = n * p
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    df = int(keep.sum()) - 1
+    z = 3.09  # one-sided 0.1 %: Wilson-Hilferty approximation of the chi-square quantile
+    critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+    return stat, critical

@@ -24,6 +24,7 @@ from app.engine.types import DraftSetting, Reading
 from app.testing import synthetic as syn
 from tests.conftest import TinyModels
 from tests.engine.cases import CUTOFF_CASES
+from tests.fakes import chi_square
 
 
 def _tokens(decoder: Decoder, prompt: list[int], n: int, **params) -> tuple[list[int], list[Round]]:
@@ -153,24 +154,6 @@ def test_match_rule_accepts_sum_p_times_q() -> None:
     assert abs(hits / n - float((p[0] * q[0]).sum())) < 0.03
 
 
-def _chi_square(counts: np.ndarray, p: np.ndarray) -> tuple[float, float]:
-    """Goodness-of-fit statistic of ``counts`` against ``p``, and its 0.1 % critical value.
-
-    Tokens expected fewer than 5 times are pooled into one bin.
-    """
-    n = counts.sum()
-    expected = n * p
-    big = expected >= 5
-    obs = np.append(counts[big], counts[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    keep = exp > 0
-    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
-    df = int(keep.sum()) - 1
-    z = 3.09  # one-sided 0.1 %: Wilson-Hilferty approximation of the chi-square quantile
-    critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
-    return stat, critical
-
-
 @pytest.mark.parametrize(
     "params",
     [
@@ -204,10 +187,10 @@ def test_sampled_first_token_has_the_target_distribution(models, params) -> None
             logits = penalize(logits, [ctx], gp.repetition_penalty)
         exact.append(np.array(mx.exp(log_probs(logits, gp))[0], dtype=np.float64))
     p, q = exact
-    stat, critical = _chi_square(counts, p)
+    stat, critical = chi_square(counts, p)
     assert stat < critical, (stat, critical)
     # Power: samples from the draft's q would fail the same test by far.
-    assert _chi_square(n * q, p)[0] > 5 * critical
+    assert chi_square(n * q, p)[0] > 5 * critical
 
 
 def test_copy_draft_is_always_accepted_when_sampling(models) -> None:

@@ -23,6 +23,7 @@ from app.engine.mtp import (
     logits,
     text_model,
 )
+from app.engine.rounds import Prefill, Round
 from app.engine.types import DraftSetting, GenerationParams, Origin
 from app.errors import ModelError
 from tests.engine.families import hybrid_config
@@ -313,7 +314,6 @@ def tiny_models_dir(tiny, tmp_path: Path) -> Path:  # type: ignore[no-untyped-de
 
 
 def test_a_follow_up_a_retry_and_an_edit_drafted_by_the_head_reuse_the_caches() -> None:
-    from app.engine.rounds import Prefill, Round
     from app.testing import synthetic as syn
 
     target = syn.build("tiny-hybrid-wide", bits=4)
@@ -339,3 +339,39 @@ def test_a_follow_up_a_retry_and_an_edit_drafted_by_the_head_reuse_the_caches() 
         # Not read again: the first prompt (an edit goes back to the state marked there).
         assert prefill.reused_tokens >= len(first) - 1
         assert sum(r.accepted for r in rounds) > 0  # the head drafted
+
+
+def test_a_sampled_token_drafted_by_the_head_has_the_targets_distribution(target, drafter) -> None:
+    """Chi-square of the reply's first token, which the head drafts (from the prompt's last
+    token and the state before it), against the target's exact distribution."""
+    import numpy as np
+
+    from app.engine.options import EngineOptions
+    from app.engine.sampling import log_probs
+    from tests.fakes import chi_square
+
+    prompt = PROMPTS[0]
+    params = GenerationParams(temperature=0.5, drafting=DraftSetting.of(3))
+    decoder = Decoder(target, drafter, options=EngineOptions(probe_every=0))  # it drafts
+    mx.random.seed(5)
+    n, rejected = 1200, 0
+    counts = np.zeros(384)
+    for _ in range(n):
+        gen = decoder.generate(prompt, params)
+        first = next(e for e in gen if not isinstance(e, Prefill))
+        gen.close()
+        assert isinstance(first, Round) and first.k  # the head drafted it
+        counts[first.tokens[0]] += 1
+        rejected += first.accepted == 0
+    assert rejected > n // 10  # the residual path is exercised
+    tokens = mx.array(prompt)[None]
+    hidden, out = hidden_and_logits(target, tokens, target.make_cache())
+    states = drafter.head(embed(target, tokens[:, 1:]), hidden[:, :-1], drafter.head.make_cache())
+    p, q = (
+        np.array(mx.exp(log_probs(x[0, -1:].astype(mx.float32), params))[0], dtype=np.float64)
+        for x in (out, logits(target, states))
+    )
+    stat, critical = chi_square(counts, p)
+    assert stat < critical, (stat, critical)
+    # Power: samples from the head's own distribution would fail the same test by far.
+    assert chi_square(n * q, p)[0] > 5 * critical
