@@ -523,6 +523,13 @@ def _kept(path: Path, fuse: bool, loaded: ModelPair | None) -> LoadedModel | Non
 # target's own multi-token-prediction head.
 MTP = "mtp"
 
+
+def own_head(draft: Path | str | None) -> bool:
+    """Whether ``draft``, as :func:`load_pair` takes it, is the target's own MTP head: the
+    word :data:`MTP`, never a path (a folder of that name is a :class:`Path`)."""
+    return isinstance(draft, str) and draft == MTP
+
+
 # check(target, draft) raises IncompatiblePairError when the draft cannot draft for
 # the target. The rule lives in app.hub.pair_check (it reads the folders, which
 # this layer cannot import); the user-facing callers pass it.
@@ -559,7 +566,7 @@ def load_pair(
         IncompatiblePairError: The check refused the pair.
     """
     report = progress or (lambda _p: None)
-    if isinstance(draft, str) and draft == MTP:
+    if own_head(draft):
         return _with_head(check_folder(target), fuse, loaded, report)
     steps = 1 if draft is None else 3
     # Both folders are checked before any weights are read: a draft folder that

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import MTP, config_model, read_config, user_path
+from app.engine.loader import config_model, own_head, read_config, user_path
 from app.errors import ModelError
 from app.hub.library import human_size
 
@@ -248,8 +248,8 @@ def memory_fit(
     Args:
         target: The target model folder.
         draft: The draft model folder, ``None`` for the target alone, or
-            :data:`~app.engine.loader.MTP` (the word, not a folder) for the
-            target's own MTP head, as :func:`~app.engine.loader.load_pair` reads it.
+            :data:`~app.engine.loader.MTP` for the target's own MTP head
+            (:func:`~app.engine.loader.own_head`).
         context_length: Tokens of context to budget the KV caches for; each
             model is capped at its own trained context length.
         available: Usable memory, net of what stays loaded;
@@ -269,7 +269,7 @@ def memory_fit(
     in_memory = {_key(p) for p in loaded}
     held = sum(_weights_size(k) for k in in_memory)
     counted: set[Path] = set()
-    head = isinstance(draft, str) and draft == MTP
+    head = own_head(draft)
     folders = [target] if draft is None or head else [target, Path(draft)]
     for i, folder in enumerate(folders):
         folder = user_path(folder)

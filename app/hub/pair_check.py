@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.loader import (
-    MTP,
     LoadProgress,
     ModelPair,
     config_model,
     is_model_file,
     load_json,
     load_pair,
+    own_head,
     user_path,
 )
 from app.engine.mtp import has_head
@@ -119,8 +119,8 @@ def check_pair(target: Path, draft: Path | str) -> Verdict:
 
     Args:
         target: The target model folder.
-        draft: The draft model folder, or :data:`~app.engine.loader.MTP` for the
-            target's own MTP head (a folder of that name is a path, ``./mtp``).
+        draft: The draft model folder, or the target's own MTP head
+            (:func:`~app.engine.loader.own_head`).
 
     Returns:
         Every check with its outcome; :attr:`Verdict.compatible` sums them up.
@@ -129,7 +129,7 @@ def check_pair(target: Path, draft: Path | str) -> Verdict:
         ModelError: A folder is not a usable model; the message is one line.
     """
     t = _side("target", user_path(target))
-    if isinstance(draft, str) and draft == MTP:
+    if own_head(draft):
         return _own_head(t)
     d = _side("draft", user_path(Path(draft)))
     checks = (

@@ -372,8 +372,9 @@ class ModelManagerDialog(QDialog):
         # A pair that cannot fit or cannot be paired is not offered for loading.
         self.load_button.setEnabled(fit.fits and (verdict is None or verdict.compatible))
         if verdict is None:
-            said = "No draft: plain decoding."
-            self.verdict_label.setText(said if fit.fits else f"✗ Does not fit: {fit.detail}")
+            self.verdict_label.setText(
+                "No draft: plain decoding." if fit.fits else f"✗ Does not fit: {fit.detail}"
+            )
             return
         if not fit.fits:
             self.verdict_label.setText(f"✗ Does not fit in memory: {fit.detail}")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Slot
 from PySide6.QtWidgets import QWidget
 
-from app.engine.loader import MTP
+from app.engine.loader import own_head
 from app.errors import ModelError
 from app.remote import is_remote_target, target_name
 from app.services import (
@@ -283,7 +283,7 @@ class PairLoading(QObject):
         self._library_prompt.hide()
         self._host.hide_error()  # an earlier refusal, or "load first", is over
         self._panel.show_pair(remote=info.target.startswith(("http://", "https://")))
-        self._live.reset_pair(own_head=info.draft == MTP)  # the panel and status bar hear it
+        self._live.reset_pair(own_head=own_head(info.draft))  # the panel and status bar hear it
         self._live.set_lifetime(*self._store.pair_totals(info.target, info.draft))
         self._host.update_context()
         best = self._host.settings().best_k.get(pair_key(info.target, info.draft))
