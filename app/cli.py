@@ -84,7 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--name", help="plain folder name in the library (default: the file's or folder's)"
     )
-    imp.add_argument("--q-bits", type=int, choices=[4, 8], help="re-quantize with MLX")
+    imp.add_argument(
+        "--q-bits",
+        type=int,
+        choices=[4, 8],
+        help="quantize with MLX: a GGUF file, or a folder of unquantized weights (an MTP head too)",
+    )
     imp.add_argument("--link", action="store_true", help="link an MLX folder instead of copying")
     download = models_sub.add_parser("download", help="download a model from the Hugging Face Hub")
     download.add_argument("repo_id", help="for example mlx-community/Qwen2.5-0.5B-Instruct-4bit")
@@ -612,13 +617,21 @@ def _import(args: argparse.Namespace, models_dir: Path) -> int:
         except ModelError as exc:
             print(f"tandem: --name: {exc}", file=sys.stderr)
             return 2
+    if args.link and not src.is_dir():
+        print("tandem: --link: only a model folder can be linked", file=sys.stderr)
+        return 2
+    if args.link and args.q_bits:
+        print("tandem: --link uses the folder as it is: leave out --q-bits", file=sys.stderr)
+        return 2
 
     def show(p: ImportProgress) -> None:
         print(f"\r{p.stage}: {p.done}/{p.total}", end="", file=sys.stderr, flush=True)
 
     try:
         if src.is_dir():
-            out = import_folder(src, models_dir, link=args.link, name=args.name)
+            out = import_folder(
+                src, models_dir, link=args.link, name=args.name, q_bits=args.q_bits, progress=show
+            )
         else:
             name = args.name or src.stem + (f"-{args.q_bits}bit" if args.q_bits else "")
             out = import_gguf(

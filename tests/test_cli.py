@@ -207,6 +207,32 @@ def test_models_import_gguf_then_generate(tiny: TinyModels, tmp_path: Path) -> N
     assert "Traceback" not in again.stderr
 
 
+def test_models_import_quantizes_a_folder_and_says_what_it_cannot(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    r = _tandem_in_here(tmp_path, "models", "import", str(tiny.target), "--q-bits", "8")
+    assert r.returncode == 0, r.stderr
+    out = Path(r.stdout.strip())  # the folder alone: nothing else on stdout
+    assert out == tmp_path / "data" / "Tandem" / "models" / "tiny-llama-8bit"
+    assert json.loads((out / "config.json").read_text())["quantization"]["bits"] == 8
+    again = _tandem_in_here(tmp_path, "models", "import", str(out), "--q-bits", "4")
+    assert again.returncode == 1
+    assert again.stderr.splitlines()[-1] == (
+        "tandem: tiny-llama-8bit is already quantized (8-bit); import it as it is"
+    )
+    link = ("models", "import", str(tiny.target), "--link")
+    assert _tandem_in_here(tmp_path, *link, "--q-bits", "4").stderr == (
+        "tandem: --link uses the folder as it is: leave out --q-bits\n"
+    )
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    linked_file = _tandem_in_here(tmp_path, "models", "import", str(gguf), "--link")
+    assert linked_file.returncode == 2
+    assert linked_file.stderr == "tandem: --link: only a model folder can be linked\n"
+    listed = json.loads(_tandem_in_here(tmp_path, "models", "list", "--json").stdout)
+    assert [m["name"] for m in listed] == ["tiny-llama-8bit"]
+
+
 def test_token_without_a_keychain_says_why(tmp_path: Path) -> None:
     env_backend = {"PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
     r = subprocess.run(

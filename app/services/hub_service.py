@@ -144,10 +144,19 @@ class HubWorker(QObject):
                 cancel=r.cancel,
                 progress=lambda p: report(p.stage, p.done, p.total),
             )
-        from app.hub.gguf_import import import_folder
+        from app.hub.gguf_import import folder_quantization, import_folder
 
-        report("copying", 0, 1)
-        return import_folder(Path(r.source), r.models_dir)
+        src = Path(r.source)
+        # Quantized weights are copied as they are, whatever the window's choice.
+        q_bits = r.q_bits if folder_quantization(src) is None else None
+        report("quantizing" if q_bits else "copying", 0, 1)
+        return import_folder(
+            src,
+            r.models_dir,
+            q_bits=q_bits,
+            cancel=r.cancel,
+            progress=lambda p: report(p.stage, p.done, p.total),
+        )
 
     @Slot()
     def _on_shutdown_requested(self) -> None:

@@ -61,7 +61,8 @@ class HubTaskGroup(QObject):
 
         Args:
             tasks: What to run, in order.
-            q_bits: Quantize GGUF imports to this many bits (``None``: as they are).
+            q_bits: Quantize imports to this many bits: GGUF files, and folders of
+                unquantized weights (``None``: as they are).
         """
         token = stored_token() if any(kind == "download" for kind, _ in tasks) else None
         self._paths = {}

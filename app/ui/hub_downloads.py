@@ -10,6 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
+    QComboBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -23,12 +24,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub import human_count, human_size
+from app.hub.catalog import mlx_runs_on_gpu
+from app.hub.gguf_import import default_q_bits
 from app.keychain import stored_token
 from app.services.hub_service import HubFailure, HubSearchResult, HubService, Kind
 from app.services.hub_tasks import GroupProgress, HubTaskGroup
 
 RepoRole = Qt.ItemDataRole.UserRole + 3
 REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+# How an import is stored: its bits, 0 for as it is.
+IMPORT_AS = (("4-bit", 4), ("8-bit", 8), ("full precision", 0))
 
 
 class HubPanel(QWidget):
@@ -75,6 +80,17 @@ class HubPanel(QWidget):
         self.download_button = QPushButton("Download")
         self.import_button = QPushButton("Import GGUF…")
         self.import_folder_button = QPushButton("Import Folder…")
+        self.import_as_label = QLabel("as")
+        self.import_as = QComboBox()
+        self.import_as.setAccessibleName("How imports are stored")
+        self.import_as.setToolTip(
+            "GGUF files are converted to this, and folders of unquantized weights quantized "
+            "(an MTP head with them); a quantized folder is copied as it is."
+        )
+        for text, bits in IMPORT_AS:
+            self.import_as.addItem(text, bits)
+        bits = default_q_bits(mlx_runs_on_gpu()) or 0  # 0: as it is
+        self.import_as.setCurrentIndex(self.import_as.findData(bits))
         self.progress = QProgressBar()
         self.progress.setAccessibleName("Download or import progress")
         self.file_progress = QProgressBar()
@@ -115,6 +131,8 @@ class HubPanel(QWidget):
         search_row.addWidget(self.download_button)
         search_row.addWidget(self.import_button)
         search_row.addWidget(self.import_folder_button)
+        search_row.addWidget(self.import_as_label)
+        search_row.addWidget(self.import_as)
         layout.addLayout(search_row)
         layout.addWidget(self.results)
         hub_row = QHBoxLayout()
@@ -138,7 +156,7 @@ class HubPanel(QWidget):
         Args:
             kind: What to do with ``source``.
             source: A repo id, a GGUF file or an MLX model folder.
-            q_bits: Quantize a GGUF import to this many bits (``None``: as it is).
+            q_bits: Quantize an import to this many bits (``None``: as it is).
         """
         assert self._downloads is not None
         self._downloads.start([(kind, source)], q_bits)
@@ -198,7 +216,7 @@ class HubPanel(QWidget):
         self.progress.setVisible(running)
         self.file_progress.setVisible(False)  # until a download names a file
         self.cancel_button.setVisible(running)
-        for b in (self.import_button, self.import_folder_button):
+        for b in (self.import_button, self.import_folder_button, self.import_as):
             b.setEnabled(self.hub is not None and not running)
         self._update_download_button()
 
@@ -264,13 +282,16 @@ class HubPanel(QWidget):
             self.window(), "Import GGUF", "", "GGUF files (*.gguf)"
         )
         if path:
-            self.start_task("import-gguf", path)
+            self.start_task("import-gguf", path, self._import_bits())
 
     @Slot()
     def _on_import_folder_clicked(self) -> None:
-        path = QFileDialog.getExistingDirectory(self.window(), "Import an MLX model folder")
+        path = QFileDialog.getExistingDirectory(self.window(), "Import a model folder")
         if path:
-            self.start_task("import-folder", path)
+            self.start_task("import-folder", path, self._import_bits())
+
+    def _import_bits(self) -> int | None:
+        return int(self.import_as.currentData()) or None
 
     @Slot()
     def _on_cancel_clicked(self) -> None:

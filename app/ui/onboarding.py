@@ -66,7 +66,7 @@ class OnboardingView(QWidget):
         self.progress_label.setWordWrap(True)
         self.cancel_button = QPushButton("Cancel")
         self.import_button = QPushButton("Import GGUF…")
-        self.import_folder_button = QPushButton("Import MLX Folder…")
+        self.import_folder_button = QPushButton("Import Folder…")
         self.models_button = QPushButton("Open Models…")
         # A pair the Hub does not serve: the command that installs it headless, to copy.
         self.command_label = QLabel()

@@ -88,8 +88,9 @@ class OnboardingFlow(QObject):
         if self.view is not None:
             self.view.show_message(message)
 
-    def start_tasks(self, tasks: list[tuple[str, str]]) -> None:
-        """Runs downloads or imports one after another for the first-run view."""
+    def start_tasks(self, tasks: list[tuple[str, str]], q_bits: int | None = None) -> None:
+        """Runs downloads or imports one after another for the first-run view; imports
+        quantized to ``q_bits`` (``None``: as they are)."""
         assert self.view is not None
         if self._tasks is not None:
             self._tasks.forget()
@@ -99,7 +100,7 @@ class OnboardingFlow(QObject):
         group.finished.connect(self._on_tasks_finished)
         group.failed.connect(self.show_message)
         self._tasks = group
-        group.start(tasks)
+        group.start(tasks, q_bits)
         self.view.set_running(True)
         self.view.show_progress(1, len(tasks), 0.0, f"Starting {tasks[0][1]}…")
 
@@ -115,9 +116,12 @@ class OnboardingFlow(QObject):
                 self._dialogs, "Import GGUF", "", "GGUF files (*.gguf)"
             )
         else:
-            path = QFileDialog.getExistingDirectory(self._dialogs, "Import an MLX model folder")
+            path = QFileDialog.getExistingDirectory(self._dialogs, "Import a model folder")
         if path:
-            self.start_tasks([(kind, path)])
+            from app.hub.catalog import mlx_runs_on_gpu
+            from app.hub.gguf_import import default_q_bits
+
+            self.start_tasks([(kind, path)], default_q_bits(mlx_runs_on_gpu()))
 
     @Slot()
     def _on_cancel_requested(self) -> None:

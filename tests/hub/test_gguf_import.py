@@ -494,3 +494,41 @@ def test_import_folder_copies_and_links(tiny_gguf: Tiny, tmp_path: Path) -> None
     with pytest.raises(ModelError, match=r"no config\.json"):
         import_folder(not_a_model, models)
     assert sorted(p.name for p in models.iterdir()) == ["llama", "qwen2"]
+
+
+def test_import_folder_quantizes_a_folder_of_float_weights(tiny_gguf: Tiny, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    src = Path(shutil.copytree(tiny_gguf.llama, tmp_path / "llama"))
+    (src / "chat_template.jinja").write_text(CHATML_TEMPLATE)  # a file of its own
+    events: list[ImportProgress] = []
+    out = import_folder(src, models, q_bits=8, progress=events.append)
+    assert out == models / "llama-8bit"
+    config = json.loads((out / "config.json").read_text())
+    assert config["quantization"] == {"group_size": 64, "bits": 8, "mode": "affine"}
+    assert weights_of(out)["model.layers.0.self_attn.q_proj.weight"].dtype == np.uint32
+    # Beside the weights, the folder's own files come along as they are.
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (out / name).read_bytes() == (src / name).read_bytes()
+    assert "quantizing" in {e.stage for e in events}
+    # Quantized as a GGUF file of the same weights is.
+    from_gguf = weights_of(import_gguf(tiny_gguf.llama_gguf, tmp_path / "gguf", q_bits=8))
+    got = weights_of(out)
+    assert got.keys() == from_gguf.keys()
+    for key, value in got.items():
+        np.testing.assert_array_equal(value, from_gguf[key], err_msg=key)
+    assert len(greedy(out)) > 0
+    assert [p.name for p in models.iterdir()] == ["llama-8bit"]
+
+
+def test_import_folder_refuses_to_quantize_quantized_weights(
+    tiny_gguf: Tiny, tmp_path: Path
+) -> None:
+    quantized = import_folder(tiny_gguf.llama, tmp_path / "first", q_bits=4)
+    models = tmp_path / "models"
+    with pytest.raises(ModelError) as caught:
+        import_folder(quantized, models, q_bits=8)
+    assert str(caught.value) == "llama-4bit is already quantized (4-bit); import it as it is"
+    with pytest.raises(ValueError, match="cannot be quantized"):
+        import_folder(tiny_gguf.llama, models, q_bits=4, link=True)
+    assert not models.exists() or not any(models.iterdir())
+    assert import_folder(quantized, models) == models / "llama-4bit"  # as it is

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from app.engine import mtp
 from app.engine.loader import config_model, load_model, read_header
 from app.errors import ModelError
-from app.hub.gguf_import import import_gguf
+from app.hub.gguf_import import import_folder, import_gguf
 from app.testing.tiny import train_tokenizer
 from tests.engine.families import hybrid_config
 from tests.fakes import (
@@ -30,6 +30,7 @@ from tests.fakes import (
     qwen3_next_edits,
     qwen3_next_parameters,
     tiny_tokenizer,
+    weights_of,
 )
 
 _TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
@@ -320,6 +321,21 @@ def test_qwen35_quantized_keeps_its_mtp_head(tiny: Tiny, tmp_path: Path) -> None
     got = np.array(head_logits(loaded.model, head))
     want = np.array(head_logits(loaded.model, tiny.head))
     assert np.linalg.norm(got - want) < 0.03 * np.linalg.norm(want)
+
+
+def test_a_float_folder_quantizes_with_its_mtp_head_as_its_gguf_does(
+    tiny: Tiny, tmp_path: Path
+) -> None:
+    # The float import is the model in Hugging Face's layout, its head's norms stored as w.
+    float_folder = import_gguf(tiny.with_head, tmp_path / "float")
+    out = import_folder(float_folder, tmp_path / "models", q_bits=8)
+    assert mtp.has_head(out)
+    want = weights_of(import_gguf(tiny.with_head, tmp_path / "q8", q_bits=8))
+    got = weights_of(out)
+    assert got.keys() == want.keys()
+    assert any(k.startswith("mtp.") and k.endswith(".scales") for k in got)
+    for key, value in got.items():
+        np.testing.assert_array_equal(value, want[key], err_msg=key)
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,25 @@ def test_import_reports_progress_then_the_folder(
     assert not hub.busy
 
 
+def test_a_folder_import_quantizes_float_weights_and_copies_quantized_ones(
+    qtbot: QtBot, hub: HubService, tiny: TinyModels, tmp_path: Path
+) -> None:
+    import json
+
+    models = tmp_path / "models"
+    with qtbot.waitSignal(hub.finished, timeout=30_000) as blocker:
+        hub.start("import-folder", str(tiny.target), models, q_bits=4)
+    quantized = Path(blocker.args[0].path)
+    assert quantized == models / "tiny-llama-4bit"
+    assert json.loads((quantized / "config.json").read_text())["quantization"]["bits"] == 4
+    # Asked for 8 bits, a quantized folder comes as it is: the window's choice is a default.
+    with qtbot.waitSignal(hub.finished, timeout=30_000) as blocker:
+        hub.start("import-folder", str(quantized), tmp_path / "other", q_bits=8)
+    copied = Path(blocker.args[0].path)
+    assert copied == tmp_path / "other" / "tiny-llama-4bit"
+    assert (copied / "config.json").read_bytes() == (quantized / "config.json").read_bytes()
+
+
 def test_cancel_stops_the_task(
     qtbot: QtBot, hub: HubService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,10 +26,12 @@ class FakeHub(QObject):
     def __init__(self) -> None:
         super().__init__()
         self.started: list[tuple[str, str, str | None]] = []
+        self.bits: list[int | None] = []  # each task's q_bits
         self.cancelled: list[int] = []
 
     def start(self, kind, source, models_dir, *, token=None, q_bits=None) -> int:  # type: ignore[no-untyped-def]
         self.started.append((kind, source, token))
+        self.bits.append(q_bits)
         return len(self.started)
 
     def search(self, query: str, *, token: str | None = None) -> int:

@@ -254,6 +254,31 @@ def _hub_dialog(qtbot: QtBot, library: Path, tmp_path: Path):  # type: ignore[no
     return _scanned(qtbot, dialog), hub
 
 
+def test_imports_are_stored_as_the_panel_says(
+    qtbot: QtBot, library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.services import HubResult
+
+    dialog, hub = _hub_dialog(qtbot, library, tmp_path)
+    panel = dialog.hub_panel
+    # MLX computes on this CPU, where float32 is faster than 4-bit.
+    assert panel.import_as.currentText() == "full precision"
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: ("/x/m.gguf", ""))
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "/x/m")
+    qtbot.mouseClick(panel.import_button, Qt.MouseButton.LeftButton)
+    assert not panel.import_as.isEnabled()  # one task at a time, stored as it began
+    hub.finished.emit(HubResult(1, str(library / "tiny-llama")))
+    panel.import_as.setCurrentIndex(panel.import_as.findText("4-bit"))
+    qtbot.mouseClick(panel.import_folder_button, Qt.MouseButton.LeftButton)
+    assert hub.started == [("import-gguf", "/x/m.gguf", None), ("import-folder", "/x/m", None)]
+    assert hub.bits == [None, 4]
+    monkeypatch.setattr("app.ui.hub_downloads.mlx_runs_on_gpu", lambda: True)
+    on_a_gpu, _ = _hub_dialog(qtbot, library, tmp_path)
+    assert on_a_gpu.hub_panel.import_as.currentText() == "4-bit"
+
+
 def test_search_lists_repos_and_downloads_the_chosen_one(
     qtbot: QtBot, library: Path, tmp_path: Path
 ) -> None:

@@ -138,8 +138,11 @@ def test_an_import_becomes_the_target(
     view = window.onboarding
     assert view is not None
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: ("/x/m.gguf", ""))
+    # Where MLX computes on a GPU, an import is stored in 4 bits; on this CPU as it is.
+    monkeypatch.setattr("app.hub.catalog.mlx_runs_on_gpu", lambda: True)
     view.import_button.click()
     assert hub.started == [("import-gguf", "/x/m.gguf", None)]
+    assert hub.bits == [4]
     imported = tmp_path / "models" / "m"
     shutil.copytree(tiny.target, imported)
     with qtbot.waitSignal(window.service.pair_loaded, timeout=20_000):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +34,9 @@ def _quantize(
     try:
         # Lazy: each weight is read from disk only when its quantized form is written.
         model, loaded = load_model(weights_dir, lazy=True)
-        model, quantized = quantize_model(model, loaded, group_size=_GROUP_SIZE, bits=q_bits)
+        # mlx-lm prints its bits per weight; the CLI's output is the new folder alone.
+        with contextlib.redirect_stdout(io.StringIO()):
+            model, quantized = quantize_model(model, loaded, group_size=_GROUP_SIZE, bits=q_bits)
     except Exception as exc:  # mlx-lm raises many kinds for a config it cannot build
         raise ModelError(f"cannot quantize the model ({first_line(exc)})") from exc
     params: dict[str, Any] = dict(tree_flatten(model.parameters()))
