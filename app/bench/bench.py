@@ -79,6 +79,9 @@ class Row:
     target_calls: int = 0
     ks: list[int] = field(default_factory=list)
     speedup: float | None = None
+    # Greedy runs whose reply was plain decoding's of the same prompt (None: not greedy,
+    # or no plain run of that prompt to compare with).
+    same_as_plain: int | None = None
     rounds: list[tuple[int, int, float, int, float]] = field(default_factory=list)
     learned: dict[str, Any] | None = None  # the decoder's costs after the runs
 
@@ -449,6 +452,7 @@ def benchmark(
     for impl, k, temp in configs:
         once(impl, k, temp, prompts[0], min(warmup, max_tokens))
     rows = {c: Row(c[0], _label(c[1]), c[2]) for c in configs}
+    replies: dict[tuple[str, int | None, float], list[tuple[int, list[int]]]] = {}
     mx.random.seed(seed)
     runs = 0
     for r in range(repeats):
@@ -467,10 +471,25 @@ def benchmark(
                 row.target_calls += run.target_calls
                 row.ks += run.ks
                 row.rounds += run.rounds
+                if not fresh_shapes:  # each run's prompt its own: nothing to compare
+                    replies.setdefault(config, []).append((i, run.tokens))
             log(f"repeat {r + 1}/{repeats}, prompt {i + 1}/{len(prompts)} done")
+        _compare_with_plain(rows, replies)
         if on_repeat is not None:
             on_repeat(_summarise(rows, decoders), r + 1)
     return _summarise(rows, decoders)
+
+
+def _compare_with_plain(
+    rows: dict[tuple[str, int | None, float], Row],
+    replies: dict[tuple[str, int | None, float], list[tuple[int, list[int]]]],
+) -> None:
+    """Counts each greedy row's replies that are plain decoding's of the same prompt."""
+    plain = {i: tokens for i, tokens in replies.get(("plain", 0, 0.0), [])}
+    for config, row in rows.items():
+        if config[2] == 0 and config[0] != "plain" and plain:
+            done = [(i, t) for i, t in replies.get(config, []) if i in plain]
+            row.same_as_plain = sum(t == plain[i] for i, t in done)
 
 
 def _summarise(
@@ -493,16 +512,17 @@ def table(rows: Sequence[Row]) -> str:
     w = max([4, *(len(r.k) for r in rows)])
     lines = [
         f"{'impl':<8} {'k':>{w}} {'temp':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} "
-        f"{'tok/call':>8} {'mean k':>6}"
+        f"{'tok/call':>8} {'mean k':>6} {'=plain':>6}"
     ]
     for r in rows:
         acc = f"{r.acceptance:.0%}" if r.acceptance is not None else "-"
         sp = f"{r.speedup:.2f}x" if r.speedup is not None else "-"
         tpc = f"{r.tokens_per_call:.2f}" if r.tokens_per_call is not None else "-"
         mk = f"{statistics.mean(r.ks):.1f}" if r.ks else "-"
+        same = f"{r.same_as_plain}/{len(r.tps)}" if r.same_as_plain is not None else "-"
         lines.append(
             f"{r.impl:<8} {r.k:>{w}} {r.temp:>5.2f} {r.median_tps:>8.2f} {sp:>8} {acc:>7} "
-            f"{tpc:>8} {mk:>6}"
+            f"{tpc:>8} {mk:>6} {same:>6}"
         )
     return "\n".join(lines)
 

@@ -285,6 +285,39 @@ def test_fresh_shapes_give_every_measured_run_a_prompt_of_its_own_length(
         assert measured == [warm] * 4
 
 
+def test_greedy_rows_say_how_many_replies_were_plain_decodings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    import app.bench.bench as bench
+
+    def one_off(run: Any) -> Any:  # the engine's k = 4 replies end on a wrong token
+        def wrong(*args: Any, **kwargs: Any) -> Any:
+            out = run(*args, **kwargs)
+            if args[4] != 4:
+                return out
+            return dataclasses.replace(out, tokens=[*out.tokens[:-1], out.tokens[-1] + 1])
+
+        return wrong
+
+    monkeypatch.setattr(bench, "run_tandem", one_off(bench.run_tandem))
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--synthetic", "tiny:tiny", "--miss", "0.25", "--ks", "2,4,auto", "--temps", "0,0.7",
+        "--max-tokens", "16", "--repeats", "2", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    same = {(row["impl"], row["k"], row["temp"]): row["same_as_plain"] for row in json.loads(
+        out.read_text())["rows"]}  # fmt: skip
+    assert same[("tandem", "2", 0.0)] == same[("tandem", "auto", 0.0)] == 2
+    assert same[("mlx-lm", "2", 0.0)] == 2
+    assert same[("tandem", "4", 0.0)] == 0
+    assert same[("plain", "0", 0.0)] is None  # the reference itself
+    assert same[("tandem", "2", 0.7)] is None  # sampled: nothing to compare
+    assert "=plain" in r.stdout and " 0/2" in r.stdout
+
+
 def test_wide_sets_the_rows_both_models_dequantize_from(tmp_path: Path) -> None:
     out = tmp_path / "wide.json"
     r = _bench(
