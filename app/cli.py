@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         help="quantize with MLX: a GGUF file, or a folder of unquantized weights (an MTP head too)",
     )
     imp.add_argument("--link", action="store_true", help="link an MLX folder instead of copying")
+    imp.add_argument(
+        "--mtp",
+        metavar="FILE",
+        help="the model's MTP head in a GGUF file of its own (llama.cpp's --mtp), imported with it",
+    )
     download = models_sub.add_parser("download", help="download a model from the Hugging Face Hub")
     download.add_argument("repo_id", help="for example mlx-community/Qwen2.5-0.5B-Instruct-4bit")
     search = models_sub.add_parser("search", help="search the Hugging Face Hub")
@@ -617,6 +622,9 @@ def _import(args: argparse.Namespace, models_dir: Path) -> int:
         except ModelError as exc:
             print(f"tandem: --name: {exc}", file=sys.stderr)
             return 2
+    if args.mtp and src.is_dir():
+        print("tandem: --mtp: a folder carries its MTP head itself", file=sys.stderr)
+        return 2
     if args.link and not src.is_dir():
         print("tandem: --link: only a model folder can be linked", file=sys.stderr)
         return 2
@@ -635,7 +643,11 @@ def _import(args: argparse.Namespace, models_dir: Path) -> int:
         else:
             name = args.name or src.stem + (f"-{args.q_bits}bit" if args.q_bits else "")
             out = import_gguf(
-                src, model_folder(models_dir, name), q_bits=args.q_bits, progress=show
+                src,
+                model_folder(models_dir, name),
+                q_bits=args.q_bits,
+                mtp=Path(args.mtp) if args.mtp else None,
+                progress=show,
             )
     except ModelError as exc:
         print(f"\ntandem: {exc}", file=sys.stderr)

@@ -32,6 +32,7 @@ class HubRequest:
     models_dir: Path
     token: str | None = field(default=None, repr=False)
     q_bits: int | None = None
+    mtp: str | None = None  # a GGUF import's MTP head in a file of its own
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
@@ -133,14 +134,17 @@ class HubWorker(QObject):
                 ),
             )
         if r.kind == "import-gguf":
-            from app.hub.gguf_import import import_gguf
+            from app.hub.gguf_import import import_gguf, model_and_head
 
-            src = Path(r.source)
+            src, head = Path(r.source), None
+            if r.mtp is not None:
+                src, head = model_and_head(src, Path(r.mtp))
             name = src.stem + (f"-{r.q_bits}bit" if r.q_bits else "")
             return import_gguf(
                 src,
                 r.models_dir / name,
                 q_bits=r.q_bits,
+                mtp=head,
                 cancel=r.cancel,
                 progress=lambda p: report(p.stage, p.done, p.total),
             )
@@ -201,8 +205,9 @@ class HubService(QObject):
         *,
         token: str | None = None,
         q_bits: int | None = None,
+        mtp: str | None = None,
     ) -> int:
-        request = HubRequest(next(self._ids), kind, source, models_dir, token, q_bits)
+        request = HubRequest(next(self._ids), kind, source, models_dir, token, q_bits, mtp)
         self._tasks[request.task_id] = request
         self.task_requested.emit(request)
         return request.task_id

@@ -56,13 +56,16 @@ class HubTaskGroup(QObject):
     def running(self) -> bool:
         return bool(self._tasks)
 
-    def start(self, tasks: list[tuple[str, str]], q_bits: int | None = None) -> None:
+    def start(
+        self, tasks: list[tuple[str, str]], q_bits: int | None = None, mtp: str | None = None
+    ) -> None:
         """Starts ``(kind, source)`` tasks; downloads get the stored Hub token.
 
         Args:
             tasks: What to run, in order.
             q_bits: Quantize imports to this many bits: GGUF files, and folders of
                 unquantized weights (``None``: as they are).
+            mtp: The MTP head's own file, for the GGUF import among ``tasks``.
         """
         token = stored_token() if any(kind == "download" for kind, _ in tasks) else None
         self._paths = {}
@@ -73,6 +76,7 @@ class HubTaskGroup(QObject):
                 self._models_dir,
                 token=token if kind == "download" else None,
                 q_bits=q_bits,
+                mtp=mtp if kind == "import-gguf" else None,
             )
             for kind, source in tasks
         ]

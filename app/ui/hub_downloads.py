@@ -34,6 +34,16 @@ RepoRole = Qt.ItemDataRole.UserRole + 3
 REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 # How an import is stored: its bits, 0 for as it is.
 IMPORT_AS = (("4-bit", 4), ("8-bit", 8), ("full precision", 0))
+TOO_MANY_FILES = "Choose one GGUF file, or a model's file with its MTP head's file."
+
+
+def choose_gguf(parent: QWidget) -> list[str]:
+    """Asks for a GGUF file, or two: a model's and its MTP head's (llama.cpp can write
+    them apart); empty when cancelled."""
+    paths, _ = QFileDialog.getOpenFileNames(
+        parent, "Import GGUF (with its MTP head's file, if apart)", "", "GGUF files (*.gguf)"
+    )
+    return paths
 
 
 class HubPanel(QWidget):
@@ -150,16 +160,20 @@ class HubPanel(QWidget):
         """Whether a download or import runs (one at a time)."""
         return self._downloads is not None and self._downloads.running
 
-    def start_task(self, kind: Kind, source: str, q_bits: int | None = None) -> None:
+    def start_task(
+        self, kind: Kind, source: str, q_bits: int | None = None, mtp: str | None = None
+    ) -> None:
         """Downloads or imports one model into Tandem's folder.
 
         Args:
             kind: What to do with ``source``.
-            source: A repo id, a GGUF file or an MLX model folder.
+            source: A repo id, a GGUF file or a model folder.
             q_bits: Quantize an import to this many bits (``None``: as it is).
+            mtp: A GGUF import's other file: its MTP head alone, or the model's own
+                where ``source`` is the head (the hub tells them apart).
         """
         assert self._downloads is not None
-        self._downloads.start([(kind, source)], q_bits)
+        self._downloads.start([(kind, source)], q_bits, mtp)
         self.progress.setRange(0, 0)
         self.progress_label.setText(f"Starting {Path(source).name}…")
         self._set_running(True)
@@ -278,11 +292,13 @@ class HubPanel(QWidget):
 
     @Slot()
     def _on_import_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self.window(), "Import GGUF", "", "GGUF files (*.gguf)"
-        )
-        if path:
-            self.start_task("import-gguf", path, self._import_bits())
+        paths = choose_gguf(self.window())
+        if len(paths) > 2:
+            self.progress_label.setText(TOO_MANY_FILES)
+        elif paths:
+            self.start_task(
+                "import-gguf", paths[0], self._import_bits(), paths[1] if len(paths) == 2 else None
+            )
 
     @Slot()
     def _on_import_folder_clicked(self) -> None:

@@ -88,9 +88,12 @@ class OnboardingFlow(QObject):
         if self.view is not None:
             self.view.show_message(message)
 
-    def start_tasks(self, tasks: list[tuple[str, str]], q_bits: int | None = None) -> None:
+    def start_tasks(
+        self, tasks: list[tuple[str, str]], q_bits: int | None = None, mtp: str | None = None
+    ) -> None:
         """Runs downloads or imports one after another for the first-run view; imports
-        quantized to ``q_bits`` (``None``: as they are)."""
+        quantized to ``q_bits`` (``None``: as they are), a GGUF import's MTP head from
+        ``mtp`` where it is a file of its own."""
         assert self.view is not None
         if self._tasks is not None:
             self._tasks.forget()
@@ -100,7 +103,7 @@ class OnboardingFlow(QObject):
         group.finished.connect(self._on_tasks_finished)
         group.failed.connect(self.show_message)
         self._tasks = group
-        group.start(tasks, q_bits)
+        group.start(tasks, q_bits, mtp)
         self.view.set_running(True)
         self.view.show_progress(1, len(tasks), 0.0, f"Starting {tasks[0][1]}…")
 
@@ -111,17 +114,19 @@ class OnboardingFlow(QObject):
 
     @Slot(str)
     def _on_import_requested(self, kind: str) -> None:
-        if kind == "import-gguf":
-            path, _ = QFileDialog.getOpenFileName(
-                self._dialogs, "Import GGUF", "", "GGUF files (*.gguf)"
-            )
-        else:
-            path = QFileDialog.getExistingDirectory(self._dialogs, "Import a model folder")
-        if path:
-            from app.hub.catalog import mlx_runs_on_gpu
-            from app.hub.gguf_import import default_q_bits
+        from app.hub.catalog import mlx_runs_on_gpu
+        from app.hub.gguf_import import default_q_bits
+        from app.ui.hub_downloads import TOO_MANY_FILES, choose_gguf
 
-            self.start_tasks([(kind, path)], default_q_bits(mlx_runs_on_gpu()))
+        if kind == "import-gguf":
+            paths = choose_gguf(self._dialogs)
+        else:
+            paths = [QFileDialog.getExistingDirectory(self._dialogs, "Import a model folder")]
+        if len(paths) > 2:
+            self.show_message(TOO_MANY_FILES)
+        elif paths and paths[0]:
+            bits = default_q_bits(mlx_runs_on_gpu())
+            self.start_tasks([(kind, paths[0])], bits, paths[1] if len(paths) == 2 else None)
 
     @Slot()
     def _on_cancel_requested(self) -> None:

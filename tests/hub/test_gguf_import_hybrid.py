@@ -20,12 +20,13 @@ from tokenizers import Tokenizer
 from app.engine import mtp
 from app.engine.loader import config_model, load_model, read_header
 from app.errors import ModelError
-from app.hub.gguf_import import import_folder, import_gguf
+from app.hub.gguf_import import import_folder, import_gguf, model_and_head
 from app.testing.tiny import train_tokenizer
 from tests.engine.families import hybrid_config
 from tests.fakes import (
     NORMS_STORED_AS_W,
     TokenizerMeta,
+    _tandem_in_here,
     finish_gguf,
     qwen3_next_edits,
     qwen3_next_parameters,
@@ -336,6 +337,70 @@ def test_a_float_folder_quantizes_with_its_mtp_head_as_its_gguf_does(
     assert any(k.startswith("mtp.") and k.endswith(".scales") for k in got)
     for key, value in got.items():
         np.testing.assert_array_equal(value, want[key], err_msg=key)
+
+
+def mtp_only(tiny: Tiny, path: Path) -> Path:
+    """The head as llama.cpp's ``--mtp`` writes it apart: its block, with the model's
+    embeddings, final norm and output (``_Qwen35MtpMixin.filter_tensors``)."""
+    args = tiny.model.language_model.args
+    repeated = ("token_embd.weight", "output_norm.weight", "output.weight")
+    kept = {
+        k: v
+        for k, v in tiny.tensors.items()
+        if k.startswith(f"blk.{args.num_hidden_layers}.") or k in repeated
+    }
+    return write_qwen35(path, tiny.arch, args, kept, tiny.tokenizer, mtp_layers=1)
+
+
+def test_a_head_written_apart_imports_with_its_model(tiny: Tiny, tmp_path: Path) -> None:
+    head = mtp_only(tiny, tmp_path / "mtp-tiny.gguf")
+    joined = import_gguf(tiny.plain, tmp_path / "joined", mtp=head)
+    whole = import_gguf(tiny.with_head, tmp_path / "whole")
+    config = json.loads((joined / "config.json").read_text())
+    assert config == json.loads((whole / "config.json").read_text())
+    assert config["text_config"]["mtp_num_hidden_layers"] == 1
+    got, want = weights_of(joined), weights_of(whole)
+    assert got.keys() == want.keys()
+    for key, value in got.items():
+        np.testing.assert_array_equal(value, want[key], err_msg=key)
+    # Two files chosen together, in either order: the model's comes first.
+    assert (
+        model_and_head(head, tiny.plain)
+        == model_and_head(tiny.plain, head)
+        == (
+            tiny.plain,
+            head,
+        )
+    )
+
+
+def test_models_import_takes_the_heads_file_along(tiny: Tiny, tmp_path: Path) -> None:
+    head = mtp_only(tiny, tmp_path / "mtp-tiny.gguf")
+    r = _tandem_in_here(tmp_path, "models", "import", str(tiny.plain), "--mtp", str(head))
+    assert r.returncode == 0, r.stderr
+    assert mtp.has_head(Path(r.stdout.strip()))
+    folder = _tandem_in_here(tmp_path, "models", "import", str(tmp_path), "--mtp", str(head))
+    assert folder.returncode == 2
+    assert folder.stderr == "tandem: --mtp: a folder carries its MTP head itself\n"
+
+
+def test_a_head_alone_or_with_the_wrong_model_is_refused_in_one_line(
+    tiny: Tiny, tmp_path: Path
+) -> None:
+    head = mtp_only(tiny, tmp_path / "mtp-tiny.gguf")
+    refusals = [
+        (head, None, "mtp-tiny.gguf holds only an MTP head (llama.cpp's --mtp): import it "
+         "with its model's file"),
+        (tiny.with_head, head, "head.gguf carries its MTP layers already: import it alone"),
+        (tiny.plain, tiny.plain, "plain.gguf is no MTP head alone (llama.cpp's --mtp writes "
+         "those)"),
+    ]  # fmt: skip
+    for model, mtp_file, message in refusals:
+        out = tmp_path / "out"
+        with pytest.raises(ModelError) as caught:
+            import_gguf(model, out, mtp=mtp_file)
+        assert str(caught.value) == message
+        assert not out.exists() and not list(tmp_path.glob(".out.*"))
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,7 @@ def test_cancel_stops_the_task(
 ) -> None:
     from app.hub import gguf_import
 
-    def slow(src, out, *, q_bits=None, cancel=None, progress=None):  # type: ignore[no-untyped-def]
+    def slow(src, out, *, q_bits=None, mtp=None, cancel=None, progress=None):  # type: ignore[no-untyped-def]
         for i in range(1000):
             if cancel is not None and cancel.is_set():
                 raise gguf_import.ImportCancelled()

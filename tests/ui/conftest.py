@@ -27,11 +27,13 @@ class FakeHub(QObject):
         super().__init__()
         self.started: list[tuple[str, str, str | None]] = []
         self.bits: list[int | None] = []  # each task's q_bits
+        self.heads: list[str | None] = []  # each task's MTP head file
         self.cancelled: list[int] = []
 
-    def start(self, kind, source, models_dir, *, token=None, q_bits=None) -> int:  # type: ignore[no-untyped-def]
+    def start(self, kind, source, models_dir, *, token=None, q_bits=None, mtp=None) -> int:  # type: ignore[no-untyped-def]
         self.started.append((kind, source, token))
         self.bits.append(q_bits)
+        self.heads.append(mtp)
         return len(self.started)
 
     def search(self, query: str, *, token: str | None = None) -> int:

@@ -265,7 +265,7 @@ def test_imports_are_stored_as_the_panel_says(
     panel = dialog.hub_panel
     # MLX computes on this CPU, where float32 is faster than 4-bit.
     assert panel.import_as.currentText() == "full precision"
-    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: ("/x/m.gguf", ""))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: (["/x/m.gguf"], ""))
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "/x/m")
     qtbot.mouseClick(panel.import_button, Qt.MouseButton.LeftButton)
     assert not panel.import_as.isEnabled()  # one task at a time, stored as it began
@@ -274,9 +274,31 @@ def test_imports_are_stored_as_the_panel_says(
     qtbot.mouseClick(panel.import_folder_button, Qt.MouseButton.LeftButton)
     assert hub.started == [("import-gguf", "/x/m.gguf", None), ("import-folder", "/x/m", None)]
     assert hub.bits == [None, 4]
+    assert hub.heads == [None, None]
     monkeypatch.setattr("app.ui.hub_downloads.mlx_runs_on_gpu", lambda: True)
     on_a_gpu, _ = _hub_dialog(qtbot, library, tmp_path)
     assert on_a_gpu.hub_panel.import_as.currentText() == "4-bit"
+
+
+def test_a_gguf_import_takes_its_mtp_heads_file_along(
+    qtbot: QtBot, library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    dialog, hub = _hub_dialog(qtbot, library, tmp_path)
+    panel = dialog.hub_panel
+    chosen = ["/x/mtp-m.gguf", "/x/m.gguf", "/x/other.gguf"]
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: (chosen, ""))
+    qtbot.mouseClick(panel.import_button, Qt.MouseButton.LeftButton)
+    assert hub.started == []
+    assert panel.progress_label.text() == (
+        "Choose one GGUF file, or a model's file with its MTP head's file."
+    )
+    del chosen[2]
+    qtbot.mouseClick(panel.import_button, Qt.MouseButton.LeftButton)
+    # In either order: the hub tells the head's file from the model's.
+    assert hub.started == [("import-gguf", "/x/mtp-m.gguf", None)]
+    assert hub.heads == ["/x/m.gguf"]
 
 
 def test_search_lists_repos_and_downloads_the_chosen_one(

@@ -137,7 +137,7 @@ def test_an_import_becomes_the_target(
     window.set_hub(hub)  # type: ignore[arg-type]
     view = window.onboarding
     assert view is not None
-    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: ("/x/m.gguf", ""))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: (["/x/m.gguf"], ""))
     # Where MLX computes on a GPU, an import is stored in 4 bits; on this CPU as it is.
     monkeypatch.setattr("app.hub.catalog.mlx_runs_on_gpu", lambda: True)
     view.import_button.click()

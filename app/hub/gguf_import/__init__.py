@@ -32,7 +32,7 @@ from typing import Any
 from app.engine.loader import check_weights, read_config, read_header, user_path, weight_files
 from app.errors import ModelError
 from app.hub.gguf_import.common import _DTYPES, ImportCancelled, ImportProgress, _check_cancel
-from app.hub.gguf_import.convert import _convert
+from app.hub.gguf_import.convert import _convert, holds_only_a_head
 from app.hub.gguf_import.files import (
     _linked_folders,
     _move_into_place,
@@ -53,6 +53,7 @@ __all__ = [
     "folder_quantization",
     "import_folder",
     "import_gguf",
+    "model_and_head",
     "model_folder",
     "quantization_of",
 ]
@@ -64,6 +65,7 @@ def import_gguf(
     *,
     q_bits: int | None = None,
     dtype: str = "float32",
+    mtp: Path | None = None,
     progress: Callable[[ImportProgress], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> Path:
@@ -72,6 +74,8 @@ def import_gguf(
     Args:
         gguf_path: The ``.gguf`` file; split files must be merged first.
         out_dir: The model folder to create; must not exist yet.
+        mtp: A file of the model's MTP head alone (llama.cpp's ``--mtp`` writes one
+            beside a model converted ``--no-mtp``), imported into the folder with it.
         q_bits: 4 or 8 to re-quantize with MLX (group size 64); ``None`` keeps
             the dequantized weights.
         dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``: the weights'
@@ -96,7 +100,8 @@ def import_gguf(
     _refuse_existing(out_dir)
     report = progress or (lambda _p: None)
     with _partial_folder(out_dir) as partial:
-        _convert(gguf_path, partial, out_dir.name, q_bits, dtype, report, cancel)
+        mtp_path = None if mtp is None else Path(user_path(mtp))
+        _convert(gguf_path, partial, out_dir.name, q_bits, dtype, report, cancel, mtp_path)
         _check_cancel(cancel)
         report(ImportProgress("writing", 0, 1))
         _move_into_place(partial, out_dir)
@@ -175,6 +180,11 @@ def import_folder(
             _check_cancel(cancel)
         _move_into_place(partial, target)
     return target
+
+
+def model_and_head(first: Path, second: Path) -> tuple[Path, Path]:
+    """Two GGUF files, a model's and its MTP head's alone, in either order: the model's first."""
+    return (second, first) if holds_only_a_head(Path(first)) else (first, second)
 
 
 def default_q_bits(gpu: bool) -> int | None:

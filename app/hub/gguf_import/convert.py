@@ -193,27 +193,21 @@ def _convert(
     dtype: str,
     report: Callable[[ImportProgress], None],
     cancel: threading.Event | None,
+    mtp_path: Path | None = None,
 ) -> None:
     label = gguf_path.name
     report(ImportProgress("reading", 0, 1))
     reader = _open(gguf_path)
-    meta = _Metadata(reader, label)
-    arch_name = str(meta.require("general.architecture"))
-    arch = _ARCHS.get(arch_name)
-    if arch is None:
-        supported = ", ".join(sorted(_ARCHS))
-        raise ModelError(
-            f"{label}: architecture '{arch_name}' is not supported (supported: {supported})"
-        )
-    splits = meta.get("split.count", 1)
-    if isinstance(splits, int) and splits > 1:
-        raise ModelError(
-            f"{label}: one of {splits} split GGUF files; merge them first "
-            "(llama-gguf-split --merge)"
-        )
+    meta, arch_name, arch = _header(reader, label)
     tensors = list(reader.tensors)
     _check_tensor_types(tensors, label)
     layers = _own_layers(meta, arch_name, label)
+    if only_a_head(tensors, layers):
+        raise ModelError(
+            f"{label} holds only an MTP head (llama.cpp's --mtp): import it with its model's file"
+        )
+    if mtp_path is not None:
+        tensors += _head_file(mtp_path, arch_name, layers, tensors, label)
     plan, rope_freqs = _plan_tensors(tensors, arch, layers, dtype, label)
     config = _model_config(meta, arch, arch_name, tensors, layers, dtype, rope_freqs, label)
     text = config.get("text_config", config)
@@ -259,6 +253,78 @@ def _convert(
     (out / "tokenizer.json").write_text(tok.tokenizer_json, encoding="utf-8")
     _write_json(out / "tokenizer_config.json", tok.tokenizer_config)
     _write_json(out / "generation_config.json", tok.generation_config)
+
+
+def _header(reader: Any, label: str) -> tuple[_Metadata, str, _Arch]:
+    """A file's metadata, architecture name and architecture, if Tandem reads it whole."""
+    meta = _Metadata(reader, label)
+    arch_name = str(meta.require("general.architecture"))
+    arch = _ARCHS.get(arch_name)
+    if arch is None:
+        supported = ", ".join(sorted(_ARCHS))
+        raise ModelError(
+            f"{label}: architecture '{arch_name}' is not supported (supported: {supported})"
+        )
+    splits = meta.get("split.count", 1)
+    if isinstance(splits, int) and splits > 1:
+        raise ModelError(
+            f"{label}: one of {splits} split GGUF files; merge them first "
+            "(llama-gguf-split --merge)"
+        )
+    return meta, arch_name, arch
+
+
+def only_a_head(tensors: Sequence[Any], layers: int) -> bool:
+    """Whether a file's tensors are an MTP head alone: blocks past its model's ``layers``
+    (and the embeddings and output it repeats), as llama.cpp's ``--mtp`` writes them."""
+    return not any(t.name.startswith("blk.0.") for t in tensors) and any(
+        t.name.startswith(f"blk.{layers}.") for t in tensors
+    )
+
+
+def holds_only_a_head(path: Path) -> bool:
+    """Whether the GGUF file at ``path`` is an MTP head alone (``False`` where it is
+    unreadable: importing it says why)."""
+    try:
+        reader = _open(path)
+        meta, arch_name, _arch = _header(reader, path.name)
+        return only_a_head(reader.tensors, _own_layers(meta, arch_name, path.name))
+    except ModelError:
+        return False
+
+
+def _head_file(
+    path: Path, arch_name: str, layers: int, tensors: Sequence[Any], label: str
+) -> list[Any]:
+    """The MTP layers in ``path``, a file of llama.cpp's ``--mtp`` for the model in ``label``
+    (``tensors``, ``layers`` of its own): its blocks past the model's. What it repeats of
+    the model (embeddings, final norm, output) is left out, and must be of the model's shapes.
+
+    Raises:
+        ModelError: The file is no such head, or another model's, in one line.
+    """
+    head_label = path.name
+    reader = _open(path)
+    meta, head_arch, arch = _header(reader, head_label)
+    if head_arch != arch_name:
+        raise ModelError(f"{head_label} is a {head_arch} file, {label} a {arch_name} one")
+    if arch.hybrid != "qwen3_5":
+        raise ModelError(f"{head_label}: Tandem reads the MTP heads of Qwen3.5 / 3.6 files only")
+    own = list(reader.tensors)
+    if not only_a_head(own, _own_layers(meta, head_arch, head_label)):
+        raise ModelError(f"{head_label} is no MTP head alone (llama.cpp's --mtp writes those)")
+    if any(t.name.startswith(f"blk.{layers}.") for t in tensors):
+        raise ModelError(f"{label} carries its MTP layers already: import it alone")
+    head = [t for t in own if t.name.startswith("blk.")]
+    model = {t.name: t for t in tensors}
+    past = min(int(t.name.split(".")[1]) for t in head)
+    if past != layers:
+        raise ModelError(f"{head_label} is the head of a {past}-layer model; {label} has {layers}")
+    for t in own:
+        if t.name in model and list(t.shape) != list(model[t.name].shape):
+            raise ModelError(f"{head_label} belongs to another model: its {t.name} differs")
+    _check_tensor_types(head, head_label)
+    return head
 
 
 def _open(path: Path) -> Any:
@@ -431,7 +497,7 @@ def _model_config(
         rope_scaling = _rope_scaling(meta, p, rope_freqs, head_dim, theta, label)
         if arch.hybrid:
             config.update(_hybrid_config(meta, p, arch.hybrid, head_dim, theta, rope_scaling))
-            if mtp := _mtp_layers(meta, p, n_layers, tensors):
+            if mtp := _mtp_layers(tensors, n_layers):
                 config["mtp_num_hidden_layers"] = mtp
     except (TypeError, ValueError) as exc:
         raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc

@@ -130,11 +130,11 @@ def _hybrid_config(
     return {**linear, "rope_parameters": {**rope, **(rope_scaling or {})}}
 
 
-def _mtp_layers(meta: _Metadata, prefix: str, layers: int, tensors: Sequence[Any]) -> int:
-    """The MTP layers the file holds (0 where they were left out)."""
-    if not any(t.name.startswith(f"blk.{layers}.") for t in tensors):
-        return 0
-    return _int(meta.get(prefix + "nextn_predict_layers", 0))
+def _mtp_layers(tensors: Sequence[Any], layers: int) -> int:
+    """The MTP layers among ``tensors`` (llama.cpp's blocks past the model's ``layers``; 0
+    where they were left out), whichever file they came from."""
+    blocks = {t.name.split(".")[1] for t in tensors if t.name.startswith("blk.")}
+    return sum(1 for b in blocks if b.isdigit() and int(b) >= layers)
 
 
 def _nested(config: dict[str, Any]) -> dict[str, Any]:
