@@ -73,6 +73,10 @@ class Row:
     k: str
     temp: float
     tps: list[float] = field(default_factory=list)
+    # Tokens and seconds counted by the runs' rates, summed: over prompts unlike in
+    # speed, the rate of the whole set, where a median of runs may fall between them.
+    decoded: int = 0
+    seconds: float = 0.0
     drafted: int = 0
     accepted: int = 0
     tokens: int = 0
@@ -90,6 +94,10 @@ class Row:
         return statistics.median(self.tps) if self.tps else 0.0
 
     @property
+    def overall_tps(self) -> float:
+        return self.decoded / self.seconds if self.seconds > 0 else 0.0
+
+    @property
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
 
@@ -101,6 +109,7 @@ class Row:
         d = asdict(self)
         d.update(
             median_tps=self.median_tps,
+            overall_tps=self.overall_tps,
             acceptance=self.acceptance,
             tokens_per_call=self.tokens_per_call,
             mean_k=statistics.mean(self.ks) if self.ks else None,
@@ -465,6 +474,8 @@ def benchmark(
                 run = once(*config, longer, max_tokens)
                 row = rows[config]
                 row.tps.append(run.tps)
+                row.decoded += len(run.tokens) - run.first_tokens
+                row.seconds += run.seconds
                 row.drafted += run.drafted
                 row.accepted += run.accepted
                 row.tokens += len(run.tokens)
@@ -511,8 +522,8 @@ def table(rows: Sequence[Row]) -> str:
     """A plain-text table of the results."""
     w = max([4, *(len(r.k) for r in rows)])
     lines = [
-        f"{'impl':<8} {'k':>{w}} {'temp':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} "
-        f"{'tok/call':>8} {'mean k':>6} {'=plain':>6}"
+        f"{'impl':<8} {'k':>{w}} {'temp':>5} {'tok/s':>8} {'overall':>8} {'speedup':>8} "
+        f"{'accept':>7} {'tok/call':>8} {'mean k':>6} {'=plain':>6}"
     ]
     for r in rows:
         acc = f"{r.acceptance:.0%}" if r.acceptance is not None else "-"
@@ -521,8 +532,8 @@ def table(rows: Sequence[Row]) -> str:
         mk = f"{statistics.mean(r.ks):.1f}" if r.ks else "-"
         same = f"{r.same_as_plain}/{len(r.tps)}" if r.same_as_plain is not None else "-"
         lines.append(
-            f"{r.impl:<8} {r.k:>{w}} {r.temp:>5.2f} {r.median_tps:>8.2f} {sp:>8} {acc:>7} "
-            f"{tpc:>8} {mk:>6} {same:>6}"
+            f"{r.impl:<8} {r.k:>{w}} {r.temp:>5.2f} {r.median_tps:>8.2f} {r.overall_tps:>8.2f} "
+            f"{sp:>8} {acc:>7} {tpc:>8} {mk:>6} {same:>6}"
         )
     return "\n".join(lines)
 

@@ -318,6 +318,21 @@ def test_greedy_rows_say_how_many_replies_were_plain_decodings(
     assert "=plain" in r.stdout and " 0/2" in r.stdout
 
 
+def test_rows_give_the_rate_of_the_whole_set_beside_the_median_run(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    r = _bench(
+        "--synthetic", "tiny:tiny", "--miss", "0.25", "--ks", "2", "--impls", "plain,tandem",
+        "--max-tokens", "12", "--repeats", "3", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for row in json.loads(out.read_text())["rows"]:
+        # Tokens over seconds of all runs: a mean weighted by time, within the runs' range.
+        assert row["overall_tps"] == pytest.approx(row["decoded"] / row["seconds"])
+        assert min(row["tps"]) <= row["overall_tps"] <= max(row["tps"])
+        assert 0 < row["decoded"] < 3 * 12  # each run's first round is not decoding time's
+    assert "overall" in r.stdout
+
+
 def test_wide_sets_the_rows_both_models_dequantize_from(tmp_path: Path) -> None:
     out = tmp_path / "wide.json"
     r = _bench(
