@@ -23,6 +23,13 @@ In Hugging Face checkpoints every RMSNorm weight, the head's too, is stored as
 w and applied as 1 + w; mlx-lm adds the 1 to the backbone's where it sees
 such a checkpoint (its convolutions not yet transposed), and so does
 :func:`load_head` to the head's.
+
+GLM-4.5 / 4.6 / 4.7 (``glm4_moe``) carry the same head as DeepSeek-V3 files its
+"next-n" layer: the layer past the model's own, ``model.layers.{n}.*``, with
+``eh_proj``, ``enorm``, ``hnorm`` and ``shared_head.norm`` for ``fc``, the two
+input norms and ``norm``, its decoder layer one of the model's own (a mixture
+of experts), norms stored as applied, wired as above (mlx-vlm's
+``GlmMoeDsaMTP``, vLLM's ``DeepSeekMultiTokenPredictorLayer``).
 """
 
 from __future__ import annotations
@@ -43,9 +50,20 @@ from app.engine.loader import read_header, weight_files
 from app.engine.recurrent import wrapped
 from app.errors import ModelError
 
+# Families whose head is filed as a layer past the model's own, DeepSeek-V3's way.
+NEXT_N = frozenset({"glm4_moe"})
 # The families whose MTP wiring is the one above (mlx-lm's model modules).
-FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next"})
+FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", *NEXT_N})
 _PREFIX = "mtp."
+# A next-n layer's own modules, by their names in MTPHead (its decoder layer's are
+# layers.0's); what else it repeats of the model (embedding, output head) is the target's.
+_NEXT_N_NAMES = {
+    "eh_proj": "fc",
+    "enorm": "pre_fc_norm_embedding",
+    "hnorm": "pre_fc_norm_hidden",
+    "shared_head.norm": "norm",
+}
+_REPEATED = ("embed_tokens.weight", "shared_head.head.weight")
 _NORMS = (
     "input_layernorm.weight",
     "post_attention_layernorm.weight",
@@ -70,16 +88,47 @@ def mtp_layers(config: dict[str, Any]) -> int:
     return int(layers or 0)
 
 
-def has_head(folder: Path) -> bool:
-    """Whether the model at ``folder`` carries an MTP head Tandem drafts with (its config
-    alone is read; a folder that is no model has none)."""
+def head_problem(folder: Path, config: dict[str, Any] | None = None) -> str | None:
+    """Why the model at ``folder`` has no MTP head Tandem drafts with, in one line; ``None``
+    where it has one. Its config (``config`` where given) and its weight files' headers
+    are read, no tensor.
+    """
+    name = folder.name
+    if config is None:
+        try:
+            config = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError):
+            config = None
+    if not isinstance(config, dict) or not mtp_layers(config):
+        return (
+            f"{name} carries no MTP head Tandem drafts with (Qwen3.5 / 3.6, Qwen3-Next, "
+            "GLM-4.5 / 4.6 / 4.7)"
+        )
+    family = str(config.get("model_type", ""))
+    if family not in FAMILIES:
+        return (
+            f"{name}: Tandem drafts with the MTP heads of Qwen3.5 / 3.6, Qwen3-Next and "
+            f"GLM-4.5 / 4.6 / 4.7, not {family}'s"
+        )
+    if family in NEXT_N and mtp_layers(config) > 1:
+        return f"{name}: Tandem drafts with one next-n layer, not {mtp_layers(config)}"
+    stem = _next_n_stem(config)
     try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(config, dict):
-        return False
-    return mtp_layers(config) > 0 and str(config.get("model_type", "")) in FAMILIES
+        held = any(_own_name(key, stem) for f in weight_files(folder) for key in read_header(f))
+    except ModelError:
+        held = False
+    if not held:
+        # mlx-lm's converter (mlx-community's uploads) keeps the config and drops the layer.
+        return (
+            f"{name}'s weights leave out the MTP head its config names; `tandem models import` "
+            "of its Hugging Face checkpoint keeps it"
+        )
+    return None
+
+
+def has_head(folder: Path) -> bool:
+    """Whether the model at ``folder`` carries an MTP head Tandem drafts with."""
+    return head_problem(folder) is None
 
 
 class MTPHead(nn.Module):
@@ -96,11 +145,14 @@ class MTPHead(nn.Module):
         args = text.args
         size, eps = args.hidden_size, args.rms_norm_eps
         layer_class = type(text.model.layers[0])
-        full = replace(args, full_attention_interval=1)  # every MTP layer attends
+        if hasattr(args, "full_attention_interval"):  # Qwen's: every MTP layer attends
+            args, first = replace(args, full_attention_interval=1), 0
+        else:  # a next-n layer: numbered past the model's, as its checkpoint files it
+            first = args.num_hidden_layers
         self.fc = nn.Linear(2 * size, size, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(size, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(size, eps=eps)
-        self.layers = [layer_class(full, 0) for _ in range(layers)]
+        self.layers = [layer_class(args, first + i) for i in range(layers)]
         self.norm = nn.RMSNorm(size, eps=eps)
 
     def make_cache(self) -> list[KVCache]:
@@ -330,7 +382,54 @@ def install(target: nn.Module) -> None:
     target.__class__ = wrapped(type(target), _KEEPING, _keeping)
 
 
-def head_weights(folder: Path) -> dict[str, mx.array]:
+def _next_n_stem(config: dict[str, Any]) -> str | None:
+    """Where a next-n family files its head's tensors: the layer past the model's."""
+    if str(config.get("model_type", "")) not in NEXT_N:
+        return None
+    text = config.get("text_config", config)
+    return f"model.layers.{int(text['num_hidden_layers'])}."
+
+
+def _own_name(key: str, stem: str | None) -> str | None:
+    """A checkpoint tensor's name in :class:`MTPHead`; ``None`` for the model's own."""
+    if _PREFIX in key:
+        return key[key.index(_PREFIX) + len(_PREFIX) :]
+    if stem is None or not key.startswith(stem) or key.endswith(_REPEATED):
+        return None
+    tail = key[len(stem) :]
+    module, _, leaf = tail.rpartition(".")
+    own = _NEXT_N_NAMES.get(module)
+    return f"{own}.{leaf}" if own else f"layers.0.{tail}"
+
+
+def stored_name(name: str, config: dict[str, Any]) -> str:
+    """Where a head's tensor ``name`` (in :class:`MTPHead`) is stored in a folder of the
+    family: under ``mtp.``, or in the next-n layer mlx-lm drops at load."""
+    stem = _next_n_stem(config)
+    if stem is None:
+        return _PREFIX + name
+    filed = {v: k for k, v in _NEXT_N_NAMES.items()}
+    module, _, leaf = name.rpartition(".")
+    return stem + (f"{filed[module]}.{leaf}" if module in filed else name.removeprefix("layers.0."))
+
+
+def _stacked(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """A next-n layer's experts as mlx-lm stacks the model's: one tensor a projection."""
+    experts: dict[str, dict[int, mx.array]] = {}
+    out = {}
+    for name, value in weights.items():
+        head, sep, rest = name.partition(".mlp.experts.")
+        index, _, leaf = rest.partition(".")
+        if sep and index.isdigit():
+            experts.setdefault(f"{head}.mlp.switch_mlp.{leaf}", {})[int(index)] = value
+        else:
+            out[name] = value
+    for name, parts in experts.items():
+        out[name] = mx.stack([parts[e] for e in sorted(parts)])
+    return out
+
+
+def head_weights(folder: Path, config: dict[str, Any] | None = None) -> dict[str, mx.array]:
     """The MTP tensors of a model folder, named as in :class:`MTPHead`, norms as applied.
 
     Only the headers of the weight files are read whole; tensors load from the
@@ -339,6 +438,9 @@ def head_weights(folder: Path) -> dict[str, mx.array]:
     Raises:
         ModelError: A weight file or the index is damaged.
     """
+    if config is None:
+        config = json.loads((folder / "config.json").read_text())
+    stem = _next_n_stem(config)
     files = weight_files(folder)
     headers = {f: read_header(f) for f in files}
     # mlx-lm's own test for a Hugging Face checkpoint: convolutions not yet transposed.
@@ -347,36 +449,29 @@ def head_weights(folder: Path) -> dict[str, mx.array]:
     )
     weights: dict[str, mx.array] = {}
     for path, header in headers.items():
-        if not any(_PREFIX in k for k in header):
+        if not any(_own_name(k, stem) for k in header):
             continue
         loaded = mx.load(str(path))
         assert isinstance(loaded, dict)
         for key, value in loaded.items():
-            if _PREFIX in key:
-                name = key[key.index(_PREFIX) + len(_PREFIX) :]
+            if name := _own_name(key, stem):
                 one = hugging_face and name.endswith(_NORMS) and value.ndim == 1
                 weights[name] = value + 1.0 if one else value
-    return weights
+    return _stacked(weights) if stem is not None else weights
 
 
 def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHead:
     """The MTP head of the target at ``folder``, its weights loaded, quantized as they are stored.
 
     Raises:
-        ModelError: The model carries no MTP head, or Tandem has no wiring for its family.
+        ModelError: :func:`head_problem`'s line, where it has one.
     """
+    problem = head_problem(folder, config)
+    if problem is not None:
+        raise ModelError(problem)
     name = folder.name
-    layers = mtp_layers(config)
-    if not layers:
-        raise ModelError(f"{name} carries no multi-token-prediction (MTP) head")
-    if str(config.get("model_type", "")) not in FAMILIES:
-        raise ModelError(
-            f"{name}: Tandem drafts with MTP heads of Qwen3.5 / 3.6 and Qwen3-Next only"
-        )
-    weights = head_weights(folder)
-    if not weights:
-        raise ModelError(f"{name} carries no multi-token-prediction (MTP) head")
-    head = MTPHead(target, layers)
+    weights = head_weights(folder, config)
+    head = MTPHead(target, mtp_layers(config))
     quantization = config.get("quantization")
     if quantization and any(k.endswith(".scales") for k in weights):
         nn.quantize(
@@ -396,12 +491,14 @@ def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHea
 __all__ = [
     "BEHIND",
     "FAMILIES",
+    "NEXT_N",
     "HiddenRows",
     "MTPCache",
     "MTPDraft",
     "MTPHead",
     "embed",
     "has_head",
+    "head_problem",
     "head_weights",
     "hidden_and_logits",
     "install",
@@ -409,6 +506,7 @@ __all__ = [
     "load_head",
     "logits",
     "mtp_layers",
+    "stored_name",
     "target_rows",
     "text_model",
 ]

@@ -23,7 +23,7 @@ from app.engine.loader import (
     own_head,
     user_path,
 )
-from app.engine.mtp import has_head
+from app.engine.mtp import head_problem
 from app.errors import IncompatiblePairError, ModelError, first_line
 from app.hub.library import ModelInfo, hub_repo_id, human_count, inspect_model
 
@@ -146,14 +146,10 @@ def check_pair(target: Path, draft: Path | str) -> Verdict:
 
 def _own_head(t: _Side) -> Verdict:
     """The target drafting with its own MTP head: it pairs by construction, where it has one."""
-    found = has_head(t.info.path)
-    detail = (
-        "the target drafts with its own multi-token-prediction head"
-        if found
-        else f"{t.info.name} carries no MTP head Tandem drafts with (Qwen3.5 / 3.6, Qwen3-Next)"
-    )
+    problem = head_problem(t.info.path)
+    detail = problem or "the target drafts with its own multi-token-prediction head"
     head = replace(t.info, name="its own MTP head", parameters=None)
-    return Verdict(target=t.info, draft=head, checks=(Check("MTP head", found, detail),))
+    return Verdict(target=t.info, draft=head, checks=(Check("MTP head", not problem, detail),))
 
 
 def refusal(v: Verdict) -> str | None:

@@ -17,6 +17,8 @@ from app.engine.mtp import (
     MTPDraft,
     MTPHead,
     embed,
+    has_head,
+    head_problem,
     head_weights,
     hidden_and_logits,
     load_head,
@@ -135,11 +137,25 @@ def test_norms_are_read_as_applied_in_either_layout(target, tmp_path: Path) -> N
 
 
 def test_a_target_without_a_head_says_so_in_one_line(target, tmp_path: Path) -> None:
+    # As mlx-lm's converter leaves a Qwen3.5: the config names the head, the weights drop it.
     config = _save(tmp_path / "model", target, {}, hf=True)
-    with pytest.raises(ModelError, match=r"^model carries no multi-token-prediction \(MTP\) head$"):
+    dropped = (
+        "model's weights leave out the MTP head its config names; `tandem models import` "
+        "of its Hugging Face checkpoint keeps it"
+    )
+    assert head_problem(tmp_path / "model") == dropped
+    assert not has_head(tmp_path / "model")
+    with pytest.raises(ModelError) as caught:
         load_head(tmp_path / "model", target, config)
-    with pytest.raises(ModelError, match=r"MTP heads of Qwen3\.5 / 3\.6 and Qwen3-Next only"):
+    assert str(caught.value) == dropped
+    with pytest.raises(ModelError) as caught:
         load_head(tmp_path / "model", target, {**config, "model_type": "deepseek_v3"})
+    assert str(caught.value) == (
+        "model: Tandem drafts with the MTP heads of Qwen3.5 / 3.6, Qwen3-Next and "
+        "GLM-4.5 / 4.6 / 4.7, not deepseek_v3's"
+    )
+    _save(tmp_path / "whole", target, _wired(target), hf=True)
+    assert has_head(tmp_path / "whole") and head_problem(tmp_path / "whole") is None
 
 
 # The head as the engine's drafter: it proposes, the target decides.

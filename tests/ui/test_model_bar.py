@@ -94,10 +94,19 @@ def test_the_fields_show_models_by_name_and_pick_them_from_the_library(
 def test_a_target_with_an_mtp_head_offers_it_as_the_draft(qtbot: QtBot, tmp_path) -> None:
     import json
 
+    import mlx.core as mx
+
     target = tmp_path / "Qwen3.6-27B"
     target.mkdir()
     config = {"model_type": "qwen3_5", "text_config": {"mtp_num_hidden_layers": 1}}
     (target / "config.json").write_text(json.dumps(config))
+    # As mlx-lm converts it, the config names the head and the weights leave it out.
+    mx.save_safetensors(str(target / "model.safetensors"), {"lm_head.weight": mx.zeros((2, 2))})
+    headless = ModelBar(Settings(target=str(target)))
+    qtbot.addWidget(headless)
+    headless.draft_picker.menu().aboutToShow.emit()
+    assert "Built-in (MTP)" not in [a.text() for a in headless.draft_picker.menu().actions()]
+    mx.save_safetensors(str(target / "model.safetensors"), {"mtp.fc.weight": mx.zeros((2, 2))})
     plain = tmp_path / "Qwen2.5-7B"
     plain.mkdir()
     (plain / "config.json").write_text(json.dumps({"model_type": "qwen2"}))

@@ -77,13 +77,14 @@ def _quantized_head(
     import mlx.nn as nn
     from mlx.utils import tree_flatten
 
-    from app.engine.mtp import MTPHead, head_weights, mtp_layers
+    from app.engine.mtp import MTPHead, head_weights, mtp_layers, stored_name
 
     layers = mtp_layers(config)
-    if not layers:
+    weights = head_weights(weights_dir, config) if layers else {}
+    if not weights:  # a config naming a head its weights leave out
         return {}
     head: nn.Module = MTPHead(model, layers)
-    head.load_weights(list(head_weights(weights_dir).items()), strict=True)
+    head.load_weights(list(weights.items()), strict=True)
     nn.quantize(
         head,
         group_size=_GROUP_SIZE,
@@ -93,7 +94,7 @@ def _quantized_head(
         ),
     )
     leaves = cast(list[tuple[str, Any]], tree_flatten(head.parameters()))
-    return {f"mtp.{k}": v for k, v in leaves}
+    return {stored_name(k, config): v for k, v in leaves}
 
 
 def _mx_code(dtype: Any) -> str:

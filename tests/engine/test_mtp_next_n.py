@@ -1,0 +1,198 @@
+"""GLM-4.5 / 4.6 / 4.7's next-n layer as the target's MTP head: filed past the model's own
+layers (``model.layers.{n}.*``, DeepSeek-V3's way), its experts one tensor each."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, cast
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.models.switch_layers import QuantizedSwitchLinear
+
+from app.engine.decoder import Decoder, take_turns
+from app.engine.loader import config_model, load_model
+from app.engine.mtp import (
+    MTPDraft,
+    MTPHead,
+    embed,
+    has_head,
+    head_problem,
+    hidden_and_logits,
+    load_head,
+    logits,
+    stored_name,
+)
+from app.engine.types import DraftSetting, GenerationParams
+from app.hub.gguf_import import import_folder
+from app.testing.tiny import model_config
+from tests.conftest import TinyModels
+
+TOKENS = mx.array([[3, 9, 27, 81, 243, 100, 7, 50]])
+
+
+def glm_config(next_n: int = 1) -> dict[str, Any]:
+    """A tiny GLM-4.5: a dense layer, then a mixture of 4 experts (2 a token, one shared)."""
+    return {
+        **model_config("glm4_moe"),
+        "architectures": ["Glm4MoeForCausalLM"],
+        "head_dim": 16,
+        "partial_rotary_factor": 0.5,
+        "use_qk_norm": True,
+        "attention_bias": True,
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "norm_topk_prob": True,
+        "n_group": 1,
+        "topk_group": 1,
+        "routed_scaling_factor": 1.0,
+        "rope_scaling": None,
+        "num_nextn_predict_layers": next_n,
+    }
+
+
+@pytest.fixture(scope="module")
+def target() -> Any:
+    """A tiny GLM-4.5 whose final norm is far from one, so that using it shows."""
+    mx.random.seed(5)
+    model = config_model(glm_config())
+    norm = model.model.norm
+    norm.weight = mx.random.uniform(0.2, 3.0, norm.weight.shape)
+    mx.eval(model.parameters())
+    return model
+
+
+def _params(module: nn.Module) -> dict[str, mx.array]:
+    return dict(cast(list[tuple[str, mx.array]], tree_flatten(module.parameters())))
+
+
+def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer: Path) -> Path:
+    """A Hugging Face GLM-4.5 folder: the model's weights, the head as its next-n layer with
+    one tensor an expert, and the embedding and output head it repeats."""
+    folder.mkdir()
+    config = glm_config()
+    (folder / "config.json").write_text(json.dumps(config))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(tokenizer / name, folder / name)
+    stored = _params(target)
+    for name, value in head.items():
+        key = stored_name(name, config)
+        if ".switch_mlp." in key:  # one tensor an expert, as Hugging Face keeps them
+            for e in range(value.shape[0]):
+                stored[key.replace(".switch_mlp.", f".experts.{e}.")] = value[e]
+        else:
+            stored[key] = value
+    n = config["num_hidden_layers"]
+    stored[f"model.layers.{n}.embed_tokens.weight"] = stored["model.embed_tokens.weight"]
+    stored[f"model.layers.{n}.shared_head.head.weight"] = stored["lm_head.weight"]
+    mx.save_safetensors(str(folder / "model.safetensors"), stored)
+    return folder
+
+
+def _random_head(target: Any) -> dict[str, mx.array]:
+    mx.random.seed(7)
+    head = MTPHead(target)
+    mx.eval(head.parameters())
+    return _params(head)
+
+
+def test_the_next_n_layer_loads_as_the_head_and_the_model_without_it(
+    target: Any, tiny: TinyModels, tmp_path: Path
+) -> None:
+    weights = _random_head(target)
+    folder = _checkpoint(tmp_path / "glm", target, weights, tiny.target)
+    assert has_head(folder)
+    loaded = load_model(folder, fuse=False)  # mlx-lm's own load leaves the layer out
+    head = load_head(folder, loaded.model, loaded.config)
+    got = _params(head)
+    assert got.keys() == weights.keys()
+    for name, value in weights.items():
+        assert mx.array_equal(got[name], value), name
+
+
+def _wired(target: Any, hidden_first: bool = False) -> dict[str, mx.array]:
+    """A head that passes the hidden state through: fc takes its half as it is, the
+    layer adds nothing (attention and both experts' outputs zero)."""
+    weights = _params(MTPHead(target))
+    size = weights["norm.weight"].shape[0]
+    eye, zero = mx.eye(size), mx.zeros((size, size))
+    weights["fc.weight"] = mx.concatenate([eye, zero] if hidden_first else [zero, eye], axis=1)
+    for name in (
+        "layers.0.self_attn.o_proj.weight",
+        "layers.0.mlp.switch_mlp.down_proj.weight",
+        "layers.0.mlp.shared_experts.down_proj.weight",
+    ):
+        weights[name] = mx.zeros(weights[name].shape)
+    return weights
+
+
+def _predicts(target: Any, head: MTPHead, hidden: mx.array) -> mx.array:
+    states = head(embed(target, TOKENS), hidden, head.make_cache())
+    return mx.argmax(logits(target, states), axis=-1)
+
+
+def test_a_hand_wired_head_predicts_right_only_when_wired_as_the_reference(
+    target: Any, tiny: TinyModels, tmp_path: Path
+) -> None:
+    folder = _checkpoint(tmp_path / "glm", target, _wired(target), tiny.target)
+    head = load_head(folder, target, json.loads((folder / "config.json").read_text()))
+    hidden, want = hidden_and_logits(target, TOKENS, [None] * len(target.model.layers))
+    assert mx.array_equal(_predicts(target, head, hidden), mx.argmax(want, axis=-1))
+    # The hidden state before the final norm, or the halves of eh_proj's input swapped, miss.
+    before = hidden / target.model.norm.weight
+    assert not mx.array_equal(_predicts(target, head, before), mx.argmax(want, axis=-1))
+    swapped = MTPHead(target)
+    swapped.load_weights(list(_wired(target, hidden_first=True).items()))
+    assert not mx.array_equal(_predicts(target, swapped, hidden), mx.argmax(want, axis=-1))
+
+
+@pytest.mark.parametrize("k", [1, 4, None], ids=["k1", "k4", "auto"])
+def test_a_reply_drafted_by_the_next_n_head_is_the_targets_greedy_reply(
+    target: Any, k: int | None
+) -> None:
+    from mlx_lm.generate import generate_step
+
+    from app.engine.recurrent import install
+
+    install(target)
+    head = MTPHead(target)
+    head.load_weights(list(_random_head(target).items()))
+    decoder = Decoder(target, MTPDraft(target, head))
+    params = GenerationParams(temperature=0, drafting=DraftSetting.of(k))
+    for prompt in ([3, 9, 27, 81, 243, 100, 7, 50], [5, 6, 7] * 20):
+        turns = take_turns([decoder.generate(prompt, params)], 20)
+        plain = [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=20)]
+        assert turns.replies[0][:20] == plain
+        assert k is None or sum(r.k for r in turns.rounds[0]) > 0  # it drafted
+
+
+def test_a_quantized_import_keeps_the_next_n_layer_where_mlx_lm_leaves_it_out(
+    target: Any, tiny: TinyModels, tmp_path: Path
+) -> None:
+    folder = _checkpoint(tmp_path / "glm", target, _random_head(target), tiny.target)
+    out = import_folder(folder, tmp_path / "models", q_bits=8)
+    assert has_head(out)
+    loaded = load_model(out)  # strict: the layer is where mlx-lm's sanitize drops it
+    head = load_head(out, loaded.model, loaded.config)
+    assert isinstance(head.fc, nn.QuantizedLinear)
+    assert isinstance(head.layers[0].mlp.switch_mlp.gate_proj, QuantizedSwitchLinear)
+
+
+def test_a_glm_without_its_next_n_layer_or_with_several_says_so(
+    target: Any, tiny: TinyModels, tmp_path: Path
+) -> None:
+    folder = _checkpoint(tmp_path / "glm", target, {}, tiny.target)  # as mlx-lm converts it
+    assert head_problem(folder) == (
+        "glm's weights leave out the MTP head its config names; `tandem models import` "
+        "of its Hugging Face checkpoint keeps it"
+    )
+    assert head_problem(folder, glm_config(next_n=2)) == (
+        "glm: Tandem drafts with one next-n layer, not 2"
+    )
