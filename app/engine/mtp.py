@@ -24,12 +24,14 @@ w and applied as 1 + w; mlx-lm adds the 1 to the backbone's where it sees
 such a checkpoint (its convolutions not yet transposed), and so does
 :func:`load_head` to the head's.
 
-GLM-4.5 / 4.6 / 4.7 (``glm4_moe``) carry the same head as DeepSeek-V3 files its
-"next-n" layer: the layer past the model's own, ``model.layers.{n}.*``, with
-``eh_proj``, ``enorm``, ``hnorm`` and ``shared_head.norm`` for ``fc``, the two
-input norms and ``norm``, its decoder layer one of the model's own (a mixture
-of experts), norms stored as applied, wired as above (mlx-vlm's
-``GlmMoeDsaMTP``, vLLM's ``DeepSeekMultiTokenPredictorLayer``).
+GLM-4.5 / 4.6 / 4.7 (``glm4_moe``) and GLM-4.7-Flash (``glm4_moe_lite``) carry
+the same head as DeepSeek-V3 files its "next-n" layer: the layer past the
+model's own, ``model.layers.{n}.*``, with ``eh_proj``, ``enorm``, ``hnorm`` and
+``shared_head.norm`` for ``fc``, the two input norms and ``norm``, its decoder
+layer one of the model's own (a mixture of experts), norms stored as applied,
+wired as above (mlx-vlm's ``GlmMoeDsaMTP``, vLLM's
+``DeepSeekMultiTokenPredictorLayer``). Its layer's tensors go through the
+model's own ``sanitize``, as a layer of the model's would.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from app.engine.recurrent import wrapped
 from app.errors import ModelError
 
 # Families whose head is filed as a layer past the model's own, DeepSeek-V3's way.
-NEXT_N = frozenset({"glm4_moe"})
+NEXT_N = frozenset({"glm4_moe", "glm4_moe_lite"})
 # The families whose MTP wiring is the one above (mlx-lm's model modules).
 FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", *NEXT_N})
 _PREFIX = "mtp."
@@ -102,13 +104,13 @@ def head_problem(folder: Path, config: dict[str, Any] | None = None) -> str | No
     if not isinstance(config, dict) or not mtp_layers(config):
         return (
             f"{name} carries no MTP head Tandem drafts with (Qwen3.5 / 3.6, Qwen3-Next, "
-            "GLM-4.5 / 4.6 / 4.7)"
+            "GLM-4.5 / 4.6 / 4.7 / 4.7-Flash)"
         )
     family = str(config.get("model_type", ""))
     if family not in FAMILIES:
         return (
             f"{name}: Tandem drafts with the MTP heads of Qwen3.5 / 3.6, Qwen3-Next and "
-            f"GLM-4.5 / 4.6 / 4.7, not {family}'s"
+            f"GLM-4.5 / 4.6 / 4.7 / 4.7-Flash, not {family}'s"
         )
     if family in NEXT_N and mtp_layers(config) > 1:
         return f"{name}: Tandem drafts with one next-n layer, not {mtp_layers(config)}"
@@ -154,6 +156,8 @@ class MTPHead(nn.Module):
         self.pre_fc_norm_hidden = nn.RMSNorm(size, eps=eps)
         self.layers = [layer_class(args, first + i) for i in range(layers)]
         self.norm = nn.RMSNorm(size, eps=eps)
+        # MLA attention (GLM-4.7-Flash) takes its mask as an array, as its model makes it.
+        self._array_mask = hasattr(args, "kv_lora_rank")
 
     def make_cache(self) -> list[KVCache]:
         return [KVCache() for _ in self.layers]
@@ -165,7 +169,7 @@ class MTPHead(nn.Module):
             [self.pre_fc_norm_embedding(embedded), self.pre_fc_norm_hidden(hidden)], axis=-1
         )
         x = self.fc(x)
-        mask = create_attention_mask(x, cache[0])
+        mask = create_attention_mask(x, cache[0], return_array=self._array_mask)
         for layer, c in zip(self.layers, cache, strict=True):
             x = layer(x, mask=mask, cache=c)
         out: mx.array = self.norm(x)
@@ -413,30 +417,29 @@ def stored_name(name: str, config: dict[str, Any]) -> str:
     return stem + (f"{filed[module]}.{leaf}" if module in filed else name.removeprefix("layers.0."))
 
 
-def _stacked(weights: dict[str, mx.array]) -> dict[str, mx.array]:
-    """A next-n layer's experts as mlx-lm stacks the model's: one tensor a projection."""
-    experts: dict[str, dict[int, mx.array]] = {}
-    out = {}
-    for name, value in weights.items():
-        head, sep, rest = name.partition(".mlp.experts.")
-        index, _, leaf = rest.partition(".")
-        if sep and index.isdigit():
-            experts.setdefault(f"{head}.mlp.switch_mlp.{leaf}", {})[int(index)] = value
-        else:
-            out[name] = value
-    for name, parts in experts.items():
-        out[name] = mx.stack([parts[e] for e in sorted(parts)])
-    return out
+def _sanitized(weights: dict[str, mx.array], target: nn.Module) -> dict[str, mx.array]:
+    """A next-n layer's tensors as mlx-lm's class holds the model's own layers (experts
+    stacked, MLA's ``kv_b_proj`` split): the model's ``sanitize`` run over them as
+    layer 0's, which it keeps. Tensors already in that layout pass as they are."""
+    own, layer = "layers.0.", "model.layers.0."
+    as_first = {layer + k[len(own) :]: v for k, v in weights.items() if k.startswith(own)}
+    done = text_model(target).sanitize(as_first)
+    rest = {k: v for k, v in weights.items() if not k.startswith(own)}
+    return rest | {own + k[len(layer) :]: v for k, v in done.items()}
 
 
-def head_weights(folder: Path, config: dict[str, Any] | None = None) -> dict[str, mx.array]:
+def head_weights(
+    folder: Path, config: dict[str, Any] | None = None, target: nn.Module | None = None
+) -> dict[str, mx.array]:
     """The MTP tensors of a model folder, named as in :class:`MTPHead`, norms as applied.
 
     Only the headers of the weight files are read whole; tensors load from the
-    files that hold MTP ones.
+    files that hold MTP ones. A next-n family's head needs its ``target``, whose
+    ``sanitize`` lays out its layer.
 
     Raises:
         ModelError: A weight file or the index is damaged.
+        ValueError: A next-n family's head asked for without its target.
     """
     if config is None:
         config = json.loads((folder / "config.json").read_text())
@@ -457,7 +460,11 @@ def head_weights(folder: Path, config: dict[str, Any] | None = None) -> dict[str
             if name := _own_name(key, stem):
                 one = hugging_face and name.endswith(_NORMS) and value.ndim == 1
                 weights[name] = value + 1.0 if one else value
-    return _stacked(weights) if stem is not None else weights
+    if stem is None:
+        return weights
+    if target is None:
+        raise ValueError("a next-n layer is laid out by its target's sanitize")
+    return _sanitized(weights, target)
 
 
 def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHead:
@@ -470,7 +477,7 @@ def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHea
     if problem is not None:
         raise ModelError(problem)
     name = folder.name
-    weights = head_weights(folder, config)
+    weights = head_weights(folder, config, target)
     head = MTPHead(target, mtp_layers(config))
     quantization = config.get("quantization")
     if quantization and any(k.endswith(".scales") for k in weights):

@@ -1,5 +1,6 @@
-"""GLM-4.5 / 4.6 / 4.7's next-n layer as the target's MTP head: filed past the model's own
-layers (``model.layers.{n}.*``, DeepSeek-V3's way), its experts one tensor each."""
+"""GLM-4.5 / 4.6 / 4.7's and GLM-4.7-Flash's next-n layer as the target's MTP head: filed
+past the model's own layers (``model.layers.{n}.*``, DeepSeek-V3's way), its experts one
+tensor each and, for GLM-4.7-Flash's MLA attention, ``kv_b_proj`` whole."""
 
 from __future__ import annotations
 
@@ -35,15 +36,15 @@ from tests.conftest import TinyModels
 TOKENS = mx.array([[3, 9, 27, 81, 243, 100, 7, 50]])
 
 
-def glm_config(next_n: int = 1) -> dict[str, Any]:
-    """A tiny GLM-4.5: a dense layer, then a mixture of 4 experts (2 a token, one shared)."""
-    return {
-        **model_config("glm4_moe"),
-        "architectures": ["Glm4MoeForCausalLM"],
-        "head_dim": 16,
-        "partial_rotary_factor": 0.5,
-        "use_qk_norm": True,
-        "attention_bias": True,
+FAMILIES = ("glm4_moe", "glm4_moe_lite")
+MLA = {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16}
+
+
+def glm_config(family: str = "glm4_moe", next_n: int = 1) -> dict[str, Any]:
+    """A tiny GLM-4.5 (or GLM-4.7-Flash, its attention MLA): a dense layer, then a mixture
+    of 4 experts (2 a token, one shared)."""
+    config = {
+        **model_config(family),
         "moe_intermediate_size": 32,
         "n_routed_experts": 4,
         "num_experts_per_tok": 2,
@@ -56,13 +57,17 @@ def glm_config(next_n: int = 1) -> dict[str, Any]:
         "rope_scaling": None,
         "num_nextn_predict_layers": next_n,
     }
+    if family == "glm4_moe_lite":
+        return {**config, **MLA, "num_key_value_heads": 4, "v_head_dim": 16}
+    return {**config, "head_dim": 16, "partial_rotary_factor": 0.5, "use_qk_norm": True,
+            "attention_bias": True}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def target() -> Any:
-    """A tiny GLM-4.5 whose final norm is far from one, so that using it shows."""
+@pytest.fixture(scope="module", params=FAMILIES)
+def target(request: pytest.FixtureRequest) -> Any:
+    """A tiny GLM whose final norm is far from one, so that using it shows."""
     mx.random.seed(5)
-    model = config_model(glm_config())
+    model = config_model(glm_config(request.param))
     norm = model.model.norm
     norm.weight = mx.random.uniform(0.2, 3.0, norm.weight.shape)
     mx.eval(model.parameters())
@@ -74,15 +79,16 @@ def _params(module: nn.Module) -> dict[str, mx.array]:
 
 
 def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer: Path) -> Path:
-    """A Hugging Face GLM-4.5 folder: the model's weights, the head as its next-n layer with
-    one tensor an expert, and the embedding and output head it repeats."""
+    """A Hugging Face GLM folder: the model's weights, the head as its next-n layer with
+    one tensor an expert (and MLA's ``kv_b_proj`` whole), and the embedding and output
+    head it repeats."""
     folder.mkdir()
-    config = glm_config()
+    config = glm_config(target.model_type)
     (folder / "config.json").write_text(json.dumps(config))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(tokenizer / name, folder / name)
     stored = _params(target)
-    for name, value in head.items():
+    for name, value in _kv_b_whole(head, config).items():
         key = stored_name(name, config)
         if ".switch_mlp." in key:  # one tensor an expert, as Hugging Face keeps them
             for e in range(value.shape[0]):
@@ -94,6 +100,19 @@ def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer:
     stored[f"model.layers.{n}.shared_head.head.weight"] = stored["lm_head.weight"]
     mx.save_safetensors(str(folder / "model.safetensors"), stored)
     return folder
+
+
+def _kv_b_whole(head: dict[str, mx.array], config: dict[str, Any]) -> dict[str, mx.array]:
+    """MLA's ``embed_q`` and ``unembed_out`` joined back into the ``kv_b_proj`` Hugging Face
+    stores (mlx-lm's ``sanitize`` splits it)."""
+    attn = "layers.0.self_attn."
+    if attn + "embed_q.weight" not in head:
+        return head
+    out = dict(head)
+    wk, wv = out.pop(attn + "embed_q.weight"), out.pop(attn + "unembed_out.weight")
+    v = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1)  # (heads, nope + v, rank)
+    out[attn + "kv_b_proj.weight"] = v.reshape(-1, config["kv_lora_rank"])
+    return out
 
 
 def _random_head(target: Any) -> dict[str, mx.array]:
@@ -142,7 +161,7 @@ def test_a_hand_wired_head_predicts_right_only_when_wired_as_the_reference(
     target: Any, tiny: TinyModels, tmp_path: Path
 ) -> None:
     folder = _checkpoint(tmp_path / "glm", target, _wired(target), tiny.target)
-    head = load_head(folder, target, json.loads((folder / "config.json").read_text()))
+    head = load_head(folder, target, glm_config(target.model_type))
     hidden, want = hidden_and_logits(target, TOKENS, [None] * len(target.model.layers))
     assert mx.array_equal(_predicts(target, head, hidden), mx.argmax(want, axis=-1))
     # The hidden state before the final norm, or the halves of eh_proj's input swapped, miss.
@@ -193,6 +212,6 @@ def test_a_glm_without_its_next_n_layer_or_with_several_says_so(
         "glm's weights leave out the MTP head its config names; `tandem models import` "
         "of its Hugging Face checkpoint keeps it"
     )
-    assert head_problem(folder, glm_config(next_n=2)) == (
+    assert head_problem(folder, glm_config(target.model_type, next_n=2)) == (
         "glm: Tandem drafts with one next-n layer, not 2"
     )

@@ -80,7 +80,7 @@ def _quantized_head(
     from app.engine.mtp import MTPHead, head_weights, mtp_layers, stored_name
 
     layers = mtp_layers(config)
-    weights = head_weights(weights_dir, config) if layers else {}
+    weights = head_weights(weights_dir, config, model) if layers else {}
     if not weights:  # a config naming a head its weights leave out
         return {}
     head: nn.Module = MTPHead(model, layers)
