@@ -160,13 +160,20 @@ def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int
         dtype_bytes: Bytes per cached value; 2 for float16 and bfloat16.
 
     Returns:
-        ``2 (K and V) × layers × KV heads × head size × tokens × dtype_bytes``.
+        ``2 (K and V) × layers × KV heads × head size × tokens × dtype_bytes``; for
+        multi-head latent attention (DeepSeek-V3, GLM-4.7-Flash, Kimi-Linear), whose
+        cache holds a token's latent and its rope key, ``layers × (kv_lora_rank +
+        qk_rope_head_dim) × tokens × dtype_bytes``.
 
     Raises:
         ModelError: The config lacks the layer count or the attention shape.
     """
     section = _text_section(config)
     layers = _int(section, "num_hidden_layers")
+    latent = _int(section, "kv_lora_rank")
+    if layers and latent:
+        rope = _int(section, "qk_rope_head_dim") or 0
+        return layers * (latent + rope) * max(0, context_length) * dtype_bytes
     heads = _int(section, "num_attention_heads")
     hidden = _int(section, "hidden_size")
     head_dim = _int(section, "head_dim") or (hidden // heads if hidden and heads else None)

@@ -31,6 +31,32 @@ def test_kv_cache_bytes_matches_a_hand_computation() -> None:
     assert kv_cache_bytes(config, 100, dtype_bytes=4) == 2 * 2 * 2 * 16 * 100 * 4
 
 
+def test_an_mla_models_kv_cache_is_what_its_cache_holds() -> None:
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from app.engine.loader import config_model
+
+    # A tiny GLM-4.7-Flash: its attention caches a latent and a rope key a token.
+    config = {
+        **model_config("glm4_moe_lite"),
+        "kv_lora_rank": 32,
+        "q_lora_rank": None,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 16,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+    }
+    model = config_model(config)
+    cache = make_prompt_cache(model)
+    model(mx.zeros((1, 40), dtype=mx.int32), cache=cache)
+    # What the 40 tokens fill of each layer's buffers (float32).
+    held = sum(int(a[..., : c.offset, :].nbytes) for c in cache for a in (c.keys, c.values))
+    assert kv_cache_bytes(config, 40, dtype_bytes=4) == held == 2 * (32 + 8) * 40 * 4
+
+
 def test_kv_cache_bytes_uses_head_dim_and_falls_back_to_all_heads() -> None:
     config = {"num_hidden_layers": 3, "num_attention_heads": 8, "hidden_size": 512}
     assert kv_cache_bytes(config, 10) == 2 * 3 * 8 * 64 * 10 * 2
