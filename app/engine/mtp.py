@@ -36,7 +36,6 @@ model's own ``sanitize``, as a layer of the model's would.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -48,7 +47,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
-from app.engine.loader import read_header, weight_files
+from app.engine.loader import load_json, read_header, weight_files
 from app.engine.recurrent import wrapped
 from app.errors import ModelError
 
@@ -97,11 +96,11 @@ def head_problem(folder: Path, config: dict[str, Any] | None = None) -> str | No
     """
     name = folder.name
     if config is None:
-        try:
-            config = json.loads((folder / "config.json").read_text())
-        except (OSError, ValueError):
+        try:  # the loader's reader: a FIFO in its place would hang the window's menus
+            config = load_json(folder / "config.json", name)
+        except (OSError, ModelError):
             config = None
-    if not isinstance(config, dict) or not mtp_layers(config):
+    if config is None or not mtp_layers(config):
         return (
             f"{name} carries no MTP head Tandem drafts with (Qwen3.5 / 3.6, Qwen3-Next, "
             "GLM-4.5 / 4.6 / 4.7 / 4.7-Flash)"
@@ -442,7 +441,7 @@ def head_weights(
         ValueError: A next-n family's head asked for without its target.
     """
     if config is None:
-        config = json.loads((folder / "config.json").read_text())
+        config = load_json(folder / "config.json", folder.name)
     stem = _next_n_stem(config)
     files = weight_files(folder)
     headers = {f: read_header(f) for f in files}
