@@ -194,6 +194,30 @@ def _read_config(path: Path, name: str) -> dict[str, Any]:
     return config
 
 
+def dequantizes_fp8(config: dict[str, Any]) -> bool:
+    """Whether ``config``'s weights are block-scaled fp8 (DeepSeek-V3's, Ministral 3's) that
+    mlx-lm's model dequantizes to bfloat16 in its ``sanitize`` as it loads. mlx-lm keeps
+    fp8 packed (as mxfp8) only with power-of-two scales over 32 x 32 blocks."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict) or quant.get("quant_method") != "fp8":
+        return False
+    blocks = list(quant.get("weight_block_size", ()))
+    return not (quant.get("scale_fmt") == "ue8m0" and blocks == [32, 32])
+
+
+def quantization_of(config: dict[str, Any]) -> str | None:
+    """How a model's weights stay quantized once loaded, in a word ("4-bit", "mxfp4");
+    ``None`` where they load unquantized, fp8 that mlx-lm dequantizes among them
+    (:func:`dequantizes_fp8`), which can therefore be quantized again."""
+    quant = config.get("quantization") or config.get("quantization_config")
+    if not isinstance(quant, dict) or dequantizes_fp8(config):
+        return None
+    bits = quant.get("bits")
+    if isinstance(bits, int):
+        return f"{bits}-bit"
+    return str(quant.get("quant_method") or "quantized")
+
+
 def weight_files(path: Path) -> list[Path]:
     """The safetensors files mlx-lm loads (``model*.safetensors``), checked against any index.
 

@@ -30,15 +30,22 @@ model's own, ``model.layers.{n}.*``, with ``eh_proj``, ``enorm``, ``hnorm`` and
 ``shared_head.norm`` for ``fc``, the two input norms and ``norm``, its decoder
 layer one of the model's own (a mixture of experts), norms stored as applied,
 wired as above (mlx-vlm's ``GlmMoeDsaMTP``, vLLM's
-``DeepSeekMultiTokenPredictorLayer``). Its layer's tensors go through the
-model's own ``sanitize``, as a layer of the model's would.
+``DeepSeekMultiTokenPredictorLayer``); so does DeepSeek-V3 (``deepseek_v3``),
+whose layer's fp8 weights its model's ``sanitize`` dequantizes. Its layer's
+tensors go through the model's own ``sanitize``, as a layer of the model's would.
+
+MiMo (``mimo``) files one such layer as ``model.mtp_layers.0.*`` (``input_proj``,
+``token_layernorm``, ``hidden_layernorm``, ``final_layernorm``) and wires it the
+other way round (vLLM's ``MiMoMultiTokenPredictorLayer``): ``input_proj`` reads
+the hidden state first, and the hidden state is the target's before its final
+norm (vLLM's MiMo model returns it unnormed, its logits norm it).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +59,26 @@ from app.engine.recurrent import wrapped
 from app.errors import ModelError
 
 # Families whose head is filed as a layer past the model's own, DeepSeek-V3's way.
-NEXT_N = frozenset({"glm4_moe", "glm4_moe_lite"})
-# The families whose MTP wiring is the one above (mlx-lm's model modules).
-FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", *NEXT_N})
+NEXT_N = frozenset({"glm4_moe", "glm4_moe_lite", "deepseek_v3"})
+_MIMO = "mimo"
+# The families whose MTP head Tandem drafts with (mlx-lm's model modules).
+FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", _MIMO, *NEXT_N})
+SUPPORTED = "Qwen3.5 / 3.6, Qwen3-Next, GLM-4.5 / 4.6 / 4.7 / 4.7-Flash, DeepSeek-V3, MiMo"
 _PREFIX = "mtp."
+
+
+@dataclass(frozen=True)
+class Filing:
+    """Where a family's checkpoint files its MTP head, and how the head reads its inputs."""
+
+    stem: str | None = None  # its tensors' prefix; None: Qwen's ``mtp.`` within the name
+    # Its own modules (not its decoder layer's), stored name to name in MTPHead.
+    names: dict[str, str] = field(default_factory=dict)
+    hidden_first: bool = False  # ``fc`` reads [hidden; embedding], not [embedding; hidden]
+    before_norm: bool = False  # the hidden state is the target's before its final norm
+    numbered: bool = False  # the decoder layer is built with its index past the model's
+
+
 # A next-n layer's own modules, by their names in MTPHead (its decoder layer's are
 # layers.0's); what else it repeats of the model (embedding, output head) is the target's.
 _NEXT_N_NAMES = {
@@ -64,6 +87,25 @@ _NEXT_N_NAMES = {
     "hnorm": "pre_fc_norm_hidden",
     "shared_head.norm": "norm",
 }
+_MIMO_NAMES = {
+    "input_proj": "fc",
+    "token_layernorm": "pre_fc_norm_embedding",
+    "hidden_layernorm": "pre_fc_norm_hidden",
+    "final_layernorm": "norm",
+}
+
+
+def filing(config: dict[str, Any]) -> Filing:
+    """How the checkpoint of ``config``'s family files and wires its MTP head."""
+    family = str(config.get("model_type", ""))
+    if family in NEXT_N:
+        layers = int(config.get("text_config", config)["num_hidden_layers"])
+        return Filing(f"model.layers.{layers}.", _NEXT_N_NAMES, numbered=True)
+    if family == _MIMO:
+        return Filing("model.mtp_layers.0.", _MIMO_NAMES, hidden_first=True, before_norm=True)
+    return Filing()
+
+
 _REPEATED = ("embed_tokens.weight", "shared_head.head.weight")
 _NORMS = (
     "input_layernorm.weight",
@@ -101,21 +143,15 @@ def head_problem(folder: Path, config: dict[str, Any] | None = None) -> str | No
         except (OSError, ModelError):
             config = None
     if config is None or not mtp_layers(config):
-        return (
-            f"{name} carries no MTP head Tandem drafts with (Qwen3.5 / 3.6, Qwen3-Next, "
-            "GLM-4.5 / 4.6 / 4.7 / 4.7-Flash)"
-        )
+        return f"{name} carries no MTP head Tandem drafts with ({SUPPORTED})"
     family = str(config.get("model_type", ""))
     if family not in FAMILIES:
-        return (
-            f"{name}: Tandem drafts with the MTP heads of Qwen3.5 / 3.6, Qwen3-Next and "
-            f"GLM-4.5 / 4.6 / 4.7 / 4.7-Flash, not {family}'s"
-        )
-    if family in NEXT_N and mtp_layers(config) > 1:
+        return f"{name}: Tandem drafts with the MTP heads of {SUPPORTED}, not {family}'s"
+    filed = filing(config)
+    if filed.stem is not None and mtp_layers(config) > 1:
         return f"{name}: Tandem drafts with one next-n layer, not {mtp_layers(config)}"
-    stem = _next_n_stem(config)
     try:
-        held = any(_own_name(key, stem) for f in weight_files(folder) for key in read_header(f))
+        held = any(_own_name(key, filed) for f in weight_files(folder) for key in read_header(f))
     except ModelError:
         held = False
     if not held:
@@ -146,14 +182,13 @@ class MTPHead(nn.Module):
         args = text.args
         size, eps = args.hidden_size, args.rms_norm_eps
         layer_class = type(text.model.layers[0])
-        if hasattr(args, "full_attention_interval"):  # Qwen's: every MTP layer attends
-            args, first = replace(args, full_attention_interval=1), 0
-        else:  # a next-n layer: numbered past the model's, as its checkpoint files it
-            first = args.num_hidden_layers
+        family = getattr(target, "model_type", "")
+        filed = filing({"model_type": family, "num_hidden_layers": args.num_hidden_layers})
+        self.hidden_first, self.before_norm = filed.hidden_first, filed.before_norm
         self.fc = nn.Linear(2 * size, size, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(size, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(size, eps=eps)
-        self.layers = [layer_class(args, first + i) for i in range(layers)]
+        self.layers = [_layer(layer_class, args, filed, i) for i in range(layers)]
         self.norm = nn.RMSNorm(size, eps=eps)
         # MLA attention (GLM-4.7-Flash) takes its mask as an array, as its model makes it.
         self._array_mask = hasattr(args, "kv_lora_rank")
@@ -161,18 +196,30 @@ class MTPHead(nn.Module):
     def make_cache(self) -> list[KVCache]:
         return [KVCache() for _ in self.layers]
 
+    def _input(self, embedded: mx.array, hidden: mx.array) -> mx.array:
+        parts = [self.pre_fc_norm_embedding(embedded), self.pre_fc_norm_hidden(hidden)]
+        return mx.concatenate(parts[::-1] if self.hidden_first else parts, axis=-1)
+
     def __call__(self, embedded: mx.array, hidden: mx.array, cache: Sequence[Any]) -> mx.array:
         """The head's output states (after its norm) for ``(1, n, size)`` token embeddings
         and the hidden states beside them, read into ``cache`` at its offset."""
-        x = mx.concatenate(
-            [self.pre_fc_norm_embedding(embedded), self.pre_fc_norm_hidden(hidden)], axis=-1
-        )
-        x = self.fc(x)
+        x = self.fc(self._input(embedded, hidden))
         mask = create_attention_mask(x, cache[0], return_array=self._array_mask)
         for layer, c in zip(self.layers, cache, strict=True):
             x = layer(x, mask=mask, cache=c)
         out: mx.array = self.norm(x)
         return out
+
+
+def _layer(layer_class: type, args: Any, filed: Filing, i: int) -> nn.Module:
+    """MTP decoder layer ``i``, one of the model's own kind."""
+    if hasattr(args, "full_attention_interval"):  # Qwen's: every MTP layer attends
+        layer: nn.Module = layer_class(replace(args, full_attention_interval=1), i)
+    elif filed.numbered:  # a next-n layer: numbered past the model's, as its checkpoint files it
+        layer = layer_class(args, args.num_hidden_layers + i)
+    else:  # MiMo's blocks take no number
+        layer = layer_class(args)
+    return layer
 
 
 def logits(target: nn.Module, states: mx.array) -> mx.array:
@@ -186,11 +233,14 @@ def logits(target: nn.Module, states: mx.array) -> mx.array:
 
 
 def hidden_and_logits(
-    target: nn.Module, tokens: mx.array, cache: Sequence[Any]
+    target: nn.Module, tokens: mx.array, cache: Sequence[Any], before_norm: bool = False
 ) -> tuple[mx.array, mx.array]:
-    """A target forward of ``(1, n)`` tokens giving the state the head reads beside the logits."""
-    hidden: mx.array = text_model(target).model(tokens, cache=cache)
-    return hidden, logits(target, hidden)
+    """A target forward of ``(1, n)`` tokens giving the state a head reads (its last layer's
+    output after the final norm, or before it) beside the logits."""
+    install(target)
+    normed: mx.array = text_model(target).model(tokens, cache=cache)
+    hidden: mx.array = _local.before if before_norm else normed
+    return hidden, logits(target, normed)
 
 
 def embed(target: nn.Module, tokens: mx.array) -> mx.array:
@@ -215,9 +265,10 @@ class HiddenRows:
     layers. Rows the head has read, but for :data:`BEHIND`, are let go.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, before_norm: bool = False) -> None:
         self.rows: mx.array | None = None  # positions [offset - kept, offset)
         self.offset = 0
+        self.before_norm = before_norm  # keeps the states before the target's final norm
 
     @property
     def kept(self) -> int:
@@ -346,7 +397,7 @@ class MTPDraft(nn.Module):
 
 def target_rows(draft: nn.Module | None) -> list[HiddenRows]:
     """What a target's cache holds beyond its layers for ``draft``: the states an MTP head reads."""
-    return [HiddenRows()] if isinstance(draft, MTPDraft) else []
+    return [HiddenRows(draft.head.before_norm)] if isinstance(draft, MTPDraft) else []
 
 
 def link(d_cache: Sequence[Any] | None, t_cache: Sequence[Any]) -> None:
@@ -356,11 +407,12 @@ def link(d_cache: Sequence[Any] | None, t_cache: Sequence[Any]) -> None:
 
 
 class _Captured(nn.RMSNorm):
-    """A target's final norm: its output, the state the head reads, kept for the forward."""
+    """A target's final norm: its input and output, the states a head reads, kept for the
+    forward."""
 
     def __call__(self, x: mx.array) -> mx.array:
         out: mx.array = super().__call__(x)
-        _local.hidden = out
+        _local.before, _local.hidden = x, out
         return out
 
 
@@ -372,8 +424,9 @@ def _keeping(forward: Callable[..., Any], model: Any, *args: Any, **kwargs: Any)
     cache = kwargs.get("cache", args[1] if len(args) > 1 else None)  # (inputs, cache)
     _local.hidden = None
     out = forward(model, *args, **kwargs)
-    if cache and isinstance(cache[-1], HiddenRows) and _local.hidden is not None:
-        cache[-1].update(_local.hidden)
+    rows = cache[-1] if cache and isinstance(cache[-1], HiddenRows) else None
+    if rows is not None and _local.hidden is not None:
+        rows.update(_local.before if rows.before_norm else _local.hidden)
     return out
 
 
@@ -385,41 +438,36 @@ def install(target: nn.Module) -> None:
     target.__class__ = wrapped(type(target), _KEEPING, _keeping)
 
 
-def _next_n_stem(config: dict[str, Any]) -> str | None:
-    """Where a next-n family files its head's tensors: the layer past the model's."""
-    if str(config.get("model_type", "")) not in NEXT_N:
-        return None
-    text = config.get("text_config", config)
-    return f"model.layers.{int(text['num_hidden_layers'])}."
-
-
-def _own_name(key: str, stem: str | None) -> str | None:
+def _own_name(key: str, filed: Filing) -> str | None:
     """A checkpoint tensor's name in :class:`MTPHead`; ``None`` for the model's own."""
-    if _PREFIX in key:
-        return key[key.index(_PREFIX) + len(_PREFIX) :]
-    if stem is None or not key.startswith(stem) or key.endswith(_REPEATED):
+    stem = filed.stem
+    if stem is None:
+        return key[key.index(_PREFIX) + len(_PREFIX) :] if _PREFIX in key else None
+    if not key.startswith(stem) or key.endswith(_REPEATED):
         return None
     tail = key[len(stem) :]
     module, _, leaf = tail.rpartition(".")
-    own = _NEXT_N_NAMES.get(module)
+    own = filed.names.get(module)
     return f"{own}.{leaf}" if own else f"layers.0.{tail}"
 
 
 def stored_name(name: str, config: dict[str, Any]) -> str:
     """Where a head's tensor ``name`` (in :class:`MTPHead`) is stored in a folder of the
-    family: under ``mtp.``, or in the next-n layer mlx-lm drops at load."""
-    stem = _next_n_stem(config)
-    if stem is None:
+    family: under ``mtp.``, or in the layer of its own that mlx-lm drops at load."""
+    filed = filing(config)
+    if filed.stem is None:
         return _PREFIX + name
-    filed = {v: k for k, v in _NEXT_N_NAMES.items()}
+    stored = {v: k for k, v in filed.names.items()}
     module, _, leaf = name.rpartition(".")
-    return stem + (f"{filed[module]}.{leaf}" if module in filed else name.removeprefix("layers.0."))
+    own = f"{stored[module]}.{leaf}" if module in stored else name.removeprefix("layers.0.")
+    return filed.stem + own
 
 
 def _sanitized(weights: dict[str, mx.array], target: nn.Module) -> dict[str, mx.array]:
     """A next-n layer's tensors as mlx-lm's class holds the model's own layers (experts
-    stacked, MLA's ``kv_b_proj`` split): the model's ``sanitize`` run over them as
-    layer 0's, which it keeps. Tensors already in that layout pass as they are."""
+    stacked, MLA's ``kv_b_proj`` split, fp8 dequantized): the model's ``sanitize`` run
+    over them as layer 0's, which it keeps. Tensors already in that layout pass as
+    they are."""
     own, layer = "layers.0.", "model.layers.0."
     as_first = {layer + k[len(own) :]: v for k, v in weights.items() if k.startswith(own)}
     done = text_model(target).sanitize(as_first)
@@ -442,7 +490,7 @@ def head_weights(
     """
     if config is None:
         config = load_json(folder / "config.json", folder.name)
-    stem = _next_n_stem(config)
+    filed = filing(config)
     files = weight_files(folder)
     headers = {f: read_header(f) for f in files}
     # mlx-lm's own test for a Hugging Face checkpoint: convolutions not yet transposed.
@@ -451,15 +499,15 @@ def head_weights(
     )
     weights: dict[str, mx.array] = {}
     for path, header in headers.items():
-        if not any(_own_name(k, stem) for k in header):
+        if not any(_own_name(k, filed) for k in header):
             continue
         loaded = mx.load(str(path))
         assert isinstance(loaded, dict)
         for key, value in loaded.items():
-            if name := _own_name(key, stem):
+            if name := _own_name(key, filed):
                 one = hugging_face and name.endswith(_NORMS) and value.ndim == 1
                 weights[name] = value + 1.0 if one else value
-    if stem is None:
+    if filed.stem is None:
         return weights
     if target is None:
         raise ValueError("a next-n layer is laid out by its target's sanitize")
@@ -498,11 +546,14 @@ __all__ = [
     "BEHIND",
     "FAMILIES",
     "NEXT_N",
+    "SUPPORTED",
+    "Filing",
     "HiddenRows",
     "MTPCache",
     "MTPDraft",
     "MTPHead",
     "embed",
+    "filing",
     "has_head",
     "head_problem",
     "head_weights",

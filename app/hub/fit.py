@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import subprocess
@@ -20,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.loader import config_model, own_head, read_config, user_path
+from app.engine.loader import (
+    config_model,
+    dequantizes_fp8,
+    own_head,
+    read_config,
+    read_header,
+    user_path,
+)
 from app.errors import ModelError
 from app.hub.library import human_size
 
@@ -382,5 +390,15 @@ def _context_length(config: dict[str, Any]) -> int | None:
 
 
 def _weights_size(folder: Path) -> int:
-    """Bytes of the safetensors files, following the Hub cache's symlinks to the blobs."""
-    return sum(f.stat().st_size for f in folder.glob("*.safetensors") if f.is_file())
+    """Bytes of the safetensors files, following the Hub cache's symlinks to the blobs, and
+    a byte more for each fp8 weight: mlx-lm's model dequantizes them to bfloat16 at load."""
+    files = [f for f in folder.glob("*.safetensors") if f.is_file()]
+    size = sum(f.stat().st_size for f in files)
+    try:
+        config = read_config(folder)
+    except ModelError:
+        return size
+    if not dequantizes_fp8(config):
+        return size
+    headers = (read_header(f).values() for f in files)
+    return size + sum(math.prod(t.shape) for h in headers for t in h if t.dtype.startswith("F8"))

@@ -146,3 +146,53 @@ def build_model(
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights, metadata={"format": "mlx"})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     return out_dir
+
+
+# DeepSeek-V3 stores its layers' projections in fp8 (e4m3), one scale a 128 x 128 block.
+FP8 = {
+    "quant_method": "fp8",
+    "fmt": "e4m3",
+    "activation_scheme": "dynamic",
+    "weight_block_size": [128, 128],
+}
+
+
+def as_fp8(folder: Path, scale: float = 0.5) -> dict[str, mx.array]:
+    """Rewrites ``folder``'s ``model.safetensors`` with its decoder layers' projections (a
+    next-n layer's included, not its ``eh_proj``) in fp8 beside their ``weight_scale_inv``,
+    as DeepSeek-V3's are stored, and says so in its config.
+
+    Returns:
+        Each rewritten weight as its fp8 bytes and scale give it back.
+    """
+    path = folder / "model.safetensors"
+    loaded = mx.load(str(path))
+    assert isinstance(loaded, dict)
+    tensors, held = dict(loaded), {}
+    for key, value in loaded.items():
+        if not (key.startswith("model.layers.") and key.endswith("_proj.weight")):
+            continue
+        if value.ndim != 2 or key.endswith("eh_proj.weight"):
+            continue
+        q = mx.to_fp8(value / scale)
+        tensors[key] = q
+        blocks = tuple(-(-n // 128) for n in value.shape)
+        tensors[key + "_scale_inv"] = mx.full(blocks, scale)
+        held[key] = mx.from_fp8(q, dtype=mx.float32) * scale
+    mx.save_safetensors(str(path), tensors)
+    _mark_fp8(path, list(held))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "quantization_config": FP8}))
+    return held
+
+
+def _mark_fp8(path: Path, names: list[str]) -> None:
+    """Gives ``names`` the safetensors type fp8 files have (MLX writes their bytes as U8)."""
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + length])
+    for name in names:
+        header[name]["dtype"] = "F8_E4M3"
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + length :])

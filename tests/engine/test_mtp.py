@@ -149,10 +149,10 @@ def test_a_target_without_a_head_says_so_in_one_line(target, tmp_path: Path) -> 
         load_head(tmp_path / "model", target, config)
     assert str(caught.value) == dropped
     with pytest.raises(ModelError) as caught:
-        load_head(tmp_path / "model", target, {**config, "model_type": "deepseek_v3"})
+        load_head(tmp_path / "model", target, {**config, "model_type": "nemotron_h"})
     assert str(caught.value) == (
-        "model: Tandem drafts with the MTP heads of Qwen3.5 / 3.6, Qwen3-Next and "
-        "GLM-4.5 / 4.6 / 4.7 / 4.7-Flash, not deepseek_v3's"
+        "model: Tandem drafts with the MTP heads of Qwen3.5 / 3.6, Qwen3-Next, "
+        "GLM-4.5 / 4.6 / 4.7 / 4.7-Flash, DeepSeek-V3, MiMo, not nemotron_h's"
     )
     _save(tmp_path / "whole", target, _wired(target), hf=True)
     assert has_head(tmp_path / "whole") and head_problem(tmp_path / "whole") is None

@@ -1,9 +1,11 @@
-"""GLM-4.5 / 4.6 / 4.7's and GLM-4.7-Flash's next-n layer as the target's MTP head: filed
-past the model's own layers (``model.layers.{n}.*``, DeepSeek-V3's way), its experts one
-tensor each and, for GLM-4.7-Flash's MLA attention, ``kv_b_proj`` whole."""
+"""A next-n layer as the target's MTP head: GLM-4.5 / 4.6 / 4.7's, GLM-4.7-Flash's and
+DeepSeek-V3's, filed past the model's own layers (``model.layers.{n}.*``), their experts one
+tensor each and, for MLA attention, ``kv_b_proj`` whole; DeepSeek-V3's in fp8 too; and
+MiMo's, filed as ``model.mtp_layers.0.*`` and reading the hidden state first, unnormed."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -18,6 +20,7 @@ from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 from app.engine.decoder import Decoder, take_turns
 from app.engine.loader import config_model, load_model
 from app.engine.mtp import (
+    NEXT_N,
     MTPDraft,
     MTPHead,
     embed,
@@ -30,19 +33,21 @@ from app.engine.mtp import (
 )
 from app.engine.types import DraftSetting, GenerationParams
 from app.hub.gguf_import import import_folder
-from app.testing.tiny import model_config
+from app.testing.tiny import as_fp8, model_config
 from tests.conftest import TinyModels
 
 TOKENS = mx.array([[3, 9, 27, 81, 243, 100, 7, 50]])
 
 
-FAMILIES = ("glm4_moe", "glm4_moe_lite")
+FAMILIES = ("glm4_moe", "glm4_moe_lite", "deepseek_v3", "mimo")
 MLA = {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16}
 
 
 def glm_config(family: str = "glm4_moe", next_n: int = 1) -> dict[str, Any]:
-    """A tiny GLM-4.5 (or GLM-4.7-Flash, its attention MLA): a dense layer, then a mixture
-    of 4 experts (2 a token, one shared)."""
+    """A tiny GLM-4.5 (or GLM-4.7-Flash or DeepSeek-V3, their attention MLA): a dense layer,
+    then a mixture of 4 experts (2 a token, one shared); or a tiny MiMo, a dense model."""
+    if family == "mimo":
+        return {**model_config(family), "num_nextn_predict_layers": next_n}
     config = {
         **model_config(family),
         "moe_intermediate_size": 32,
@@ -59,19 +64,27 @@ def glm_config(family: str = "glm4_moe", next_n: int = 1) -> dict[str, Any]:
     }
     if family == "glm4_moe_lite":
         return {**config, **MLA, "num_key_value_heads": 4, "v_head_dim": 16}
+    if family == "deepseek_v3":  # mlx-lm leaves out the next-n layer of 61 layers only
+        mla = {**MLA, "q_lora_rank": 48, "num_key_value_heads": 4, "v_head_dim": 16}
+        return {**config, **mla, "num_hidden_layers": 61, "first_k_dense_replace": 60}
     return {**config, "head_dim": 16, "partial_rotary_factor": 0.5, "use_qk_norm": True,
             "attention_bias": True}  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def target(request: pytest.FixtureRequest) -> Any:
-    """A tiny GLM whose final norm is far from one, so that using it shows."""
+@functools.cache
+def _model(family: str) -> Any:
+    """A tiny model of ``family`` whose final norm is far from one, so that using it shows."""
     mx.random.seed(5)
-    model = config_model(glm_config(request.param))
+    model = config_model(glm_config(family))
     norm = model.model.norm
     norm.weight = mx.random.uniform(0.2, 3.0, norm.weight.shape)
     mx.eval(model.parameters())
     return model
+
+
+@pytest.fixture(params=FAMILIES)
+def target(request: pytest.FixtureRequest) -> Any:
+    return _model(request.param)
 
 
 def _params(module: nn.Module) -> dict[str, mx.array]:
@@ -95,9 +108,10 @@ def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer:
                 stored[key.replace(".switch_mlp.", f".experts.{e}.")] = value[e]
         else:
             stored[key] = value
-    n = config["num_hidden_layers"]
-    stored[f"model.layers.{n}.embed_tokens.weight"] = stored["model.embed_tokens.weight"]
-    stored[f"model.layers.{n}.shared_head.head.weight"] = stored["lm_head.weight"]
+    if target.model_type in NEXT_N:
+        n = config["num_hidden_layers"]
+        stored[f"model.layers.{n}.embed_tokens.weight"] = stored["model.embed_tokens.weight"]
+        stored[f"model.layers.{n}.shared_head.head.weight"] = stored["lm_head.weight"]
     mx.save_safetensors(str(folder / "model.safetensors"), stored)
     return folder
 
@@ -136,19 +150,22 @@ def test_the_next_n_layer_loads_as_the_head_and_the_model_without_it(
         assert mx.array_equal(got[name], value), name
 
 
-def _wired(target: Any, hidden_first: bool = False) -> dict[str, mx.array]:
-    """A head that passes the hidden state through: fc takes its half as it is, the
-    layer adds nothing (attention and both experts' outputs zero)."""
-    weights = _params(MTPHead(target))
+def _wired(target: Any, swapped: bool = False) -> dict[str, mx.array]:
+    """A head that passes the hidden state through as its family wires it (or with fc's
+    halves ``swapped``): fc takes the hidden half as it is, the layer adds nothing
+    (attention's and every MLP's outputs zero); where the family reads the state before
+    the target's final norm, the head's own norm is the target's."""
+    head = MTPHead(target)
+    weights = _params(head)
     size = weights["norm.weight"].shape[0]
     eye, zero = mx.eye(size), mx.zeros((size, size))
+    hidden_first = head.hidden_first != swapped
     weights["fc.weight"] = mx.concatenate([eye, zero] if hidden_first else [zero, eye], axis=1)
-    for name in (
-        "layers.0.self_attn.o_proj.weight",
-        "layers.0.mlp.switch_mlp.down_proj.weight",
-        "layers.0.mlp.shared_experts.down_proj.weight",
-    ):
-        weights[name] = mx.zeros(weights[name].shape)
+    for name in weights:
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            weights[name] = mx.zeros(weights[name].shape)
+    if head.before_norm:
+        weights["norm.weight"] = target.model.norm.weight
     return weights
 
 
@@ -162,24 +179,30 @@ def test_a_hand_wired_head_predicts_right_only_when_wired_as_the_reference(
 ) -> None:
     folder = _checkpoint(tmp_path / "glm", target, _wired(target), tiny.target)
     head = load_head(folder, target, glm_config(target.model_type))
-    hidden, want = hidden_and_logits(target, TOKENS, [None] * len(target.model.layers))
+    no_cache = [None] * len(target.model.layers)
+    hidden, want = hidden_and_logits(target, TOKENS, no_cache, head.before_norm)
     assert mx.array_equal(_predicts(target, head, hidden), mx.argmax(want, axis=-1))
-    # The hidden state before the final norm, or the halves of eh_proj's input swapped, miss.
-    before = hidden / target.model.norm.weight
-    assert not mx.array_equal(_predicts(target, head, before), mx.argmax(want, axis=-1))
+    # The other side of the final norm, or the halves of fc's input swapped, miss.
+    other, _ = hidden_and_logits(target, TOKENS, no_cache, not head.before_norm)
+    assert not mx.array_equal(_predicts(target, head, other), mx.argmax(want, axis=-1))
     swapped = MTPHead(target)
-    swapped.load_weights(list(_wired(target, hidden_first=True).items()))
+    swapped.load_weights(list(_wired(target, swapped=True).items()))
     assert not mx.array_equal(_predicts(target, swapped, hidden), mx.argmax(want, axis=-1))
 
 
-@pytest.mark.parametrize("k", [1, 4, None], ids=["k1", "k4", "auto"])
+# DeepSeek-V3's 61 layers take seconds a reply here: one k for it.
+_DRAFTED = [(f, k) for f in FAMILIES for k in (1, 4, None) if f != "deepseek_v3" or k is None]
+
+
+@pytest.mark.parametrize(("family", "k"), _DRAFTED)
 def test_a_reply_drafted_by_the_next_n_head_is_the_targets_greedy_reply(
-    target: Any, k: int | None
+    family: str, k: int | None
 ) -> None:
     from mlx_lm.generate import generate_step
 
     from app.engine.recurrent import install
 
+    target = _model(family)
     install(target)
     head = MTPHead(target)
     head.load_weights(list(_random_head(target).items()))
@@ -201,7 +224,11 @@ def test_a_quantized_import_keeps_the_next_n_layer_where_mlx_lm_leaves_it_out(
     loaded = load_model(out)  # strict: the layer is where mlx-lm's sanitize drops it
     head = load_head(out, loaded.model, loaded.config)
     assert isinstance(head.fc, nn.QuantizedLinear)
-    assert isinstance(head.layers[0].mlp.switch_mlp.gate_proj, QuantizedSwitchLinear)
+    mlp = head.layers[0].mlp
+    if target.model_type != "mimo":
+        assert isinstance(mlp.switch_mlp.gate_proj, QuantizedSwitchLinear)
+    else:
+        assert isinstance(mlp.gate_proj, nn.QuantizedLinear)
 
 
 def test_a_glm_without_its_next_n_layer_or_with_several_says_so(
@@ -215,3 +242,23 @@ def test_a_glm_without_its_next_n_layer_or_with_several_says_so(
     assert head_problem(folder, glm_config(target.model_type, next_n=2)) == (
         "glm: Tandem drafts with one next-n layer, not 2"
     )
+
+
+def test_deepseek_v3s_fp8_next_n_layer_loads_dequantized_and_imports_quantized(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    target = _model("deepseek_v3")
+    folder = _checkpoint(tmp_path / "deepseek", target, _random_head(target), tiny.target)
+    held = as_fp8(folder)
+    assert has_head(folder)
+    loaded = load_model(folder, fuse=False)  # mlx-lm's sanitize dequantizes the model's own
+    head = _params(load_head(folder, loaded.model, loaded.config))
+    n = glm_config("deepseek_v3")["num_hidden_layers"]
+    q_a = head["layers.0.self_attn.q_a_proj.weight"]
+    assert q_a.dtype == mx.bfloat16
+    want = held[f"model.layers.{n}.self_attn.q_a_proj.weight"]
+    assert mx.allclose(q_a.astype(mx.float32), want, rtol=1e-2, atol=1e-3)
+    # Dequantized as it loads, fp8 is quantized again on import, its head with it.
+    out = import_folder(folder, tmp_path / "models", q_bits=8)
+    quantized = load_head(out, load_model(out).model, json.loads((out / "config.json").read_text()))
+    assert isinstance(quantized.layers[0].self_attn.q_a_proj, nn.QuantizedLinear)

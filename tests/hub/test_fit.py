@@ -16,7 +16,7 @@ from app.hub.fit import (
     usable_memory_bytes,
 )
 from app.hub.library import human_size
-from app.testing.tiny import model_config
+from app.testing.tiny import as_fp8, model_config
 from tests.conftest import TinyModels
 
 
@@ -207,3 +207,13 @@ def test_memory_fit_counts_a_targets_own_mtp_head(tiny: TinyModels, tmp_path: Pa
     layer = kv_cache_bytes(config, 1024) // text["num_hidden_layers"]  # its one attention layer
     assert fit.kv_bytes - alone.kv_bytes == layer + 1024 * text["hidden_size"] * 2
     assert fit.weights_bytes == alone.weights_bytes  # the head's weights are in the target's files
+
+
+def test_memory_fit_counts_fp8_weights_as_the_bfloat16_they_load_as(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    folder = tmp_path / "fp8"
+    shutil.copytree(tiny.target, folder)
+    fp8 = sum(int(w.size) for w in as_fp8(folder).values())
+    fit = memory_fit(folder, None, available=10**12)
+    assert fp8 > 0 and fit.weights_bytes == _weights(folder) + fp8

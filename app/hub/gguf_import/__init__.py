@@ -27,9 +27,15 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from app.engine.loader import check_weights, read_config, read_header, user_path, weight_files
+from app.engine.loader import (
+    check_weights,
+    quantization_of,
+    read_config,
+    read_header,
+    user_path,
+    weight_files,
+)
 from app.errors import ModelError
 from app.hub.gguf_import.common import _DTYPES, ImportCancelled, ImportProgress, _check_cancel
 from app.hub.gguf_import.convert import _convert, holds_only_a_head
@@ -191,17 +197,6 @@ def default_q_bits(gpu: bool) -> int | None:
     """How an import is stored unless asked otherwise: 4-bit where MLX computes on a GPU;
     as it is on MLX's CPU backend, where 4-bit products are slower than float32 ones."""
     return 4 if gpu else None
-
-
-def quantization_of(config: dict[str, Any]) -> str | None:
-    """How a model's weights are quantized, in a word ("4-bit", "fp8"); ``None`` when not."""
-    quant = config.get("quantization") or config.get("quantization_config")
-    if not isinstance(quant, dict):
-        return None
-    bits = quant.get("bits")
-    if isinstance(bits, int):
-        return f"{bits}-bit"
-    return str(quant.get("quant_method") or "quantized")
 
 
 def folder_quantization(src: Path) -> str | None:
