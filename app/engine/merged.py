@@ -117,7 +117,7 @@ def _heads_forward(
     parts = [model.inputs(t[None].astype(mx.int32), c) for t, c in zip(tokens, own, strict=True)]
     embedded = mx.concatenate([_pad_rows(e, rows) for e, _ in parts])
     hidden = mx.concatenate([_pad_rows(h, rows) for _, h in parts])
-    kv = [_merge_kv([c.kv[i] for c in own], rows) for i in range(len(own[0].kv))]
+    kv = [_merge([c.kv[i] for c in own], rows) for i in range(len(own[0].kv))]
     states = model.head(embedded, hidden, kv)
     for i, batch in enumerate(kv):
         _split(batch, [c.kv[i] for c in own], rows)
@@ -150,7 +150,7 @@ def _merge(layer: list[Any], rows: int) -> Any:
     if isinstance(layer[0], RecurrentCache):
         return RecurrentCache.merge(layer)
     if isinstance(layer[0], HiddenRows):
-        return HiddenRows()  # the batch's states, split after
+        return HiddenRows(layer[0].before_norm)  # the batch's states, split after
     return _merge_kv(layer, rows)
 
 

@@ -30,8 +30,10 @@ model's own, ``model.layers.{n}.*``, with ``eh_proj``, ``enorm``, ``hnorm`` and
 ``shared_head.norm`` for ``fc``, the two input norms and ``norm``, its decoder
 layer one of the model's own (a mixture of experts), norms stored as applied,
 wired as above (mlx-vlm's ``GlmMoeDsaMTP``, vLLM's
-``DeepSeekMultiTokenPredictorLayer``); so does DeepSeek-V3 (``deepseek_v3``),
-whose layer's fp8 weights its model's ``sanitize`` dequantizes. Its layer's
+``DeepSeekMultiTokenPredictorLayer``); so do DeepSeek-V3 (``deepseek_v3``), whose
+layer's fp8 weights its model's ``sanitize`` dequantizes, and DeepSeek-V3.2 and
+GLM-5 (``deepseek_v32``, ``glm_moe_dsa``), whose layer keeps its sparse attention's
+indexer keys beside attention's (its cache made as its model's layers' are). Its layer's
 tensors go through the model's own ``sanitize``, as a layer of the model's would.
 
 MiMo (``mimo``) files one such layer as ``model.mtp_layers.0.*`` (``input_proj``,
@@ -43,6 +45,7 @@ norm (vLLM's MiMo model returns it unnormed, its logits norm it).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -52,18 +55,20 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
-from mlx_lm.models.cache import KVCache
+from mlx_lm.models.cache import CacheList, KVCache
 
 from app.engine.loader import load_json, read_header, weight_files
 from app.engine.recurrent import wrapped
 from app.errors import ModelError
 
 # Families whose head is filed as a layer past the model's own, DeepSeek-V3's way.
-NEXT_N = frozenset({"glm4_moe", "glm4_moe_lite", "deepseek_v3"})
+NEXT_N = frozenset({"glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "deepseek_v3", "deepseek_v32"})
 _MIMO = "mimo"
 # The families whose MTP head Tandem drafts with (mlx-lm's model modules).
 FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", _MIMO, *NEXT_N})
-SUPPORTED = "Qwen3.5 / 3.6, Qwen3-Next, GLM-4.5 / 4.6 / 4.7 / 4.7-Flash, DeepSeek-V3, MiMo"
+SUPPORTED = (
+    "Qwen3.5 / 3.6, Qwen3-Next, GLM-4.5 / 4.6 / 4.7 / 4.7-Flash / 5, DeepSeek-V3 / V3.2, MiMo"
+)
 _PREFIX = "mtp."
 
 
@@ -192,9 +197,13 @@ class MTPHead(nn.Module):
         self.norm = nn.RMSNorm(size, eps=eps)
         # MLA attention (GLM-4.7-Flash) takes its mask as an array, as its model makes it.
         self._array_mask = hasattr(args, "kv_lora_rank")
+        # A next-n layer's cache is of its model's layers' kind: DeepSeek-V3.2's indexer
+        # keeps keys of its own beside attention's (a CacheList).
+        made = text.make_cache() if filed.numbered and hasattr(text, "make_cache") else [None]
+        self._empty_cache: Any = made[0] if made[0] is not None else KVCache()
 
-    def make_cache(self) -> list[KVCache]:
-        return [KVCache() for _ in self.layers]
+    def make_cache(self) -> list[Any]:
+        return [copy.deepcopy(self._empty_cache) for _ in self.layers]
 
     def _input(self, embedded: mx.array, hidden: mx.array) -> mx.array:
         parts = [self.pre_fc_norm_embedding(embedded), self.pre_fc_norm_hidden(hidden)]
@@ -204,11 +213,17 @@ class MTPHead(nn.Module):
         """The head's output states (after its norm) for ``(1, n, size)`` token embeddings
         and the hidden states beside them, read into ``cache`` at its offset."""
         x = self.fc(self._input(embedded, hidden))
-        mask = create_attention_mask(x, cache[0], return_array=self._array_mask)
+        mask = create_attention_mask(x, attending(cache[0]), return_array=self._array_mask)
         for layer, c in zip(self.layers, cache, strict=True):
             x = layer(x, mask=mask, cache=c)
         out: mx.array = self.norm(x)
         return out
+
+
+def attending(cache: Any) -> Any:
+    """A head layer's attention cache: the first of a CacheList's (DeepSeek-V3.2's), as its
+    model makes masks from."""
+    return cache[0] if isinstance(cache, CacheList) else cache
 
 
 def _layer(layer_class: type, args: Any, filed: Filing, i: int) -> nn.Module:
@@ -327,7 +342,7 @@ class MTPCache:
 
     @property
     def offset(self) -> int:
-        return int(self.kv[0].offset)
+        return int(attending(self.kv[0]).offset)
 
     def trim(self, n: int) -> int:
         for c in self.kv:
@@ -552,6 +567,7 @@ __all__ = [
     "MTPCache",
     "MTPDraft",
     "MTPHead",
+    "attending",
     "embed",
     "filing",
     "has_head",

@@ -171,7 +171,9 @@ def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int
         ``2 (K and V) × layers × KV heads × head size × tokens × dtype_bytes``; for
         multi-head latent attention (DeepSeek-V3, GLM-4.7-Flash, Kimi-Linear), whose
         cache holds a token's latent and its rope key, ``layers × (kv_lora_rank +
-        qk_rope_head_dim) × tokens × dtype_bytes``.
+        qk_rope_head_dim) × tokens × dtype_bytes``, and with sparse attention
+        (DeepSeek-V3.2, GLM-5) its indexer's key and a value as wide (mlx-lm keeps zeros
+        there), ``2 × index_head_dim`` more.
 
     Raises:
         ModelError: The config lacks the layer count or the attention shape.
@@ -181,7 +183,8 @@ def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int
     latent = _int(section, "kv_lora_rank")
     if layers and latent:
         rope = _int(section, "qk_rope_head_dim") or 0
-        return layers * (latent + rope) * max(0, context_length) * dtype_bytes
+        indexer = 2 * (_int(section, "index_head_dim") or 0)
+        return layers * (latent + rope + indexer) * max(0, context_length) * dtype_bytes
     heads = _int(section, "num_attention_heads")
     hidden = _int(section, "hidden_size")
     head_dim = _int(section, "head_dim") or (hidden // heads if hidden and heads else None)

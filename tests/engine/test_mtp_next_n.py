@@ -1,7 +1,8 @@
-"""A next-n layer as the target's MTP head: GLM-4.5 / 4.6 / 4.7's, GLM-4.7-Flash's and
-DeepSeek-V3's, filed past the model's own layers (``model.layers.{n}.*``), their experts one
-tensor each and, for MLA attention, ``kv_b_proj`` whole; DeepSeek-V3's in fp8 too; and
-MiMo's, filed as ``model.mtp_layers.0.*`` and reading the hidden state first, unnormed."""
+"""A next-n layer as the target's MTP head: GLM-4.5 / 4.6 / 4.7's, GLM-4.7-Flash's, GLM-5's,
+DeepSeek-V3's and V3.2's, filed past the model's own layers (``model.layers.{n}.*``), their
+experts one tensor each and, for MLA attention, ``kv_b_proj`` whole; DeepSeek-V3's in fp8
+too; and MiMo's, filed as ``model.mtp_layers.0.*`` and reading the hidden state first,
+unnormed."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from tests.conftest import TinyModels
 TOKENS = mx.array([[3, 9, 27, 81, 243, 100, 7, 50]])
 
 
-FAMILIES = ("glm4_moe", "glm4_moe_lite", "deepseek_v3", "mimo")
+FAMILIES = ("glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "deepseek_v3", "deepseek_v32", "mimo")
 MLA = {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16}
 
 
@@ -64,9 +65,18 @@ def glm_config(family: str = "glm4_moe", next_n: int = 1) -> dict[str, Any]:
     }
     if family == "glm4_moe_lite":
         return {**config, **MLA, "num_key_value_heads": 4, "v_head_dim": 16}
+    mla = {**MLA, "q_lora_rank": 48, "num_key_value_heads": 4, "v_head_dim": 16}
     if family == "deepseek_v3":  # mlx-lm leaves out the next-n layer of 61 layers only
-        mla = {**MLA, "q_lora_rank": 48, "num_key_value_heads": 4, "v_head_dim": 16}
         return {**config, **mla, "num_hidden_layers": 61, "first_k_dense_replace": 60}
+    # DeepSeek-V3.2's and GLM-5's sparse attention: an indexer picks 8 keys a query.
+    dsa = {**mla, "index_head_dim": 16, "index_n_heads": 2, "index_topk": 8}
+    if family == "deepseek_v32":
+        return {**config, **dsa}
+    if family == "glm_moe_dsa":
+        extra = {"topk_method": "noaux_tc", "scoring_func": "sigmoid", "moe_layer_freq": 1,
+                 "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+                 "attention_bias": False}  # fmt: skip
+        return {**config, **dsa, **extra}
     return {**config, "head_dim": 16, "partial_rotary_factor": 0.5, "use_qk_norm": True,
             "attention_bias": True}  # fmt: skip
 
@@ -262,3 +272,34 @@ def test_deepseek_v3s_fp8_next_n_layer_loads_dequantized_and_imports_quantized(
     out = import_folder(folder, tmp_path / "models", q_bits=8)
     quantized = load_head(out, load_model(out).model, json.loads((out / "config.json").read_text()))
     assert isinstance(quantized.layers[0].self_attn.q_a_proj, nn.QuantizedLinear)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v32", "mimo"])
+def test_requests_whose_heads_step_together_each_get_the_greedy_reply(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlx_lm.generate import generate_step
+
+    from app.engine import merged
+    from app.engine.recurrent import install
+
+    target = _model(family)
+    install(target)
+    head = MTPHead(target)
+    head.load_weights(list(_random_head(target).items()))
+    stepped: list[int] = []
+    alone = merged._heads_forward
+
+    def spied(model: Any, tokens: Any, caches: Any) -> Any:
+        stepped.append(len(tokens))
+        return alone(model, tokens, caches)
+
+    monkeypatch.setattr(merged, "_heads_forward", spied)
+    decoder = Decoder(target, MTPDraft(target, head))
+    prompts = [[3, 9, 27, 81, 243, 100, 7, 50], [5, 6, 7] * 6, [11, 12, 13, 14]]
+    params = GenerationParams(temperature=0, drafting=DraftSetting.of(3))
+    turns = take_turns([decoder.generate(p, params) for p in prompts], 16)
+    for prompt, reply in zip(prompts, turns.replies, strict=True):
+        plain = [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=16)]
+        assert reply == plain
+    assert 3 in stepped  # the three heads (DeepSeek-V3.2's caches listed) stepped as one

@@ -52,9 +52,22 @@ def test_an_mla_models_kv_cache_is_what_its_cache_holds() -> None:
     model = config_model(config)
     cache = make_prompt_cache(model)
     model(mx.zeros((1, 40), dtype=mx.int32), cache=cache)
-    # What the 40 tokens fill of each layer's buffers (float32).
-    held = sum(int(a[..., : c.offset, :].nbytes) for c in cache for a in (c.keys, c.values))
-    assert kv_cache_bytes(config, 40, dtype_bytes=4) == held == 2 * (32 + 8) * 40 * 4
+    assert kv_cache_bytes(config, 40, dtype_bytes=4) == _held(cache) == 2 * (32 + 8) * 40 * 4
+    # A tiny DeepSeek-V3.2: its sparse attention's indexer caches a key (and zeros) a token.
+    config = {**config, "model_type": "deepseek_v32", "q_lora_rank": 48, "index_head_dim": 16,
+              "index_n_heads": 2, "index_topk": 8}  # fmt: skip
+    model = config_model(config)
+    cache = make_prompt_cache(model)
+    model(mx.zeros((1, 40), dtype=mx.int32), cache=cache)
+    assert kv_cache_bytes(config, 40, dtype_bytes=4) == _held(cache) == 2 * (40 + 32) * 40 * 4
+
+
+def _held(cache: list[Any]) -> int:
+    """What the tokens read fill of a cache's buffers."""
+    from mlx_lm.models.cache import CacheList
+
+    kv = [c for layer in cache for c in (layer.caches if isinstance(layer, CacheList) else [layer])]
+    return sum(int(a[..., : c.offset, :].nbytes) for c in kv for a in (c.keys, c.values))
 
 
 def test_kv_cache_bytes_uses_head_dim_and_falls_back_to_all_heads() -> None:
