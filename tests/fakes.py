@@ -168,6 +168,24 @@ def write_gguf(
     return path
 
 
+def text_model_writer(path: Path, arch: str, args: Any, blocks: int) -> gguf.GGUFWriter:
+    """A GGUF writer with the keys TextModel.set_gguf_parameters writes, from mlx-lm model
+    ``args``, for ``blocks`` blocks (the model's layers and any MTP layers after them)."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny")
+    w.add_block_count(blocks)
+    w.add_context_length(args.max_position_embeddings)
+    w.add_embedding_length(args.hidden_size)
+    w.add_feed_forward_length(args.intermediate_size)
+    w.add_head_count(args.num_attention_heads)
+    w.add_head_count_kv(args.num_key_value_heads)
+    w.add_rope_freq_base(args.rope_theta)
+    w.add_layer_norm_rms_eps(args.rms_norm_eps)
+    w.add_key_length(args.head_dim)
+    w.add_value_length(args.head_dim)
+    return w
+
+
 def finish_gguf(w: Any, tensors: Mapping[str, np.ndarray]) -> None:
     """Adds ``tensors`` as they are to the GGUF writer ``w``, then writes and closes its file."""
     for name, x in tensors.items():

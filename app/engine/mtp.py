@@ -466,6 +466,12 @@ def _own_name(key: str, filed: Filing) -> str | None:
     return f"{own}.{leaf}" if own else f"layers.0.{tail}"
 
 
+def head_name(key: str, config: dict[str, Any]) -> str | None:
+    """A checkpoint tensor's name in :class:`MTPHead`, for a model of ``config``'s family;
+    ``None`` for the model's own, and for what the head repeats of it."""
+    return _own_name(key, filing(config))
+
+
 def stored_name(name: str, config: dict[str, Any]) -> str:
     """Where a head's tensor ``name`` (in :class:`MTPHead`) is stored in a folder of the
     family: under ``mtp.``, or in the layer of its own that mlx-lm drops at load."""
@@ -571,6 +577,7 @@ __all__ = [
     "embed",
     "filing",
     "has_head",
+    "head_name",
     "head_problem",
     "head_weights",
     "hidden_and_logits",

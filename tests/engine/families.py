@@ -272,3 +272,53 @@ def mtp_model(root: Path, tokenizer_from: Path, seed: int = 11) -> Path:
     stored = {f"mtp.{k}": v - 1.0 if k.endswith("norm.weight") else v for k, v in params}
     mx.save_safetensors(str(folder / "model-mtp.safetensors"), stored)
     return folder
+
+
+# Families whose MTP head is a next-n layer (app.engine.mtp.filing).
+NEXT_N_FAMILIES = (
+    "glm4_moe",
+    "glm4_moe_lite",
+    "glm_moe_dsa",
+    "deepseek_v3",
+    "deepseek_v32",
+    "mimo",
+)
+_MLA = {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16}
+
+
+def next_n_config(family: str = "glm4_moe", next_n: int = 1) -> dict[str, Any]:
+    """A tiny model of a family whose MTP head is a next-n layer: GLM-4.5 (or GLM-4.7-Flash,
+    GLM-5, DeepSeek-V3 or V3.2, their attention MLA), a dense layer, then a mixture of 4
+    experts (2 a token, one shared); or MiMo, a dense model. ``next_n`` such layers."""
+    if family == "mimo":
+        return {**model_config(family), "num_nextn_predict_layers": next_n}
+    config = {
+        **model_config(family),
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "norm_topk_prob": True,
+        "n_group": 1,
+        "topk_group": 1,
+        "routed_scaling_factor": 1.0,
+        "rope_scaling": None,
+        "num_nextn_predict_layers": next_n,
+    }
+    if family == "glm4_moe_lite":
+        return {**config, **_MLA, "num_key_value_heads": 4, "v_head_dim": 16}
+    mla = {**_MLA, "q_lora_rank": 48, "num_key_value_heads": 4, "v_head_dim": 16}
+    if family == "deepseek_v3":  # mlx-lm leaves out the next-n layer of 61 layers only
+        return {**config, **mla, "num_hidden_layers": 61, "first_k_dense_replace": 60}
+    # DeepSeek-V3.2's and GLM-5's sparse attention: an indexer picks 8 keys a query.
+    dsa = {**mla, "index_head_dim": 16, "index_n_heads": 2, "index_topk": 8}
+    if family == "deepseek_v32":
+        return {**config, **dsa}
+    if family == "glm_moe_dsa":
+        extra = {"topk_method": "noaux_tc", "scoring_func": "sigmoid", "moe_layer_freq": 1,
+                 "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+                 "attention_bias": False}  # fmt: skip
+        return {**config, **dsa, **extra}
+    return {**config, "head_dim": 16, "partial_rotary_factor": 0.5, "use_qk_norm": True,
+            "attention_bias": True}  # fmt: skip

@@ -34,58 +34,19 @@ from app.engine.mtp import (
 )
 from app.engine.types import DraftSetting, GenerationParams
 from app.hub.gguf_import import import_folder
-from app.testing.tiny import as_fp8, model_config
+from app.testing.tiny import as_fp8
 from tests.conftest import TinyModels
+from tests.engine.families import NEXT_N_FAMILIES as FAMILIES
+from tests.engine.families import next_n_config
 
 TOKENS = mx.array([[3, 9, 27, 81, 243, 100, 7, 50]])
-
-
-FAMILIES = ("glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "deepseek_v3", "deepseek_v32", "mimo")
-MLA = {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16}
-
-
-def glm_config(family: str = "glm4_moe", next_n: int = 1) -> dict[str, Any]:
-    """A tiny GLM-4.5 (or GLM-4.7-Flash or DeepSeek-V3, their attention MLA): a dense layer,
-    then a mixture of 4 experts (2 a token, one shared); or a tiny MiMo, a dense model."""
-    if family == "mimo":
-        return {**model_config(family), "num_nextn_predict_layers": next_n}
-    config = {
-        **model_config(family),
-        "moe_intermediate_size": 32,
-        "n_routed_experts": 4,
-        "num_experts_per_tok": 2,
-        "n_shared_experts": 1,
-        "first_k_dense_replace": 1,
-        "norm_topk_prob": True,
-        "n_group": 1,
-        "topk_group": 1,
-        "routed_scaling_factor": 1.0,
-        "rope_scaling": None,
-        "num_nextn_predict_layers": next_n,
-    }
-    if family == "glm4_moe_lite":
-        return {**config, **MLA, "num_key_value_heads": 4, "v_head_dim": 16}
-    mla = {**MLA, "q_lora_rank": 48, "num_key_value_heads": 4, "v_head_dim": 16}
-    if family == "deepseek_v3":  # mlx-lm leaves out the next-n layer of 61 layers only
-        return {**config, **mla, "num_hidden_layers": 61, "first_k_dense_replace": 60}
-    # DeepSeek-V3.2's and GLM-5's sparse attention: an indexer picks 8 keys a query.
-    dsa = {**mla, "index_head_dim": 16, "index_n_heads": 2, "index_topk": 8}
-    if family == "deepseek_v32":
-        return {**config, **dsa}
-    if family == "glm_moe_dsa":
-        extra = {"topk_method": "noaux_tc", "scoring_func": "sigmoid", "moe_layer_freq": 1,
-                 "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
-                 "attention_bias": False}  # fmt: skip
-        return {**config, **dsa, **extra}
-    return {**config, "head_dim": 16, "partial_rotary_factor": 0.5, "use_qk_norm": True,
-            "attention_bias": True}  # fmt: skip
 
 
 @functools.cache
 def _model(family: str) -> Any:
     """A tiny model of ``family`` whose final norm is far from one, so that using it shows."""
     mx.random.seed(5)
-    model = config_model(glm_config(family))
+    model = config_model(next_n_config(family))
     norm = model.model.norm
     norm.weight = mx.random.uniform(0.2, 3.0, norm.weight.shape)
     mx.eval(model.parameters())
@@ -106,7 +67,7 @@ def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer:
     one tensor an expert (and MLA's ``kv_b_proj`` whole), and the embedding and output
     head it repeats."""
     folder.mkdir()
-    config = glm_config(target.model_type)
+    config = next_n_config(target.model_type)
     (folder / "config.json").write_text(json.dumps(config))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(tokenizer / name, folder / name)
@@ -188,7 +149,7 @@ def test_a_hand_wired_head_predicts_right_only_when_wired_as_the_reference(
     target: Any, tiny: TinyModels, tmp_path: Path
 ) -> None:
     folder = _checkpoint(tmp_path / "glm", target, _wired(target), tiny.target)
-    head = load_head(folder, target, glm_config(target.model_type))
+    head = load_head(folder, target, next_n_config(target.model_type))
     no_cache = [None] * len(target.model.layers)
     hidden, want = hidden_and_logits(target, TOKENS, no_cache, head.before_norm)
     assert mx.array_equal(_predicts(target, head, hidden), mx.argmax(want, axis=-1))
@@ -249,7 +210,7 @@ def test_a_glm_without_its_next_n_layer_or_with_several_says_so(
         "glm's weights leave out the MTP head its config names; `tandem models import` "
         "of its Hugging Face checkpoint keeps it"
     )
-    assert head_problem(folder, glm_config(target.model_type, next_n=2)) == (
+    assert head_problem(folder, next_n_config(target.model_type, next_n=2)) == (
         "glm: Tandem drafts with one next-n layer, not 2"
     )
 
@@ -263,7 +224,7 @@ def test_deepseek_v3s_fp8_next_n_layer_loads_dequantized_and_imports_quantized(
     assert has_head(folder)
     loaded = load_model(folder, fuse=False)  # mlx-lm's sanitize dequantizes the model's own
     head = _params(load_head(folder, loaded.model, loaded.config))
-    n = glm_config("deepseek_v3")["num_hidden_layers"]
+    n = next_n_config("deepseek_v3")["num_hidden_layers"]
     q_a = head["layers.0.self_attn.q_a_proj.weight"]
     assert q_a.dtype == mx.bfloat16
     want = held[f"model.layers.{n}.self_attn.q_a_proj.weight"]

@@ -27,6 +27,7 @@ from tests.fakes import (
     finish_gguf,
     qwen3_next_edits,
     qwen3_next_parameters,
+    text_model_writer,
     tiny_tokenizer,
 )
 
@@ -130,20 +131,9 @@ def write_qwen3_next(
     path: Path, args: Any, tensors: dict[str, np.ndarray], tokenizer: TokenizerMeta
 ) -> Path:
     """The metadata of TextModel, Qwen2MoeModel and Qwen3NextModel's set_gguf_parameters."""
-    w = gguf.GGUFWriter(str(path), "qwen3next")
-    w.add_name("tiny")
-    w.add_block_count(args.num_hidden_layers)
-    w.add_context_length(args.max_position_embeddings)
-    w.add_embedding_length(args.hidden_size)
-    w.add_feed_forward_length(args.intermediate_size)
-    w.add_head_count(args.num_attention_heads)
-    w.add_head_count_kv(args.num_key_value_heads)
-    w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.rms_norm_eps)
+    w = text_model_writer(path, "qwen3next", args, args.num_hidden_layers)
     w.add_expert_count(args.num_experts)
     w.add_expert_used_count(args.num_experts_per_tok)
-    w.add_key_length(args.head_dim)
-    w.add_value_length(args.head_dim)
     w.add_expert_feed_forward_length(args.moe_intermediate_size)
     w.add_expert_shared_feed_forward_length(args.shared_expert_intermediate_size)
     qwen3_next_parameters(w, args)

@@ -129,6 +129,28 @@ _QWEN3_NEXT_BLOCK_TENSORS = {
 }
 
 
+# GLM-4.5 / 4.6 / 4.7's layers (the dense first ones, then mixtures of experts), and the
+# next-n layer past them, filed as DeepSeek-V3 files it (``model.layers.{n}``).
+_GLM4_MOE_BLOCK_TENSORS = {
+    **{k: v for k, v in _BLOCK_TENSORS.items() if k != "ffn_norm"},
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_gate_inp": "mlp.gate",
+    "exp_probs_b.bias": "mlp.gate.e_score_correction_bias",
+    "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+    "ffn_up_exps": "mlp.switch_mlp.up_proj",
+    "ffn_down_exps": "mlp.switch_mlp.down_proj",
+    "ffn_gate_shexp": "mlp.shared_experts.gate_proj",
+    "ffn_up_shexp": "mlp.shared_experts.up_proj",
+    "ffn_down_shexp": "mlp.shared_experts.down_proj",
+    "nextn.eh_proj": "eh_proj",
+    "nextn.enorm": "enorm",
+    "nextn.hnorm": "hnorm",
+    "nextn.shared_head_norm": "shared_head.norm",
+}
+# What a next-n layer repeats of the model (its embedding and output), left out.
+_NEXT_N_REPEATED = ("nextn.embed_tokens.weight", "nextn.shared_head_head.weight")
+
+
 # Norm weights llama.cpp may store shifted: every RMSNorm's, the MTP head's input norms
 # among them, but for the Gated DeltaNet's gated norm (Qwen3NextModel.modify_tensors).
 _NORM_SUFFIXES = ("norm.weight", "norm_embedding.weight", "norm_hidden.weight")
@@ -143,6 +165,7 @@ class _Arch:
     norm_shift: float  # subtracted from norm weights that llama.cpp stores shifted
     default_rope_theta: float
     hybrid: str | None = None  # the Gated DeltaNet family, "qwen3_5" or "qwen3_next" (.hybrid)
+    next_n: bool = False  # MTP layers filed as the model's next layers (DeepSeek-V3's way)
 
 
 _ARCHS = {
@@ -171,6 +194,15 @@ _ARCHS = {
         1.0,
         10_000_000.0,
         hybrid="qwen3_5",
+    ),
+    "glm4moe": _Arch(
+        "glm4_moe",
+        "Glm4MoeForCausalLM",
+        _GLM4_MOE_BLOCK_TENSORS,
+        False,
+        0.0,
+        1_000_000.0,
+        next_n=True,
     ),
     # Written in mlx-lm's layout (see .hybrid), whose norms hold what is applied: llama.cpp's.
     "qwen3next": _Arch(
@@ -308,8 +340,11 @@ def _head_file(
     meta, head_arch, arch = _header(reader, head_label)
     if head_arch != arch_name:
         raise ModelError(f"{head_label} is a {head_arch} file, {label} a {arch_name} one")
-    if arch.hybrid != "qwen3_5":
-        raise ModelError(f"{head_label}: Tandem reads the MTP heads of Qwen3.5 / 3.6 files only")
+    if arch.hybrid != "qwen3_5" and not arch.next_n:
+        raise ModelError(
+            f"{head_label}: Tandem reads the MTP heads of Qwen3.5 / 3.6 and GLM-4.5 / 4.6 / 4.7 "
+            "files only"
+        )
     own = list(reader.tensors)
     if not only_a_head(own, _own_layers(meta, head_arch, head_label)):
         raise ModelError(f"{head_label} is no MTP head alone (llama.cpp's --mtp writes those)")
@@ -416,6 +451,8 @@ def _plan_tensors(
         if t.name == "rope_freqs.weight":
             rope_freqs = np.asarray(_dequantize_raw(t, label), dtype=np.float64)
             continue
+        if arch.next_n and t.name.endswith(_NEXT_N_REPEATED):
+            continue
         name = _hf_name(t.name, arch, layers)
         if name is None:
             raise ModelError(f"{label}: tensor '{t.name}' has no MLX counterpart")
@@ -438,7 +475,7 @@ def _hf_name(name: str, arch: _Arch, layers: int) -> str | None:
     if len(parts) != 3 or parts[0] != "blk" or not parts[1].isdigit():
         return None
     block, tail = int(parts[1]), parts[2]
-    if block < layers:
+    if block < layers or arch.next_n:
         module = _block_module(tail, arch)
         return None if module is None else f"model.layers.{block}.{module}"
     # llama.cpp files Qwen3.5's MTP layer i as block n_layer + i.
@@ -481,7 +518,7 @@ def _model_config(
             "architectures": [arch.hf_class],
             "model_type": arch.model_type,
             "hidden_size": hidden,
-            **_mlp_sizes(meta, p),
+            **(_glm_sizes(meta, p) if arch.next_n else _mlp_sizes(meta, p)),
             "num_hidden_layers": n_layers,
             "num_attention_heads": n_heads,
             "num_key_value_heads": n_kv_heads,
@@ -507,9 +544,17 @@ def _model_config(
         config["rope_scaling"] = rope_scaling
     if arch.model_type in ("llama", "qwen2"):
         config["hidden_act"] = "silu"
-    if arch.model_type == "llama":
+    if arch.model_type in ("llama", "glm4_moe"):
         config["attention_bias"] = "blk.0.attn_q.bias" in names
+    if arch.model_type == "llama":
         config["mlp_bias"] = "blk.0.ffn_up.bias" in names
+    if arch.next_n:
+        config["rope_scaling"] = rope_scaling  # GLM's config names it, none or not
+        rotary = _int(meta.get(p + "rope.dimension_count", head_dim))
+        config["partial_rotary_factor"] = rotary / head_dim
+        config["use_qk_norm"] = "blk.0.attn_q_norm.weight" in names
+        if mtp := _mtp_layers(tensors, n_layers):
+            config["num_nextn_predict_layers"] = mtp
     if arch.model_type == "gemma3_text":
         pattern = meta.get(p + "attention.sliding_window_pattern")
         config.update(
@@ -546,6 +591,23 @@ def _mlp_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
     if (width := meta.get(prefix + "feed_forward_length")) is not None:
         sizes["intermediate_size"] = _int(width)
     return sizes
+
+
+def _glm_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
+    """GLM-4.5's dense width and mixture of experts (the keys its config names), from what
+    Glm4MoeModel writes; its routing groups are one unless the file says otherwise."""
+    return {
+        "intermediate_size": _int(meta.require(prefix + "feed_forward_length")),
+        "n_routed_experts": _int(meta.require(prefix + "expert_count")),
+        "num_experts_per_tok": _int(meta.require(prefix + "expert_used_count")),
+        "moe_intermediate_size": _int(meta.require(prefix + "expert_feed_forward_length")),
+        "n_shared_experts": _int(meta.get(prefix + "expert_shared_count", 0)),
+        "first_k_dense_replace": _int(meta.get(prefix + "leading_dense_block_count", 0)),
+        "routed_scaling_factor": _f32(meta.get(prefix + "expert_weights_scale", 1.0)),
+        "norm_topk_prob": bool(meta.get(prefix + "expert_weights_norm", True)),
+        "n_group": _int(meta.get(prefix + "expert_group_count", 1)),
+        "topk_group": _int(meta.get(prefix + "expert_group_used_count", 1)),
+    }
 
 
 def _rope_scaling(

@@ -53,6 +53,8 @@ _PRE_SPLITS = {
     "deepseek-r1-qwen": _QWEN2_SPLIT,
     "megrez": _QWEN2_SPLIT,
     "qwen35": _QWEN35_SPLIT,
+    "glm4": _LLAMA3_SPLIT,  # llama.cpp's CHATGLM4 regex is Llama 3's, merges applied
+    "chatglm-bpe": _LLAMA3_SPLIT,
 }
 
 
