@@ -181,8 +181,9 @@ def text_model_writer(path: Path, arch: str, args: Any, blocks: int) -> gguf.GGU
     w.add_head_count_kv(args.num_key_value_heads)
     w.add_rope_freq_base(args.rope_theta)
     w.add_layer_norm_rms_eps(args.rms_norm_eps)
-    w.add_key_length(args.head_dim)
-    w.add_value_length(args.head_dim)
+    if hasattr(args, "head_dim"):  # as TextModel writes it: where the config names it
+        w.add_key_length(args.head_dim)
+        w.add_value_length(args.head_dim)
     return w
 
 

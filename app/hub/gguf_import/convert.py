@@ -57,6 +57,9 @@ from app.hub.library import require_space
 # GGUF keeps only the resulting per-frequency factors, so these are tried against them.
 _LLAMA3_ROPE_CANDIDATES = ((1.0, 4.0, 8192),)
 
+# expert_gating_func's value for sigmoid routing (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE).
+_SIGMOID = 2
+
 
 _TOP_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -147,6 +150,25 @@ _GLM4_MOE_BLOCK_TENSORS = {
     "nextn.hnorm": "hnorm",
     "nextn.shared_head_norm": "shared_head.norm",
 }
+# DeepSeek-V3's and GLM-4.7-Flash's (llama.cpp's deepseek2): multi-head latent attention,
+# its kv_b_proj whole in older files, else split as mlx-lm's sanitize splits it (k_b_proj
+# transposed is embed_q, v_b_proj unembed_out); then mixtures of experts as GLM-4.5's.
+_DEEPSEEK2_BLOCK_TENSORS = {
+    **{
+        k: v
+        for k, v in _GLM4_MOE_BLOCK_TENSORS.items()
+        if k not in ("attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "post_attention_norm")
+    },
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q_a": "self_attn.q_a_proj",
+    "attn_q_a_norm": "self_attn.q_a_layernorm",
+    "attn_q_b": "self_attn.q_b_proj",
+    "attn_kv_a_mqa": "self_attn.kv_a_proj_with_mqa",
+    "attn_kv_a_norm": "self_attn.kv_a_layernorm",
+    "attn_kv_b": "self_attn.kv_b_proj",
+    "attn_k_b": "self_attn.embed_q",
+    "attn_v_b": "self_attn.unembed_out",
+}
 # What a next-n layer repeats of the model (its embedding and output), left out.
 _NEXT_N_REPEATED = ("nextn.embed_tokens.weight", "nextn.shared_head_head.weight")
 
@@ -202,6 +224,16 @@ _ARCHS = {
         False,
         0.0,
         1_000_000.0,
+        next_n=True,
+    ),
+    # GLM-4.7-Flash's files are deepseek2 too: its pre-tokenizer tells them apart (_mla_config).
+    "deepseek2": _Arch(
+        "deepseek_v3",
+        "DeepseekV3ForCausalLM",
+        _DEEPSEEK2_BLOCK_TENSORS,
+        False,
+        0.0,
+        10_000.0,
         next_n=True,
     ),
     # Written in mlx-lm's layout (see .hybrid), whose norms hold what is applied: llama.cpp's.
@@ -549,12 +581,16 @@ def _model_config(
     if arch.model_type == "llama":
         config["mlp_bias"] = "blk.0.ffn_up.bias" in names
     if arch.next_n:
-        config["rope_scaling"] = rope_scaling  # GLM's config names it, none or not
+        config["rope_scaling"] = rope_scaling  # their configs name it, none or not
+        if mtp := _mtp_layers(tensors, n_layers):
+            config["num_nextn_predict_layers"] = mtp
+    if arch.model_type == "glm4_moe":
         rotary = _int(meta.get(p + "rope.dimension_count", head_dim))
         config["partial_rotary_factor"] = rotary / head_dim
         config["use_qk_norm"] = "blk.0.attn_q_norm.weight" in names
-        if mtp := _mtp_layers(tensors, n_layers):
-            config["num_nextn_predict_layers"] = mtp
+    if arch.model_type == "deepseek_v3":
+        config.update(_mla_config(meta, p, n_heads, rope_scaling, label))
+        del config["head_dim"]  # a latent attention's: the sizes below
     if arch.model_type == "gemma3_text":
         pattern = meta.get(p + "attention.sliding_window_pattern")
         config.update(
@@ -604,10 +640,46 @@ def _glm_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
         "n_shared_experts": _int(meta.get(prefix + "expert_shared_count", 0)),
         "first_k_dense_replace": _int(meta.get(prefix + "leading_dense_block_count", 0)),
         "routed_scaling_factor": _f32(meta.get(prefix + "expert_weights_scale", 1.0)),
-        "norm_topk_prob": bool(meta.get(prefix + "expert_weights_norm", True)),
+        "norm_topk_prob": bool(meta.get(prefix + "expert_weights_norm", False)),
         "n_group": _int(meta.get(prefix + "expert_group_count", 1)),
         "topk_group": _int(meta.get(prefix + "expert_group_used_count", 1)),
     }
+
+
+def _mla_config(
+    meta: _Metadata, prefix: str, n_heads: int, rope_scaling: dict[str, Any] | None, label: str
+) -> dict[str, Any]:
+    """A deepseek2 file's latent attention (DeepseekV2Model's keys; files before
+    key_length_mla keep its sizes in key_length and value_length), and which model it is.
+
+    Raises:
+        ModelError: DeepSeek-V2's softmax routing, which mlx-lm's deepseek_v3 has not.
+    """
+    if meta.get(prefix + "expert_gating_func") != _SIGMOID:
+        raise ModelError(f"{label}: DeepSeek-V2's routing is not supported (V3's and GLM's are)")
+    rope = _int(meta.require(prefix + "rope.dimension_count"))
+    key = meta.get(prefix + "attention.key_length_mla", meta.get(prefix + "attention.key_length"))
+    value = meta.get(
+        prefix + "attention.value_length_mla", meta.get(prefix + "attention.value_length")
+    )
+    q_rank = meta.get(prefix + "attention.q_lora_rank")
+    config: dict[str, Any] = {
+        "num_key_value_heads": n_heads,  # the file's one is the latent's (MQA)
+        "kv_lora_rank": _int(meta.require(prefix + "attention.kv_lora_rank")),
+        "q_lora_rank": None if q_rank is None else _int(q_rank),
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": _int(key) - rope,
+        "v_head_dim": _int(value),
+    }
+    if rope_scaling is not None and rope_scaling["rope_type"] == "yarn":
+        # DeepseekV2Model keeps 0.1 * mscale_all_dim; DeepSeek's configs set mscale alike.
+        mscale = _f32(meta.get(prefix + "rope.scaling.yarn_log_multiplier", 0.0)) / 0.1
+        rope_scaling.update(
+            {"mscale": mscale, "mscale_all_dim": mscale, "beta_fast": 32, "beta_slow": 1}
+        )
+    if meta.get("tokenizer.ggml.pre") == "glm4":  # GLM-4.7-Flash, converted as DeepSeek-V3
+        config.update({"model_type": "glm4_moe_lite", "architectures": ["Glm4MoeLiteForCausalLM"]})
+    return config
 
 
 def _rope_scaling(
