@@ -187,6 +187,49 @@ def text_model_writer(path: Path, arch: str, args: Any, blocks: int) -> gguf.GGU
     return w
 
 
+# llama.cpp's names of a next-n layer's own tensors (constants.py, MODEL_TENSOR.NEXTN_*):
+# the installed gguf package maps them for some architectures only.
+_NEXTN_TENSORS = {
+    "eh_proj": gguf.MODEL_TENSOR.NEXTN_EH_PROJ,
+    "enorm": gguf.MODEL_TENSOR.NEXTN_ENORM,
+    "hnorm": gguf.MODEL_TENSOR.NEXTN_HNORM,
+    "shared_head.norm": gguf.MODEL_TENSOR.NEXTN_SHARED_HEAD_NORM,
+}
+
+
+def add_converted(
+    w: gguf.GGUFWriter, arch: gguf.MODEL_ARCH, layers: int, tensors: Mapping[str, Any]
+) -> None:
+    """Adds mlx-lm's ``tensors`` to ``w`` as convert_hf_to_gguf.py writes them: experts
+    stacked, the routing bias renamed, kv_b_proj's halves (mlx-lm's embed_q and
+    unembed_out) as k_b_proj and v_b_proj, named by the gguf package's map for ``arch``,
+    and a next-n layer (block ``layers``) under its nextn names."""
+    blocks = layers + any(k.startswith(f"model.layers.{layers}.") for k in tensors)
+    names = gguf.get_tensor_name_map(arch, blocks)
+    for name, value in tensors.items():
+        name = name.replace(".switch_mlp.", ".experts.")
+        name = name.replace(".e_score_correction_bias", ".e_score_correction.bias")
+        name = name.replace(".embed_q.", ".k_b_proj.").replace(".unembed_out.", ".v_b_proj.")
+        module = name.removeprefix(f"model.layers.{layers}.").removesuffix(".weight")
+        mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if name.startswith(f"model.layers.{layers}.") and module in _NEXTN_TENSORS:
+            mapped = gguf.TENSOR_NAMES[_NEXTN_TENSORS[module]].format(bid=layers) + ".weight"
+        assert mapped is not None, name
+        w.add_tensor(mapped, np.array(value, dtype=np.float32))
+
+
+def head_logits(target: Any, head: Any, tokens: mx.array) -> mx.array:
+    """An MTP head's logits for the tokens after each of ``tokens`` but the last, beside
+    the target's states."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from app.engine import mtp
+
+    hidden, _ = mtp.hidden_and_logits(target, tokens, make_prompt_cache(target))
+    states = head(mtp.embed(target, tokens[:, 1:]), hidden[:, :-1], head.make_cache())
+    return mtp.logits(target, states)
+
+
 def finish_gguf(w: Any, tensors: Mapping[str, np.ndarray]) -> None:
     """Adds ``tensors`` as they are to the GGUF writer ``w``, then writes and closes its file."""
     for name, x in tensors.items():

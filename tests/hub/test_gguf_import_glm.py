@@ -21,7 +21,13 @@ from app.errors import ModelError
 from app.hub.gguf_import import import_gguf
 from tests.conftest import TinyModels
 from tests.engine.families import next_n_config
-from tests.fakes import finish_gguf, text_model_writer, tiny_tokenizer
+from tests.fakes import (
+    add_converted,
+    finish_gguf,
+    head_logits,
+    text_model_writer,
+    tiny_tokenizer,
+)
 
 _TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
 
@@ -40,13 +46,6 @@ def glm() -> tuple[Any, mtp.MTPHead]:
     return target, head
 
 
-def _hf_name(name: str) -> str:
-    """mlx-lm's name of a tensor as the converter reads it: experts stacked (Glm4MoeModel
-    merges them), the routing bias renamed as TextModel.modify_tensors renames it."""
-    name = name.replace(".switch_mlp.", ".experts.")
-    return name.replace(".e_score_correction_bias", ".e_score_correction.bias")
-
-
 def write_glm(path: Path, target: Any, head: mtp.MTPHead | None, tokenizer: Path) -> Path:
     """The metadata of TextModel and Glm4MoeModel.set_gguf_parameters; the head (if any) as
     block n_layer, as convert_hf_to_gguf.py writes it unless --no-mtp, with the embedding
@@ -54,13 +53,12 @@ def write_glm(path: Path, target: Any, head: mtp.MTPHead | None, tokenizer: Path
     args = target.args
     config = next_n_config("glm4_moe")
     layers = args.num_hidden_layers
-    tensors = {_hf_name(k): v for k, v in _flat(target).items()}
+    tensors = _flat(target)
     if head is not None:
-        tensors |= {_hf_name(mtp.stored_name(k, config)): v for k, v in _flat(head).items()}
+        tensors |= {mtp.stored_name(k, config): v for k, v in _flat(head).items()}
         tensors[f"model.layers.{layers}.embed_tokens.weight"] = target.model.embed_tokens.weight
         tensors[f"model.layers.{layers}.shared_head.head.weight"] = target.lm_head.weight
     blocks = layers + (1 if head is not None else 0)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, blocks)
     w = text_model_writer(path, "glm4moe", args, blocks)
     w.add_expert_used_count(args.num_experts_per_tok)
     w.add_rope_dimension_count(int(args.head_dim * args.partial_rotary_factor))
@@ -75,19 +73,9 @@ def write_glm(path: Path, target: Any, head: mtp.MTPHead | None, tokenizer: Path
         w.add_nextn_predict_layers(1)
     tiny_tokenizer(tokenizer)(w)
     w.add_tokenizer_pre("glm4")  # what llama.cpp names GLM-4.5's pre-tokenizer
-    for name, value in tensors.items():
-        mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        assert mapped is not None, name
-        w.add_tensor(mapped, np.array(value, dtype=np.float32))
+    add_converted(w, gguf.MODEL_ARCH.GLM4_MOE, layers, tensors)
     finish_gguf(w, {})
     return path
-
-
-def _head_logits(target: Any, head: mtp.MTPHead) -> mx.array:
-    """The head's logits for the tokens after each of _TOKENS but the last."""
-    hidden, _ = mtp.hidden_and_logits(target, _TOKENS, [None] * len(target.model.layers))
-    states = head(mtp.embed(target, _TOKENS[:, 1:]), hidden[:, :-1], head.make_cache())
-    return mtp.logits(target, states)
 
 
 def test_glm_imports_with_the_same_logits_and_its_next_n_layer_as_its_head(
@@ -110,8 +98,8 @@ def test_glm_imports_with_the_same_logits_and_its_next_n_layer_as_its_head(
     )
     imported = mtp.load_head(out, loaded.model, config)
     np.testing.assert_allclose(
-        np.array(_head_logits(loaded.model, imported)),
-        np.array(_head_logits(target, head)),
+        np.array(head_logits(loaded.model, imported, _TOKENS)),
+        np.array(head_logits(target, head, _TOKENS)),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -138,8 +126,8 @@ def test_glm_quantized_keeps_its_next_n_layer(
     loaded = load_model(out)  # strict: the layer is where mlx-lm's sanitize drops it
     imported = mtp.load_head(out, loaded.model, loaded.config)
     assert isinstance(imported.fc, nn.QuantizedLinear)
-    got = np.array(_head_logits(loaded.model, imported))
-    want = np.array(_head_logits(loaded.model, head))
+    got = np.array(head_logits(loaded.model, imported, _TOKENS))
+    want = np.array(head_logits(loaded.model, head, _TOKENS))
     assert np.linalg.norm(got - want) < 0.03 * np.linalg.norm(want)
 
 

@@ -28,6 +28,7 @@ from tests.fakes import (
     TokenizerMeta,
     _tandem_in_here,
     finish_gguf,
+    head_logits,
     qwen3_next_edits,
     qwen3_next_parameters,
     tiny_tokenizer,
@@ -256,13 +257,6 @@ def write_qwen35(
     return path
 
 
-def head_logits(target: Any, head: mtp.MTPHead) -> mx.array:
-    """The head's logits for the tokens after each of _TOKENS but the last."""
-    hidden, _ = mtp.hidden_and_logits(target, _TOKENS, target.make_cache())
-    states = head(mtp.embed(target, _TOKENS[:, 1:]), hidden[:, :-1], head.make_cache())
-    return mtp.logits(target, states)
-
-
 def test_qwen35_imports_with_the_same_logits(tiny: Tiny, tmp_path: Path) -> None:
     out = import_gguf(tiny.plain, tmp_path / "qwen35")
     config = json.loads((out / "config.json").read_text())
@@ -305,8 +299,8 @@ def test_qwen35_mtp_layer_imports_as_the_targets_head(tiny: Tiny, tmp_path: Path
     )
     head = mtp.load_head(out, loaded.model, loaded.config)
     np.testing.assert_allclose(
-        np.array(head_logits(loaded.model, head)),
-        np.array(head_logits(tiny.model, tiny.head)),
+        np.array(head_logits(loaded.model, head, _TOKENS)),
+        np.array(head_logits(tiny.model, tiny.head, _TOKENS)),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -319,8 +313,8 @@ def test_qwen35_quantized_keeps_its_mtp_head(tiny: Tiny, tmp_path: Path) -> None
     head = mtp.load_head(out, loaded.model, loaded.config)
     assert isinstance(head.fc, nn.QuantizedLinear)
     # The original head, beside the same quantized target: only the head's rounding differs.
-    got = np.array(head_logits(loaded.model, head))
-    want = np.array(head_logits(loaded.model, tiny.head))
+    got = np.array(head_logits(loaded.model, head, _TOKENS))
+    want = np.array(head_logits(loaded.model, tiny.head, _TOKENS))
     assert np.linalg.norm(got - want) < 0.03 * np.linalg.norm(want)
 
 

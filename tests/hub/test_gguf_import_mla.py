@@ -13,6 +13,8 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
+from tokenizers import Tokenizer
+from tokenizers.pre_tokenizers import ByteLevel
 
 from app.engine import mtp
 from app.engine.loader import config_model, load_model
@@ -20,7 +22,13 @@ from app.errors import ModelError
 from app.hub.gguf_import import import_gguf
 from tests.conftest import TinyModels
 from tests.engine.families import next_n_config
-from tests.fakes import finish_gguf, text_model_writer, tiny_tokenizer
+from tests.fakes import (
+    add_converted,
+    finish_gguf,
+    head_logits,
+    text_model_writer,
+    tiny_tokenizer,
+)
 
 _TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
 # DeepSeek-V3's long-context rope, as its config.json has it.
@@ -32,13 +40,6 @@ _YARN = {
     "beta_slow": 1,
     "mscale": 1.0,
     "mscale_all_dim": 1.0,
-}
-# llama.cpp's names of a next-n layer's own tensors (constants.py, MODEL_TENSOR.NEXTN_*).
-_NEXTN = {
-    "eh_proj": gguf.MODEL_TENSOR.NEXTN_EH_PROJ,
-    "enorm": gguf.MODEL_TENSOR.NEXTN_ENORM,
-    "hnorm": gguf.MODEL_TENSOR.NEXTN_HNORM,
-    "shared_head.norm": gguf.MODEL_TENSOR.NEXTN_SHARED_HEAD_NORM,
 }
 
 
@@ -69,24 +70,16 @@ def _deepseek_v3() -> Any:
                    "rope_scaling": _YARN, "num_nextn_predict_layers": 0})  # fmt: skip
 
 
-def _hf_name(name: str) -> str:
-    """mlx-lm's name as the converter reads it: experts stacked, the routing bias renamed,
-    and the halves of kv_b_proj as DeepseekV2Model.modify_tensors writes them (k_b_proj
-    transposed is mlx-lm's embed_q, v_b_proj its unembed_out)."""
-    name = name.replace(".switch_mlp.", ".experts.")
-    name = name.replace(".e_score_correction_bias", ".e_score_correction.bias")
-    return name.replace(".embed_q.", ".k_b_proj.").replace(".unembed_out.", ".v_b_proj.")
-
-
 def _kv_b_whole(tensors: dict[str, mx.array], args: Any) -> dict[str, mx.array]:
-    """kv_b_proj whole, as files before llama.cpp split it keep it."""
+    """kv_b_proj whole (mlx-lm's embed_q and unembed_out joined back), as files before
+    llama.cpp split it keep it."""
     out = {}
     for name, value in tensors.items():
-        if ".k_b_proj." in name:
-            v = tensors[name.replace(".k_b_proj.", ".v_b_proj.")]
+        if ".embed_q." in name:
+            v = tensors[name.replace(".embed_q.", ".unembed_out.")]
             whole = mx.concatenate([value.swapaxes(-1, -2), v], axis=1)
-            out[name.replace(".k_b_proj.", ".kv_b_proj.")] = whole.reshape(-1, args.kv_lora_rank)
-        elif ".v_b_proj." not in name:
+            out[name.replace(".embed_q.", ".kv_b_proj.")] = whole.reshape(-1, args.kv_lora_rank)
+        elif ".unembed_out." not in name:
             out[name] = value
     return out
 
@@ -106,13 +99,12 @@ def write_deepseek2(
     args = target.args
     layers = args.num_hidden_layers
     config = {"model_type": target.model_type, "num_hidden_layers": layers}
-    tensors = {_hf_name(k): v for k, v in _flat(target).items()}
+    tensors = _flat(target)
     if older:
         tensors = _kv_b_whole(tensors, args)
     if head is not None:
-        tensors |= {_hf_name(mtp.stored_name(k, config)): v for k, v in _flat(head).items()}
+        tensors |= {mtp.stored_name(k, config): v for k, v in _flat(head).items()}
     blocks = layers + (1 if head is not None else 0)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2, blocks)
     w = text_model_writer(path, "deepseek2", args, blocks)
     w.add_head_count_kv(1)  # the latent: one KV head
     w.add_expert_used_count(args.num_experts_per_tok)
@@ -145,21 +137,9 @@ def write_deepseek2(
         w.add_nextn_predict_layers(1)
     tiny_tokenizer(tokenizer)(w)
     w.add_tokenizer_pre(pre)
-    for name, value in tensors.items():
-        module = name.removeprefix(f"model.layers.{layers}.").removesuffix(".weight")
-        mapped: str | None = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        if name.startswith(f"model.layers.{layers}.") and module in _NEXTN:
-            mapped = gguf.TENSOR_NAMES[_NEXTN[module]].format(bid=layers) + ".weight"
-        assert mapped is not None, name
-        w.add_tensor(mapped, np.array(value, dtype=np.float32))
+    add_converted(w, gguf.MODEL_ARCH.DEEPSEEK2, layers, tensors)
     finish_gguf(w, {})
     return path
-
-
-def _head_logits(target: Any, head: mtp.MTPHead) -> mx.array:
-    hidden, _ = mtp.hidden_and_logits(target, _TOKENS, [None] * len(target.model.layers))
-    states = head(mtp.embed(target, _TOKENS[:, 1:]), hidden[:, :-1], head.make_cache())
-    return mtp.logits(target, states)
 
 
 def test_glm_flash_imports_with_the_same_logits_and_its_next_n_layer_as_its_head(
@@ -181,8 +161,8 @@ def test_glm_flash_imports_with_the_same_logits_and_its_next_n_layer_as_its_head
     )
     imported = mtp.load_head(out, loaded.model, config)
     np.testing.assert_allclose(
-        np.array(_head_logits(loaded.model, imported)),
-        np.array(_head_logits(target, head)),
+        np.array(head_logits(loaded.model, imported, _TOKENS)),
+        np.array(head_logits(target, head, _TOKENS)),
         rtol=1e-5,
         atol=1e-5,
     )
@@ -224,3 +204,14 @@ def test_deepseek_v2s_softmax_routing_is_refused(tiny: TinyModels, tmp_path: Pat
     assert str(caught.value) == (
         "softmax.gguf: DeepSeek-V2's routing is not supported (V3's and GLM's are)"
     )
+
+
+def test_deepseek_v3s_pre_tokenizer_splits_as_its_tokenizer_json_does(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    path = write_deepseek2(tmp_path / "v3.gguf", _deepseek_v3(), None, tiny.target, "deepseek-v3")
+    split = Tokenizer.from_file(str(import_gguf(path, tmp_path / "v3") / "tokenizer.json"))
+    pieces = [p for p, _ in split.pre_tokenizer.pre_tokenize_str("12345\u4e2d\u6587abc, hi")]
+    # Digits three at a time, Chinese apart, then the rest (as bytes: a space is \u0120).
+    chinese = ByteLevel(add_prefix_space=False).pre_tokenize_str("\u4e2d\u6587")[0][0]
+    assert pieces == ["123", "45", chinese, "abc", ",", "\u0120hi"]

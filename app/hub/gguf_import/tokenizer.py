@@ -39,9 +39,19 @@ _QWEN35_SPLIT = (
 )
 
 
-# tokenizer.ggml.pre values (llama.cpp's names) whose split regex is known. Anything
+# DeepSeek-V3's: three splits one after the other, digits, then Chinese and Japanese
+# scripts, then the rest (llama.cpp's DEEPSEEK3_LLM, its tokenizer.json's Sequence).
+_DEEPSEEK3_SPLITS = (
+    r"\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+)
+
+
+# tokenizer.ggml.pre values (llama.cpp's names) whose split regexes are known. Anything
 # else falls back to GPT-2's regex, which most byte-level vocabularies started from.
-_PRE_SPLITS = {
+_PRE_SPLITS: dict[str, str | tuple[str, ...]] = {
     "llama3": _LLAMA3_SPLIT,
     "llama-v3": _LLAMA3_SPLIT,
     "llama-bpe": _LLAMA3_SPLIT,
@@ -55,6 +65,7 @@ _PRE_SPLITS = {
     "qwen35": _QWEN35_SPLIT,
     "glm4": _LLAMA3_SPLIT,  # llama.cpp's CHATGLM4 regex is Llama 3's, merges applied
     "chatglm-bpe": _LLAMA3_SPLIT,
+    "deepseek-v3": _DEEPSEEK3_SPLITS,
 }
 
 
@@ -236,9 +247,13 @@ def _byte_level_bpe(
     elif split is None:
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
+        regexes = (split,) if isinstance(split, str) else split
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
             [
-                pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+                *(
+                    pre_tokenizers.Split(Regex(r), behavior="isolated", invert=False)
+                    for r in regexes
+                ),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
