@@ -77,7 +77,8 @@ class SpeculationPanel(QWidget):
         layout.addLayout(k_row)
         layout.addWidget(self.tune_button, 0, Qt.AlignmentFlag.AlignRight)
         layout.addWidget(self.colour_check)
-        self.legend = QLabel(self._legend_html())
+        self._own_head = False
+        self.legend = QLabel(self._legend_html(own_head=False))
         self.legend.setAccessibleName("Token colour legend")
         self.legend.setWordWrap(True)
         layout.addWidget(self.legend)
@@ -109,13 +110,22 @@ class SpeculationPanel(QWidget):
         self.tune_button.setEnabled(not remote)  # a sweep needs a local pair
 
     def show_snapshot(self, snapshot: LiveSnapshot | None) -> None:
-        """Paints the gauge with ``snapshot``."""
+        """Paints the gauge with ``snapshot``, and the legend for its drafter."""
         self.gauge.set_snapshot(snapshot)
+        self._show_drafter(snapshot)
 
     def show_live(self, snapshot: LiveSnapshot | None) -> None:
-        """Repaints the gauge, only while the panel is shown (no work while hidden)."""
+        """Repaints the gauge, only while the panel is shown (no work while hidden); the
+        legend names the pair's drafter either way."""
         if self.isVisible():
             self.gauge.set_snapshot(snapshot)
+        self._show_drafter(snapshot)
+
+    def _show_drafter(self, snapshot: LiveSnapshot | None) -> None:
+        own_head = snapshot is not None and snapshot.own_head
+        if own_head != self._own_head:
+            self._own_head = own_head
+            self.legend.setText(self._legend_html(own_head))
 
     def set_num_draft(self, k: int) -> None:
         """Sets a fixed k (for example the best one a calibration found)."""
@@ -155,8 +165,10 @@ class SpeculationPanel(QWidget):
         self.colour_toggled.emit(on)
 
     @staticmethod
-    def _legend_html() -> str:
-        order = (Origin.DRAFT, Origin.MTP, Origin.LOOKUP, Origin.CORRECTION, Origin.BONUS)
+    def _legend_html(own_head: bool) -> str:
+        # The pair's drafter only: a draft model's accepted tokens, or its MTP head's.
+        drafter = Origin.MTP if own_head else Origin.DRAFT
+        order = (drafter, Origin.LOOKUP, Origin.CORRECTION, Origin.BONUS)
         items = []
         for origin in order:
             c = ORIGIN_COLORS[origin]

@@ -49,3 +49,19 @@ def test_set_fixed_k_leaves_auto_on(qtbot: QtBot) -> None:
     assert panel.drafting().num_draft is None and panel.k_slider.value() == 6
     panel.auto_check.setChecked(False)
     assert panel.drafting().num_draft == 6
+
+
+def test_the_legend_names_the_pairs_drafter_only(qtbot: QtBot) -> None:
+    from app.engine.live import LiveStats
+
+    panel = _panel(qtbot)
+    live = LiveStats()
+    live.subscribe(panel.show_live)  # heard hidden too: the legend is the pair's
+    assert "accepted&nbsp;draft" in panel.legend.text()
+    assert "MTP" not in panel.legend.text()
+    live.reset_pair(own_head=True)
+    assert "accepted&nbsp;MTP&nbsp;draft" in panel.legend.text()
+    assert "accepted&nbsp;draft" not in panel.legend.text()
+    live.reset_pair()
+    assert "MTP" not in panel.legend.text()
+    assert "prompt&nbsp;lookup" in panel.legend.text()  # the other origins stay
