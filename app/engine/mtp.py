@@ -41,6 +41,12 @@ MiMo (``mimo``) files one such layer as ``model.mtp_layers.0.*`` (``input_proj``
 other way round (vLLM's ``MiMoMultiTokenPredictorLayer``): ``input_proj`` reads
 the hidden state first, and the hidden state is the target's before its final
 norm (vLLM's MiMo model returns it unnormed, its logits norm it).
+
+Nemotron-H (``nemotron_h``) files its head under ``mtp.layers.*``: a run of the
+model's own blocks (attention, then a mixture of experts: its config's
+``mtp_hybrid_override_pattern``) with ``eh_proj``, ``enorm`` and ``hnorm`` on the
+first and ``final_layernorm`` on the last, wired as above (mlx-vlm's
+``NemotronHMTPDraftModel``); only its attention blocks keep a cache.
 """
 
 from __future__ import annotations
@@ -63,11 +69,12 @@ from app.errors import ModelError
 
 # Families whose head is filed as a layer past the model's own, DeepSeek-V3's way.
 NEXT_N = frozenset({"glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "deepseek_v3", "deepseek_v32"})
-_MIMO = "mimo"
+_MIMO, _NEMOTRON = "mimo", "nemotron_h"
 # The families whose MTP head Tandem drafts with (mlx-lm's model modules).
-FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", _MIMO, *NEXT_N})
+FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", _MIMO, _NEMOTRON, *NEXT_N})
 SUPPORTED = (
-    "Qwen3.5 / 3.6, Qwen3-Next, GLM-4.5 / 4.6 / 4.7 / 4.7-Flash / 5, DeepSeek-V3 / V3.2, MiMo"
+    "Qwen3.5 / 3.6, Qwen3-Next, GLM-4.5 / 4.6 / 4.7 / 4.7-Flash / 5, DeepSeek-V3 / V3.2, MiMo, "
+    "Nemotron-H"
 )
 _PREFIX = "mtp."
 
@@ -82,6 +89,10 @@ class Filing:
     hidden_first: bool = False  # ``fc`` reads [hidden; embedding], not [embedding; hidden]
     before_norm: bool = False  # the hidden state is the target's before its final norm
     numbered: bool = False  # the decoder layer is built with its index past the model's
+    # Where its decoder layers' tensors go: its one layer's (layers.0.), or its own numbers.
+    layer_prefix: str = "layers.0."
+    pattern: str | None = None  # its blocks' kinds, where the model mixes them (Nemotron-H)
+    one_plus: bool = False  # norms stored as w and applied as 1 + w (Qwen3.5's checkpoints)
 
 
 # A next-n layer's own modules, by their names in MTPHead (its decoder layer's are
@@ -108,7 +119,21 @@ def filing(config: dict[str, Any]) -> Filing:
         return Filing(f"model.layers.{layers}.", _NEXT_N_NAMES, numbered=True)
     if family == _MIMO:
         return Filing("model.mtp_layers.0.", _MIMO_NAMES, hidden_first=True, before_norm=True)
-    return Filing()
+    if family == _NEMOTRON:
+        pattern = _nemotron_pattern(config)
+        last = f"layers.{max(len(pattern), 1) - 1}.final_layernorm"
+        names = {f"layers.0.{k}": v for k, v in _NEXT_N_NAMES.items() if k != "shared_head.norm"}
+        return Filing(_PREFIX, names | {last: "norm"}, layer_prefix="", pattern=pattern)
+    return Filing(one_plus=True)
+
+
+def _nemotron_pattern(config: dict[str, Any]) -> str:
+    """Nemotron-H's MTP blocks, one letter a block as its hybrid_override_pattern has them."""
+    pattern = config.get("mtp_hybrid_override_pattern")
+    if isinstance(pattern, str):
+        return pattern
+    kinds = {"mamba": "M", "attention": "*", "moe": "E", "mlp": "-"}
+    return "".join(kinds.get(str(t), "?") for t in config.get("mtp_layers_block_type") or ())
 
 
 _REPEATED = ("embed_tokens.weight", "shared_head.head.weight")
@@ -155,6 +180,8 @@ def head_problem(folder: Path, config: dict[str, Any] | None = None) -> str | No
     filed = filing(config)
     if filed.stem is not None and mtp_layers(config) > 1:
         return f"{name}: Tandem drafts with one next-n layer, not {mtp_layers(config)}"
+    if filed.pattern is not None and (not filed.pattern or set(filed.pattern) - {"*", "E", "-"}):
+        return f"{name}: its MTP blocks ({filed.pattern or 'none named'}) are not ones Tandem runs"
     try:
         held = any(_own_name(key, filed) for f in weight_files(folder) for key in read_header(f))
     except ModelError:
@@ -179,21 +206,29 @@ class MTPHead(nn.Module):
     Args:
         target: The target model (mlx-lm's class of one of :data:`FAMILIES`).
         layers: MTP decoder layers (``mtp_num_hidden_layers``).
+        pattern: The kinds of its blocks, where its family mixes them (Nemotron-H's
+            ``mtp_hybrid_override_pattern``); one block of each letter, in order.
     """
 
-    def __init__(self, target: nn.Module, layers: int = 1) -> None:
+    def __init__(self, target: nn.Module, layers: int = 1, pattern: str | None = None) -> None:
         super().__init__()
         text = text_model(target)
         args = text.args
-        size, eps = args.hidden_size, args.rms_norm_eps
-        layer_class = type(text.model.layers[0])
+        size = args.hidden_size
+        eps = getattr(args, "rms_norm_eps", None) or args.layer_norm_epsilon
+        layer_class = type(_backbone(text).layers[0])
         family = getattr(target, "model_type", "")
         filed = filing({"model_type": family, "num_hidden_layers": args.num_hidden_layers})
         self.hidden_first, self.before_norm = filed.hidden_first, filed.before_norm
         self.fc = nn.Linear(2 * size, size, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(size, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(size, eps=eps)
-        self.layers = [_layer(layer_class, args, filed, i) for i in range(layers)]
+        if pattern is not None:  # the model's own blocks, of the kinds named
+            self.layers = [layer_class(args, kind) for kind in pattern]
+        else:
+            self.layers = [_layer(layer_class, args, filed, i) for i in range(layers)]
+        # Blocks that keep a cache: all but a mixture's or an MLP's.
+        self._cached = [getattr(b, "block_type", "*") not in ("E", "-") for b in self.layers]
         self.norm = nn.RMSNorm(size, eps=eps)
         # MLA attention (GLM-4.7-Flash) takes its mask as an array, as its model makes it.
         self._array_mask = hasattr(args, "kv_lora_rank")
@@ -203,7 +238,7 @@ class MTPHead(nn.Module):
         self._empty_cache: Any = made[0] if made[0] is not None else KVCache()
 
     def make_cache(self) -> list[Any]:
-        return [copy.deepcopy(self._empty_cache) for _ in self.layers]
+        return [copy.deepcopy(self._empty_cache) for cached in self._cached if cached]
 
     def _input(self, embedded: mx.array, hidden: mx.array) -> mx.array:
         parts = [self.pre_fc_norm_embedding(embedded), self.pre_fc_norm_hidden(hidden)]
@@ -214,8 +249,9 @@ class MTPHead(nn.Module):
         and the hidden states beside them, read into ``cache`` at its offset."""
         x = self.fc(self._input(embedded, hidden))
         mask = create_attention_mask(x, attending(cache[0]), return_array=self._array_mask)
-        for layer, c in zip(self.layers, cache, strict=True):
-            x = layer(x, mask=mask, cache=c)
+        caches = iter(cache)
+        for layer, cached in zip(self.layers, self._cached, strict=True):
+            x = layer(x, mask=mask, cache=next(caches) if cached else None)
         out: mx.array = self.norm(x)
         return out
 
@@ -237,13 +273,22 @@ def _layer(layer_class: type, args: Any, filed: Filing, i: int) -> nn.Module:
     return layer
 
 
+def _backbone(text: Any) -> Any:
+    """A text model's stack of layers between embedding and final norm (``model``, or
+    Nemotron-H's ``backbone``)."""
+    return getattr(text, "model", None) or text.backbone
+
+
+def _embedding(text: Any) -> Any:
+    backbone = _backbone(text)
+    return getattr(backbone, "embed_tokens", None) or backbone.embeddings
+
+
 def logits(target: nn.Module, states: mx.array) -> mx.array:
     """The target's output head over ``states`` (the head's, or the target's own)."""
     text = text_model(target)
     lm_head = getattr(text, "lm_head", None)
-    out: mx.array = (
-        lm_head(states) if lm_head is not None else text.model.embed_tokens.as_linear(states)
-    )
+    out: mx.array = lm_head(states) if lm_head is not None else _embedding(text).as_linear(states)
     return out
 
 
@@ -253,14 +298,14 @@ def hidden_and_logits(
     """A target forward of ``(1, n)`` tokens giving the state a head reads (its last layer's
     output after the final norm, or before it) beside the logits."""
     install(target)
-    normed: mx.array = text_model(target).model(tokens, cache=cache)
+    normed: mx.array = _backbone(text_model(target))(tokens, cache=cache)
     hidden: mx.array = _local.before if before_norm else normed
     return hidden, logits(target, normed)
 
 
 def embed(target: nn.Module, tokens: mx.array) -> mx.array:
     """The target's embedding of ``tokens``: the head reads tokens through it."""
-    out: mx.array = text_model(target).model.embed_tokens(tokens)
+    out: mx.array = _embedding(text_model(target))(tokens)
     return out
 
 
@@ -447,7 +492,8 @@ def _keeping(forward: Callable[..., Any], model: Any, *args: Any, **kwargs: Any)
 
 def install(target: nn.Module) -> None:
     """Makes ``target``'s forwards keep their output states where its cache asks."""
-    norm = text_model(target).model.norm
+    backbone = _backbone(text_model(target))
+    norm = getattr(backbone, "norm", None) or backbone.norm_f  # Nemotron-H's is norm_f
     if type(norm) is nn.RMSNorm:
         norm.__class__ = _Captured
     target.__class__ = wrapped(type(target), _KEEPING, _keeping)
@@ -463,7 +509,7 @@ def _own_name(key: str, filed: Filing) -> str | None:
     tail = key[len(stem) :]
     module, _, leaf = tail.rpartition(".")
     own = filed.names.get(module)
-    return f"{own}.{leaf}" if own else f"layers.0.{tail}"
+    return f"{own}.{leaf}" if own else filed.layer_prefix + tail
 
 
 def head_name(key: str, config: dict[str, Any]) -> str | None:
@@ -480,20 +526,20 @@ def stored_name(name: str, config: dict[str, Any]) -> str:
         return _PREFIX + name
     stored = {v: k for k, v in filed.names.items()}
     module, _, leaf = name.rpartition(".")
-    own = f"{stored[module]}.{leaf}" if module in stored else name.removeprefix("layers.0.")
+    own = f"{stored[module]}.{leaf}" if module in stored else name.removeprefix(filed.layer_prefix)
     return filed.stem + own
 
 
 def _sanitized(weights: dict[str, mx.array], target: nn.Module) -> dict[str, mx.array]:
-    """A next-n layer's tensors as mlx-lm's class holds the model's own layers (experts
-    stacked, MLA's ``kv_b_proj`` split, fp8 dequantized): the model's ``sanitize`` run
-    over them as layer 0's, which it keeps. Tensors already in that layout pass as
-    they are."""
-    own, layer = "layers.0.", "model.layers.0."
-    as_first = {layer + k[len(own) :]: v for k, v in weights.items() if k.startswith(own)}
-    done = text_model(target).sanitize(as_first)
-    rest = {k: v for k, v in weights.items() if not k.startswith(own)}
-    return rest | {own + k[len(layer) :]: v for k, v in done.items()}
+    """A head's layers' tensors as mlx-lm's class holds the model's own (experts stacked,
+    MLA's ``kv_b_proj`` split, fp8 dequantized): the model's ``sanitize`` run over them
+    as its first layers', which it keeps. Tensors already in that layout pass as they are."""
+    text = text_model(target)
+    stack = "backbone." if hasattr(text, "backbone") else "model."  # where its layers are
+    as_own = {stack + k: v for k, v in weights.items() if k.startswith("layers.")}
+    done = text.sanitize(as_own)
+    rest = {k: v for k, v in weights.items() if not k.startswith("layers.")}
+    return rest | {k[len(stack) :]: v for k, v in done.items()}
 
 
 def head_weights(
@@ -526,13 +572,18 @@ def head_weights(
         assert isinstance(loaded, dict)
         for key, value in loaded.items():
             if name := _own_name(key, filed):
-                one = hugging_face and name.endswith(_NORMS) and value.ndim == 1
+                one = filed.one_plus and hugging_face and name.endswith(_NORMS) and value.ndim == 1
                 weights[name] = value + 1.0 if one else value
     if filed.stem is None:
         return weights
     if target is None:
         raise ValueError("a next-n layer is laid out by its target's sanitize")
     return _sanitized(weights, target)
+
+
+def head_of(target: nn.Module, config: dict[str, Any]) -> MTPHead:
+    """An MTP head for ``target`` as its ``config`` shapes it, its weights not loaded."""
+    return MTPHead(target, mtp_layers(config), filing(config).pattern)
 
 
 def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHead:
@@ -546,7 +597,7 @@ def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHea
         raise ModelError(problem)
     name = folder.name
     weights = head_weights(folder, config, target)
-    head = MTPHead(target, mtp_layers(config))
+    head = head_of(target, config)
     quantization = config.get("quantization")
     if quantization and any(k.endswith(".scales") for k in weights):
         nn.quantize(
@@ -578,6 +629,7 @@ __all__ = [
     "filing",
     "has_head",
     "head_name",
+    "head_of",
     "head_problem",
     "head_weights",
     "hidden_and_logits",

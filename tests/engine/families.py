@@ -282,6 +282,7 @@ NEXT_N_FAMILIES = (
     "deepseek_v3",
     "deepseek_v32",
     "mimo",
+    "nemotron_h",
 )
 _MLA = {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16}
 
@@ -292,6 +293,12 @@ def next_n_config(family: str = "glm4_moe", next_n: int = 1) -> dict[str, Any]:
     experts (2 a token, one shared); or MiMo, a dense model. ``next_n`` such layers."""
     if family == "mimo":
         return {**model_config(family), "num_nextn_predict_layers": next_n}
+    if family == "nemotron_h":  # its head: an attention block, then a mixture of experts
+        moe = {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+               "moe_shared_expert_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1,
+               "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0}  # fmt: skip
+        mtp = {"num_nextn_predict_layers": next_n, "mtp_hybrid_override_pattern": "*E"}
+        return {**hybrid_config(family), **moe, **mtp}
     config = {
         **model_config(family),
         "moe_intermediate_size": 32,

@@ -26,6 +26,7 @@ from app.engine.mtp import (
     MTPHead,
     embed,
     has_head,
+    head_of,
     head_problem,
     hidden_and_logits,
     load_head,
@@ -42,12 +43,18 @@ from tests.engine.families import next_n_config
 TOKENS = mx.array([[3, 9, 27, 81, 243, 100, 7, 50]])
 
 
+def _final_norm(model: Any) -> Any:
+    """The model's final norm (Nemotron-H's is its backbone's norm_f)."""
+    stack = getattr(model, "model", None) or model.backbone
+    return getattr(stack, "norm", None) or stack.norm_f
+
+
 @functools.cache
 def _model(family: str) -> Any:
     """A tiny model of ``family`` whose final norm is far from one, so that using it shows."""
     mx.random.seed(5)
     model = config_model(next_n_config(family))
-    norm = model.model.norm
+    norm = _final_norm(model)
     norm.weight = mx.random.uniform(0.2, 3.0, norm.weight.shape)
     mx.eval(model.parameters())
     return model
@@ -76,7 +83,10 @@ def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer:
         key = stored_name(name, config)
         if ".switch_mlp." in key:  # one tensor an expert, as Hugging Face keeps them
             for e in range(value.shape[0]):
-                stored[key.replace(".switch_mlp.", f".experts.{e}.")] = value[e]
+                expert = key.replace(".switch_mlp.", f".experts.{e}.")
+                # Nemotron-H's, as mlx-lm's sanitize names them back.
+                expert = expert.replace(".fc1.", ".up_proj.").replace(".fc2.", ".down_proj.")
+                stored[expert] = value[e]
         else:
             stored[key] = value
     if target.model_type in NEXT_N:
@@ -102,7 +112,7 @@ def _kv_b_whole(head: dict[str, mx.array], config: dict[str, Any]) -> dict[str, 
 
 def _random_head(target: Any) -> dict[str, mx.array]:
     mx.random.seed(7)
-    head = MTPHead(target)
+    head = head_of(target, next_n_config(target.model_type))
     mx.eval(head.parameters())
     return _params(head)
 
@@ -126,17 +136,17 @@ def _wired(target: Any, swapped: bool = False) -> dict[str, mx.array]:
     halves ``swapped``): fc takes the hidden half as it is, the layer adds nothing
     (attention's and every MLP's outputs zero); where the family reads the state before
     the target's final norm, the head's own norm is the target's."""
-    head = MTPHead(target)
+    head = head_of(target, next_n_config(target.model_type))
     weights = _params(head)
     size = weights["norm.weight"].shape[0]
     eye, zero = mx.eye(size), mx.zeros((size, size))
     hidden_first = head.hidden_first != swapped
     weights["fc.weight"] = mx.concatenate([eye, zero] if hidden_first else [zero, eye], axis=1)
     for name in weights:
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
+        if name.endswith(("o_proj.weight", "down_proj.weight", "fc2.weight")):
             weights[name] = mx.zeros(weights[name].shape)
     if head.before_norm:
-        weights["norm.weight"] = target.model.norm.weight
+        weights["norm.weight"] = _final_norm(target).weight
     return weights
 
 
@@ -150,13 +160,13 @@ def test_a_hand_wired_head_predicts_right_only_when_wired_as_the_reference(
 ) -> None:
     folder = _checkpoint(tmp_path / "glm", target, _wired(target), tiny.target)
     head = load_head(folder, target, next_n_config(target.model_type))
-    no_cache = [None] * len(target.model.layers)
+    no_cache = [None] * len(target.layers)
     hidden, want = hidden_and_logits(target, TOKENS, no_cache, head.before_norm)
     assert mx.array_equal(_predicts(target, head, hidden), mx.argmax(want, axis=-1))
     # The other side of the final norm, or the halves of fc's input swapped, miss.
     other, _ = hidden_and_logits(target, TOKENS, no_cache, not head.before_norm)
     assert not mx.array_equal(_predicts(target, head, other), mx.argmax(want, axis=-1))
-    swapped = MTPHead(target)
+    swapped = head_of(target, next_n_config(target.model_type))
     swapped.load_weights(list(_wired(target, swapped=True).items()))
     assert not mx.array_equal(_predicts(target, swapped, hidden), mx.argmax(want, axis=-1))
 
@@ -175,7 +185,7 @@ def test_a_reply_drafted_by_the_next_n_head_is_the_targets_greedy_reply(
 
     target = _model(family)
     install(target)
-    head = MTPHead(target)
+    head = head_of(target, next_n_config(target.model_type))
     head.load_weights(list(_random_head(target).items()))
     decoder = Decoder(target, MTPDraft(target, head))
     params = GenerationParams(temperature=0, drafting=DraftSetting.of(k))
@@ -195,11 +205,8 @@ def test_a_quantized_import_keeps_the_next_n_layer_where_mlx_lm_leaves_it_out(
     loaded = load_model(out)  # strict: the layer is where mlx-lm's sanitize drops it
     head = load_head(out, loaded.model, loaded.config)
     assert isinstance(head.fc, nn.QuantizedLinear)
-    mlp = head.layers[0].mlp
-    if target.model_type != "mimo":
-        assert isinstance(mlp.switch_mlp.gate_proj, QuantizedSwitchLinear)
-    else:
-        assert isinstance(mlp.gate_proj, nn.QuantizedLinear)
+    switches = [m for _, m in head.named_modules() if isinstance(m, QuantizedSwitchLinear)]
+    assert switches or target.model_type == "mimo"  # its experts too, where it has them
 
 
 def test_a_glm_without_its_next_n_layer_or_with_several_says_so(
@@ -235,7 +242,7 @@ def test_deepseek_v3s_fp8_next_n_layer_loads_dequantized_and_imports_quantized(
     assert isinstance(quantized.layers[0].self_attn.q_a_proj, nn.QuantizedLinear)
 
 
-@pytest.mark.parametrize("family", ["deepseek_v32", "mimo"])
+@pytest.mark.parametrize("family", ["deepseek_v32", "mimo", "nemotron_h"])
 def test_requests_whose_heads_step_together_each_get_the_greedy_reply(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -246,7 +253,7 @@ def test_requests_whose_heads_step_together_each_get_the_greedy_reply(
 
     target = _model(family)
     install(target)
-    head = MTPHead(target)
+    head = head_of(target, next_n_config(target.model_type))
     head.load_weights(list(_random_head(target).items()))
     stepped: list[int] = []
     alone = merged._heads_forward

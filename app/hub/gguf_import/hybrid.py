@@ -271,8 +271,8 @@ def _check_head(model: Any, plan: Sequence[_Planned], config: dict[str, Any]) ->
     """
     import mlx.core as mx
 
-    from app.engine.mtp import MTPHead, head_name, mtp_layers
+    from app.engine.mtp import head_name, head_of
 
     head = [(name, mx.zeros(p.shape)) for p in plan if (name := head_name(p.name, config))]
     if head:
-        MTPHead(model, mtp_layers(config)).load_weights(head, strict=True)
+        head_of(model, config).load_weights(head, strict=True)

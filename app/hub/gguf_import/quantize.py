@@ -77,13 +77,13 @@ def _quantized_head(
     import mlx.nn as nn
     from mlx.utils import tree_flatten
 
-    from app.engine.mtp import MTPHead, head_weights, mtp_layers, stored_name
+    from app.engine.mtp import head_of, head_weights, mtp_layers, stored_name
 
     layers = mtp_layers(config)
     weights = head_weights(weights_dir, config, model) if layers else {}
     if not weights:  # a config naming a head its weights leave out
         return {}
-    head: nn.Module = MTPHead(model, layers)
+    head: nn.Module = head_of(model, config)
     head.load_weights(list(weights.items()), strict=True)
     nn.quantize(
         head,
