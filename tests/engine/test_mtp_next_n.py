@@ -271,3 +271,20 @@ def test_requests_whose_heads_step_together_each_get_the_greedy_reply(
         plain = [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=16)]
         assert reply == plain
     assert 3 in stepped  # the three heads (DeepSeek-V3.2's caches listed) stepped as one
+
+
+def test_nemotron_hs_head_norms_load_as_stored_from_its_hugging_face_checkpoint(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    target = _model("nemotron_h")
+    weights = _random_head(target)
+    folder = _checkpoint(tmp_path / "nemotron", target, weights, tiny.target)
+    # Its Mamba convolutions as Hugging Face stores them, (channels, 1, kernel): the test
+    # Qwen3.5's 1 + w norms go by, which is not Nemotron-H's rule.
+    stored = cast(dict[str, mx.array], mx.load(str(folder / "model.safetensors")))
+    hf = {k: v.moveaxis(1, 2) if "conv1d.weight" in k else v for k, v in stored.items()}
+    mx.save_safetensors(str(folder / "model.safetensors"), hf)
+    loaded = load_model(folder, fuse=False)
+    head = _params(load_head(folder, loaded.model, loaded.config))
+    for name in ("norm.weight", "pre_fc_norm_hidden.weight", "layers.0.norm.weight"):
+        assert mx.array_equal(head[name], weights[name]), name
