@@ -276,12 +276,18 @@ def _layer(layer_class: type, args: Any, filed: Filing, i: int) -> nn.Module:
 def _backbone(text: Any) -> Any:
     """A text model's stack of layers between embedding and final norm (``model``, or
     Nemotron-H's ``backbone``)."""
-    return getattr(text, "model", None) or text.backbone
+    return _either(text, "model", "backbone")
 
 
 def _embedding(text: Any) -> Any:
-    backbone = _backbone(text)
-    return getattr(backbone, "embed_tokens", None) or backbone.embeddings
+    return _either(_backbone(text), "embed_tokens", "embeddings")
+
+
+def _either(module: Any, name: str, other: str) -> Any:
+    """``module``'s child ``name``, or ``other`` where its family names it so (a module is
+    a dict, so an empty one would read as missing to ``or``)."""
+    child = getattr(module, name, None)
+    return child if child is not None else getattr(module, other)
 
 
 def logits(target: nn.Module, states: mx.array) -> mx.array:
@@ -492,8 +498,7 @@ def _keeping(forward: Callable[..., Any], model: Any, *args: Any, **kwargs: Any)
 
 def install(target: nn.Module) -> None:
     """Makes ``target``'s forwards keep their output states where its cache asks."""
-    backbone = _backbone(text_model(target))
-    norm = getattr(backbone, "norm", None) or backbone.norm_f  # Nemotron-H's is norm_f
+    norm = _either(_backbone(text_model(target)), "norm", "norm_f")  # Nemotron-H's: norm_f
     if type(norm) is nn.RMSNorm:
         norm.__class__ = _Captured
     target.__class__ = wrapped(type(target), _KEEPING, _keeping)

@@ -374,8 +374,8 @@ def _head_file(
         raise ModelError(f"{head_label} is a {head_arch} file, {label} a {arch_name} one")
     if arch.hybrid != "qwen3_5" and not arch.next_n:
         raise ModelError(
-            f"{head_label}: Tandem reads the MTP heads of Qwen3.5 / 3.6 and GLM-4.5 / 4.6 / 4.7 "
-            "files only"
+            f"{head_label}: Tandem reads the MTP heads of Qwen3.5 / 3.6, GLM-4.5 / 4.6 / 4.7 and "
+            "GLM-4.7-Flash files only"
         )
     own = list(reader.tensors)
     if not only_a_head(own, _own_layers(meta, head_arch, head_label)):
