@@ -218,6 +218,53 @@ def add_converted(
         w.add_tensor(mapped, np.array(value, dtype=np.float32))
 
 
+def kv_b_whole(tensors: Mapping[str, mx.array], rank: int | None) -> dict[str, mx.array]:
+    """``tensors`` with each MLA layer's ``embed_q`` and ``unembed_out`` (mlx-lm's split,
+    latent ``rank`` wide) joined back into the ``kv_b_proj`` Hugging Face checkpoints and
+    older GGUF files store."""
+    out = {}
+    for name, value in tensors.items():
+        if ".embed_q." in name:
+            v = tensors[name.replace(".embed_q.", ".unembed_out.")]
+            whole = mx.concatenate([value.swapaxes(-1, -2), v], axis=1)  # (heads, nope + v, rank)
+            out[name.replace(".embed_q.", ".kv_b_proj.")] = whole.reshape(-1, rank)
+        elif ".unembed_out." not in name:
+            out[name] = value
+    return out
+
+
+def add_routing(w: gguf.GGUFWriter, args: Any) -> None:
+    """A DeepSeek-V3-kind mixture of experts' keys (sigmoid routing, shared experts, dense
+    leading layers), as Glm4MoeModel and DeepseekV2Model write them, from mlx-lm ``args``."""
+    w.add_expert_used_count(args.num_experts_per_tok)
+    w.add_expert_count(args.n_routed_experts)
+    w.add_expert_feed_forward_length(args.moe_intermediate_size)
+    w.add_expert_shared_count(args.n_shared_experts)
+    w.add_leading_dense_block_count(args.first_k_dense_replace)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_weights_scale(args.routed_scaling_factor)
+    w.add_expert_weights_norm(args.norm_topk_prob)
+
+
+def finish_converted(
+    w: gguf.GGUFWriter,
+    arch: gguf.MODEL_ARCH,
+    layers: int,
+    tensors: Mapping[str, Any],
+    tokenizer: TokenizerMeta,
+    pre: str,
+) -> None:
+    """Ends a file as convert_hf_to_gguf.py does: the next-n layer's count where ``tensors``
+    hold one, the tokenizer with llama.cpp's name ``pre`` for its pre-tokenizer, the
+    tensors (:func:`add_converted`); then writes and closes it."""
+    if any(k.startswith(f"model.layers.{layers}.") for k in tensors):
+        w.add_nextn_predict_layers(1)
+    tokenizer(w)
+    w.add_tokenizer_pre(pre)
+    add_converted(w, arch, layers, tensors)
+    finish_gguf(w, {})
+
+
 def head_logits(target: Any, head: Any, tokens: mx.array) -> mx.array:
     """An MTP head's logits for the tokens after each of ``tokens`` but the last, beside
     the target's states."""
@@ -228,6 +275,21 @@ def head_logits(target: Any, head: Any, tokens: mx.array) -> mx.array:
     hidden, _ = mtp.hidden_and_logits(target, tokens, make_prompt_cache(target))
     states = head(mtp.embed(target, tokens[:, 1:]), hidden[:, :-1], head.make_cache())
     return mtp.logits(target, states)
+
+
+def assert_same_model_and_head(
+    loaded: Any, out: Path, target: Any, head: Any, tokens: mx.array
+) -> None:
+    """The model imported into ``out`` (``loaded``, unfused) gives ``target``'s logits, and
+    the MTP head it carries gives ``head``'s."""
+    from app.engine import mtp
+
+    imported = mtp.load_head(out, loaded.model, loaded.config)
+    for got, want in (
+        (loaded.model(tokens), target(tokens)),
+        (head_logits(loaded.model, imported, tokens), head_logits(target, head, tokens)),
+    ):
+        np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
 
 
 def finish_gguf(w: Any, tensors: Mapping[str, np.ndarray]) -> None:
@@ -816,3 +878,53 @@ def chi_square(counts: np.ndarray, p: np.ndarray) -> tuple[float, float]:
     z = 3.09  # one-sided 0.1 %: Wilson-Hilferty approximation of the chi-square quantile
     critical = df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
     return stat, critical
+
+
+# DeepSeek-V3 stores its layers' projections in fp8 (e4m3), one scale a 128 x 128 block.
+FP8 = {
+    "quant_method": "fp8",
+    "fmt": "e4m3",
+    "activation_scheme": "dynamic",
+    "weight_block_size": [128, 128],
+}
+
+
+def as_fp8(folder: Path, scale: float = 0.5) -> dict[str, mx.array]:
+    """Rewrites ``folder``'s ``model.safetensors`` with its decoder layers' projections (a
+    next-n layer's included, not its ``eh_proj``) in fp8 beside their ``weight_scale_inv``,
+    as DeepSeek-V3's are stored, and says so in its config.
+
+    Returns:
+        Each rewritten weight as its fp8 bytes and scale give it back.
+    """
+    path = folder / "model.safetensors"
+    loaded = mx.load(str(path))
+    assert isinstance(loaded, dict)
+    tensors, held = dict(loaded), {}
+    for key, value in loaded.items():
+        if not (key.startswith("model.layers.") and key.endswith("_proj.weight")):
+            continue
+        if value.ndim != 2 or key.endswith("eh_proj.weight"):
+            continue
+        q = mx.to_fp8(value / scale)
+        tensors[key] = q
+        blocks = tuple(-(-n // 128) for n in value.shape)
+        tensors[key + "_scale_inv"] = mx.full(blocks, scale)
+        held[key] = mx.from_fp8(q, dtype=mx.float32) * scale
+    mx.save_safetensors(str(path), tensors)
+    _mark_fp8(path, list(held))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "quantization_config": FP8}))
+    return held
+
+
+def _mark_fp8(path: Path, names: list[str]) -> None:
+    """Gives ``names`` the safetensors type fp8 files have (MLX writes their bytes as U8)."""
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + length])
+    for name in names:
+        header[name]["dtype"] = "F8_E4M3"
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + length :])

@@ -35,10 +35,10 @@ from app.engine.mtp import (
 )
 from app.engine.types import DraftSetting, GenerationParams
 from app.hub.gguf_import import import_folder
-from app.testing.tiny import as_fp8
 from tests.conftest import TinyModels
 from tests.engine.families import NEXT_N_FAMILIES as FAMILIES
 from tests.engine.families import next_n_config
+from tests.fakes import as_fp8, kv_b_whole
 
 TOKENS = mx.array([[3, 9, 27, 81, 243, 100, 7, 50]])
 
@@ -79,7 +79,7 @@ def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer:
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(tokenizer / name, folder / name)
     stored = _params(target)
-    for name, value in _kv_b_whole(head, config).items():
+    for name, value in kv_b_whole(head, config.get("kv_lora_rank")).items():
         key = stored_name(name, config)
         if ".switch_mlp." in key:  # one tensor an expert, as Hugging Face keeps them
             for e in range(value.shape[0]):
@@ -95,19 +95,6 @@ def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer:
         stored[f"model.layers.{n}.shared_head.head.weight"] = stored["lm_head.weight"]
     mx.save_safetensors(str(folder / "model.safetensors"), stored)
     return folder
-
-
-def _kv_b_whole(head: dict[str, mx.array], config: dict[str, Any]) -> dict[str, mx.array]:
-    """MLA's ``embed_q`` and ``unembed_out`` joined back into the ``kv_b_proj`` Hugging Face
-    stores (mlx-lm's ``sanitize`` splits it)."""
-    attn = "layers.0.self_attn."
-    if attn + "embed_q.weight" not in head:
-        return head
-    out = dict(head)
-    wk, wv = out.pop(attn + "embed_q.weight"), out.pop(attn + "unembed_out.weight")
-    v = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1)  # (heads, nope + v, rank)
-    out[attn + "kv_b_proj.weight"] = v.reshape(-1, config["kv_lora_rank"])
-    return out
 
 
 def _random_head(target: Any) -> dict[str, mx.array]:

@@ -16,8 +16,10 @@ from app.hub.fit import (
     usable_memory_bytes,
 )
 from app.hub.library import human_size
-from app.testing.tiny import as_fp8, model_config
+from app.testing.tiny import model_config
 from tests.conftest import TinyModels
+from tests.engine.families import next_n_config
+from tests.fakes import as_fp8
 
 
 def _weights(folder: Path) -> int:
@@ -31,35 +33,24 @@ def test_kv_cache_bytes_matches_a_hand_computation() -> None:
     assert kv_cache_bytes(config, 100, dtype_bytes=4) == 2 * 2 * 2 * 16 * 100 * 4
 
 
-def test_an_mla_models_kv_cache_is_what_its_cache_holds() -> None:
+@pytest.mark.parametrize(
+    ("family", "per_token"),
+    [
+        ("glm4_moe_lite", 32 + 8),  # GLM-4.7-Flash: a latent and a rope key a token
+        ("deepseek_v32", 32 + 8 + 2 * 16),  # DeepSeek-V3.2: and its indexer's key (and zeros)
+    ],
+)
+def test_an_mla_models_kv_cache_is_what_its_cache_holds(family: str, per_token: int) -> None:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
     from app.engine.loader import config_model
 
-    # A tiny GLM-4.7-Flash: its attention caches a latent and a rope key a token.
-    config = {
-        **model_config("glm4_moe_lite"),
-        "kv_lora_rank": 32,
-        "q_lora_rank": None,
-        "qk_rope_head_dim": 8,
-        "qk_nope_head_dim": 16,
-        "v_head_dim": 16,
-        "n_routed_experts": 4,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
-    }
+    config = next_n_config(family)  # two layers, latent 32 wide, rope key 8
     model = config_model(config)
     cache = make_prompt_cache(model)
     model(mx.zeros((1, 40), dtype=mx.int32), cache=cache)
-    assert kv_cache_bytes(config, 40, dtype_bytes=4) == _held(cache) == 2 * (32 + 8) * 40 * 4
-    # A tiny DeepSeek-V3.2: its sparse attention's indexer caches a key (and zeros) a token.
-    config = {**config, "model_type": "deepseek_v32", "q_lora_rank": 48, "index_head_dim": 16,
-              "index_n_heads": 2, "index_topk": 8}  # fmt: skip
-    model = config_model(config)
-    cache = make_prompt_cache(model)
-    model(mx.zeros((1, 40), dtype=mx.int32), cache=cache)
-    assert kv_cache_bytes(config, 40, dtype_bytes=4) == _held(cache) == 2 * (40 + 32) * 40 * 4
+    assert kv_cache_bytes(config, 40, dtype_bytes=4) == _held(cache) == 2 * per_token * 40 * 4
 
 
 def _held(cache: list[Any]) -> int:

@@ -22,7 +22,9 @@ from app.hub.gguf_import import import_gguf
 from tests.conftest import TinyModels
 from tests.engine.families import next_n_config
 from tests.fakes import (
-    add_converted,
+    add_routing,
+    assert_same_model_and_head,
+    finish_converted,
     finish_gguf,
     head_logits,
     text_model_writer,
@@ -60,21 +62,12 @@ def write_glm(path: Path, target: Any, head: mtp.MTPHead | None, tokenizer: Path
         tensors[f"model.layers.{layers}.shared_head.head.weight"] = target.lm_head.weight
     blocks = layers + (1 if head is not None else 0)
     w = text_model_writer(path, "glm4moe", args, blocks)
-    w.add_expert_used_count(args.num_experts_per_tok)
     w.add_rope_dimension_count(int(args.head_dim * args.partial_rotary_factor))
-    w.add_expert_count(args.n_routed_experts)
-    w.add_expert_feed_forward_length(args.moe_intermediate_size)
-    w.add_expert_shared_count(args.n_shared_experts)
-    w.add_leading_dense_block_count(args.first_k_dense_replace)
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
-    w.add_expert_weights_scale(args.routed_scaling_factor)
-    w.add_expert_weights_norm(args.norm_topk_prob)
-    if head is not None:
-        w.add_nextn_predict_layers(1)
-    tiny_tokenizer(tokenizer)(w)
-    w.add_tokenizer_pre("glm4")  # what llama.cpp names GLM-4.5's pre-tokenizer
-    add_converted(w, gguf.MODEL_ARCH.GLM4_MOE, layers, tensors)
-    finish_gguf(w, {})
+    add_routing(w, args)
+    # glm4: what llama.cpp names GLM-4.5's pre-tokenizer
+    finish_converted(
+        w, gguf.MODEL_ARCH.GLM4_MOE, layers, tensors, tiny_tokenizer(tokenizer), "glm4"
+    )
     return path
 
 
@@ -93,16 +86,7 @@ def test_glm_imports_with_the_same_logits_and_its_next_n_layer_as_its_head(
     stored = read_header(out / "model.safetensors")
     assert "model.layers.2.eh_proj.weight" in stored
     assert "model.layers.2.embed_tokens.weight" not in stored
-    np.testing.assert_allclose(
-        np.array(loaded.model(_TOKENS)), np.array(target(_TOKENS)), rtol=1e-5, atol=1e-5
-    )
-    imported = mtp.load_head(out, loaded.model, config)
-    np.testing.assert_allclose(
-        np.array(head_logits(loaded.model, imported, _TOKENS)),
-        np.array(head_logits(target, head, _TOKENS)),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    assert_same_model_and_head(loaded, out, target, head, _TOKENS)
     # GLM's pre-tokenizer (Llama 3's regex) reads digits three at a time; GPT-2's whole.
     split = Tokenizer.from_file(str(out / "tokenizer.json")).pre_tokenizer
     assert [p for p, _ in split.pre_tokenize_str("12345")] == ["123", "45"]

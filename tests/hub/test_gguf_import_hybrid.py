@@ -27,6 +27,7 @@ from tests.fakes import (
     NORMS_STORED_AS_W,
     TokenizerMeta,
     _tandem_in_here,
+    assert_same_model_and_head,
     finish_gguf,
     head_logits,
     qwen3_next_edits,
@@ -294,16 +295,7 @@ def test_qwen35_mtp_layer_imports_as_the_targets_head(tiny: Tiny, tmp_path: Path
     assert config["text_config"]["mtp_num_hidden_layers"] == 1
     assert mtp.has_head(out)
     loaded = load_model(out, fuse=False)
-    np.testing.assert_allclose(
-        np.array(loaded.model(_TOKENS)), np.array(tiny.model(_TOKENS)), rtol=1e-5, atol=1e-5
-    )
-    head = mtp.load_head(out, loaded.model, loaded.config)
-    np.testing.assert_allclose(
-        np.array(head_logits(loaded.model, head, _TOKENS)),
-        np.array(head_logits(tiny.model, tiny.head, _TOKENS)),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    assert_same_model_and_head(loaded, out, tiny.model, tiny.head, _TOKENS)
 
 
 def test_qwen35_quantized_keeps_its_mtp_head(tiny: Tiny, tmp_path: Path) -> None:

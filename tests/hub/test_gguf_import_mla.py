@@ -23,9 +23,11 @@ from app.hub.gguf_import import import_gguf
 from tests.conftest import TinyModels
 from tests.engine.families import next_n_config
 from tests.fakes import (
-    add_converted,
+    add_routing,
+    assert_same_model_and_head,
+    finish_converted,
     finish_gguf,
-    head_logits,
+    kv_b_whole,
     text_model_writer,
     tiny_tokenizer,
 )
@@ -70,20 +72,6 @@ def _deepseek_v3() -> Any:
                    "rope_scaling": _YARN, "num_nextn_predict_layers": 0})  # fmt: skip
 
 
-def _kv_b_whole(tensors: dict[str, mx.array], args: Any) -> dict[str, mx.array]:
-    """kv_b_proj whole (mlx-lm's embed_q and unembed_out joined back), as files before
-    llama.cpp split it keep it."""
-    out = {}
-    for name, value in tensors.items():
-        if ".embed_q." in name:
-            v = tensors[name.replace(".embed_q.", ".unembed_out.")]
-            whole = mx.concatenate([value.swapaxes(-1, -2), v], axis=1)
-            out[name.replace(".embed_q.", ".kv_b_proj.")] = whole.reshape(-1, args.kv_lora_rank)
-        elif ".unembed_out." not in name:
-            out[name] = value
-    return out
-
-
 def write_deepseek2(
     path: Path,
     target: Any,
@@ -101,15 +89,13 @@ def write_deepseek2(
     config = {"model_type": target.model_type, "num_hidden_layers": layers}
     tensors = _flat(target)
     if older:
-        tensors = _kv_b_whole(tensors, args)
+        tensors = kv_b_whole(tensors, args.kv_lora_rank)
     if head is not None:
         tensors |= {mtp.stored_name(k, config): v for k, v in _flat(head).items()}
     blocks = layers + (1 if head is not None else 0)
     w = text_model_writer(path, "deepseek2", args, blocks)
     w.add_head_count_kv(1)  # the latent: one KV head
-    w.add_expert_used_count(args.num_experts_per_tok)
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
-    w.add_leading_dense_block_count(args.first_k_dense_replace)
+    add_routing(w, args)
     w.add_vocab_size(args.vocab_size)
     if args.q_lora_rank is not None:
         w.add_q_lora_rank(args.q_lora_rank)
@@ -122,23 +108,13 @@ def write_deepseek2(
         w.add_value_length(args.kv_lora_rank)
         w.add_key_length_mla(args.qk_nope_head_dim + args.qk_rope_head_dim)
         w.add_value_length_mla(args.v_head_dim)
-    w.add_expert_feed_forward_length(args.moe_intermediate_size)
-    w.add_expert_count(args.n_routed_experts)
-    w.add_expert_shared_count(args.n_shared_experts)
-    w.add_expert_weights_scale(args.routed_scaling_factor)
-    w.add_expert_weights_norm(args.norm_topk_prob)
     w.add_rope_dimension_count(args.qk_rope_head_dim)
     if args.rope_scaling:
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(args.rope_scaling["factor"])
         w.add_rope_scaling_orig_ctx_len(args.rope_scaling["original_max_position_embeddings"])
         w.add_rope_scaling_yarn_log_mul(0.1 * args.rope_scaling["mscale_all_dim"])
-    if head is not None:
-        w.add_nextn_predict_layers(1)
-    tiny_tokenizer(tokenizer)(w)
-    w.add_tokenizer_pre(pre)
-    add_converted(w, gguf.MODEL_ARCH.DEEPSEEK2, layers, tensors)
-    finish_gguf(w, {})
+    finish_converted(w, gguf.MODEL_ARCH.DEEPSEEK2, layers, tensors, tiny_tokenizer(tokenizer), pre)
     return path
 
 
@@ -156,16 +132,7 @@ def test_glm_flash_imports_with_the_same_logits_and_its_next_n_layer_as_its_head
         16,
         None,
     )
-    np.testing.assert_allclose(
-        np.array(loaded.model(_TOKENS)), np.array(target(_TOKENS)), rtol=1e-5, atol=1e-5
-    )
-    imported = mtp.load_head(out, loaded.model, config)
-    np.testing.assert_allclose(
-        np.array(head_logits(loaded.model, imported, _TOKENS)),
-        np.array(head_logits(target, head, _TOKENS)),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    assert_same_model_and_head(loaded, out, target, head, _TOKENS)
 
 
 @pytest.mark.parametrize("older", [False, True], ids=["split", "kv_b-whole"])

@@ -630,8 +630,9 @@ def _mlp_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
 
 
 def _glm_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
-    """GLM-4.5's dense width and mixture of experts (the keys its config names), from what
-    Glm4MoeModel writes; its routing groups are one unless the file says otherwise."""
+    """GLM-4.5's and DeepSeek-V3's dense width and mixture of experts (the keys their configs
+    name), from what Glm4MoeModel and DeepseekV2Model write; routing groups are one unless
+    the file says otherwise."""
     return {
         "intermediate_size": _int(meta.require(prefix + "feed_forward_length")),
         "n_routed_experts": _int(meta.require(prefix + "expert_count")),
@@ -674,9 +675,8 @@ def _mla_config(
     if rope_scaling is not None and rope_scaling["rope_type"] == "yarn":
         # DeepseekV2Model keeps 0.1 * mscale_all_dim; DeepSeek's configs set mscale alike.
         mscale = _f32(meta.get(prefix + "rope.scaling.yarn_log_multiplier", 0.0)) / 0.1
-        rope_scaling.update(
-            {"mscale": mscale, "mscale_all_dim": mscale, "beta_fast": 32, "beta_slow": 1}
-        )
+        yarn = {"mscale": mscale, "mscale_all_dim": mscale, "beta_fast": 32, "beta_slow": 1}
+        config["rope_scaling"] = {**rope_scaling, **yarn}
     if meta.get("tokenizer.ggml.pre") == "glm4":  # GLM-4.7-Flash, converted as DeepSeek-V3
         config.update({"model_type": "glm4_moe_lite", "architectures": ["Glm4MoeLiteForCausalLM"]})
     return config
