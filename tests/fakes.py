@@ -329,8 +329,11 @@ def qwen3_next_parameters(w: gguf.GGUFWriter, args: Any) -> None:
     w.add_rope_dimension_count(int(args.head_dim * args.partial_rotary_factor))
 
 
-def tiny_tokenizer(folder: Path, *, model: str = "gpt2") -> TokenizerMeta:
-    """The tiny model's byte-level BPE tokenizer as GGUF metadata."""
+def tiny_tokenizer(
+    folder: Path, *, model: str = "gpt2", pre: str = "gpt-2", add_bos: bool | None = False
+) -> TokenizerMeta:
+    """The tiny model's byte-level BPE tokenizer as GGUF metadata, with llama.cpp's name
+    ``pre`` for its pre-tokenizer; ``add_bos`` None leaves its key out."""
     tok = json.loads((folder / "tokenizer.json").read_text())
     vocab: dict[str, int] = tok["model"]["vocab"]
     tokens = sorted(vocab, key=vocab.__getitem__)
@@ -339,14 +342,15 @@ def tiny_tokenizer(folder: Path, *, model: str = "gpt2") -> TokenizerMeta:
 
     def add(w: gguf.GGUFWriter) -> None:
         w.add_tokenizer_model(model)
-        w.add_tokenizer_pre("gpt-2")
+        w.add_tokenizer_pre(pre)
         w.add_token_list(tokens)
         w.add_token_types([3 if t in special else 1 for t in tokens])
         w.add_token_merges([" ".join(m) for m in tok["model"]["merges"]])
         w.add_bos_token_id(vocab["<|endoftext|>"])
         w.add_eos_token_id(vocab["<|im_end|>"])
         w.add_pad_token_id(vocab["<|endoftext|>"])
-        w.add_add_bos_token(False)
+        if add_bos is not None:
+            w.add_add_bos_token(add_bos)
         w.add_chat_template(CHATML_TEMPLATE)
 
     return add

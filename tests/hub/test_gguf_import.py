@@ -15,6 +15,7 @@ import gguf
 import mlx.core as mx
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 from app.engine.generate import stream_reply
 from app.engine.loader import ModelPair, load_model
@@ -296,6 +297,32 @@ def test_unsupported_tokenizer_type_is_refused(tiny_gguf: Tiny, tmp_path: Path) 
     with pytest.raises(ModelError, match="tokenizer type 'bert' is not supported yet"):
         import_gguf(bert, out)
     assert leftovers(out) == []
+
+
+def test_an_unknown_pre_tokenizer_is_refused(tiny_gguf: Tiny, tmp_path: Path) -> None:
+    config = json.loads((tiny_gguf.llama / "config.json").read_text())
+    path = write_gguf(
+        tmp_path / "kimi.gguf",
+        config,
+        weights_of(tiny_gguf.llama),
+        tiny_tokenizer(tiny_gguf.llama, pre="kimi-k2"),
+    )
+    out = tmp_path / "kimi"
+    with pytest.raises(ModelError, match="pre-tokenizer 'kimi-k2' is not supported yet"):
+        import_gguf(path, out)
+    assert leftovers(out) == []
+
+
+def test_tekken_splits_words_at_capitals_and_adds_bos(tiny_gguf: Tiny, tmp_path: Path) -> None:
+    config = json.loads((tiny_gguf.llama / "config.json").read_text())
+    tokenizer = tiny_tokenizer(tiny_gguf.llama, pre="tekken", add_bos=None)
+    path = write_gguf(tmp_path / "nemo.gguf", config, weights_of(tiny_gguf.llama), tokenizer)
+    out = import_gguf(path, tmp_path / "nemo")
+    split = Tokenizer.from_file(str(out / "tokenizer.json")).pre_tokenizer
+    pieces = [p for p, _ in split.pre_tokenize_str("HelloWorld 2024")]
+    assert pieces == ["Hello", "World", "Ġ", "2", "0", "2", "4"]  # Ġ: the space, byte-mapped
+    # A Tekken file without tokenizer.ggml.add_bos_token starts prompts with BOS.
+    assert json.loads((out / "tokenizer_config.json").read_text())["add_bos_token"] is True
 
 
 def test_unsupported_tensor_type_is_refused(tiny_gguf: Tiny, tmp_path: Path) -> None:

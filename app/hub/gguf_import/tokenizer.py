@@ -49,8 +49,22 @@ _DEEPSEEK3_SPLITS = (
 )
 
 
-# tokenizer.ggml.pre values (llama.cpp's names) whose split regexes are known. Anything
-# else falls back to GPT-2's regex, which most byte-level vocabularies started from.
+# Mistral's Tekken (Mistral Nemo, Small 3, Devstral), as its tokenizer.json has it: a word
+# splits before each capital, digits one at a time.
+_TEKKEN_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+# tokenizer.ggml.pre values that llama.cpp reads with GPT-2's regex; a file without the key
+# gets it too. Any other name not below is refused, as llama.cpp refuses it: a wrong split
+# would tokenize every prompt differently from the model's training, silently.
+_GPT2_NAMES = frozenset({"default", "gpt-2", "gpt2", "phi-2", "roberta-bpe"})
+
+
+# tokenizer.ggml.pre values (llama.cpp's names) whose split regexes are known.
 _PRE_SPLITS: dict[str, str | tuple[str, ...]] = {
     "llama3": _LLAMA3_SPLIT,
     "llama-v3": _LLAMA3_SPLIT,
@@ -66,12 +80,13 @@ _PRE_SPLITS: dict[str, str | tuple[str, ...]] = {
     "glm4": _LLAMA3_SPLIT,  # llama.cpp's CHATGLM4 regex is Llama 3's, merges applied
     "chatglm-bpe": _LLAMA3_SPLIT,
     "deepseek-v3": _DEEPSEEK3_SPLITS,
+    "tekken": _TEKKEN_SPLIT,
 }
 
 
 # llama.cpp matches a whole pre-token against the vocabulary before merging for these.
 _IGNORE_MERGES = frozenset(
-    {"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx", "smaug-bpe"}
+    {"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx", "smaug-bpe", "tekken"}
 )
 
 
@@ -104,8 +119,14 @@ def _build_tokenizer(meta: _Metadata, arch_name: str, context: int, label: str) 
         if not merges:
             raise ModelError(f"{label}: tokenizer.ggml.merges is missing")
         pre = meta.get("tokenizer.ggml.pre")
-        tokenizer = _byte_level_bpe(tokens, types, merges, pre if isinstance(pre, str) else None)
-        add_bos_default = False
+        pre = pre if isinstance(pre, str) and pre not in _GPT2_NAMES else None
+        if pre is not None and pre != "smollm" and pre not in _PRE_SPLITS:
+            raise ModelError(
+                f"{label}: its pre-tokenizer '{pre}' is not supported yet; "
+                "import the model's Hugging Face folder instead"
+            )
+        tokenizer = _byte_level_bpe(tokens, types, merges, pre)
+        add_bos_default = pre == "tekken"  # as llama.cpp reads Tekken files without the key
     elif kind == "llama":
         scores = meta.get("tokenizer.ggml.scores")
         if scores is None or len(scores) != len(tokens):
