@@ -237,9 +237,22 @@ class GaugeWidget(QWidget):
         text: str,
         align: Qt.AlignmentFlag,
         role: QPalette.ColorRole = QPalette.ColorRole.WindowText,
+        *,
+        wrap: bool = False,
     ) -> None:
-        """``text`` in the palette's ``role`` colour, elided to fit ``rect``."""
+        """``text`` in the palette's ``role`` colour, elided to fit ``rect``; with ``wrap``,
+        first broken into lines, at up to a fifth smaller, where that fits it whole."""
         p.setPen(self._color(role))
+        if wrap:
+            font = p.font()
+            flags = int(align) | int(Qt.TextFlag.TextWordWrap)
+            for scale in (1.0, 0.9, 0.8):
+                p.setFont(_scaled(font, scale))
+                box = p.fontMetrics().boundingRect(rect.toRect(), flags, text)
+                if box.width() <= rect.width() and box.height() <= rect.height():
+                    p.drawText(rect, flags, text)
+                    return
+            p.setFont(font)
         elided = p.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, round(rect.width()))
         p.drawText(rect, align, elided)
 
@@ -314,7 +327,8 @@ class GaugeWidget(QWidget):
         bottom = Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom
         if message is None:
             p.setFont(self.font())
-            self._text(p, text_box, self.empty_text, bottom, QPalette.ColorRole.PlaceholderText)
+            placeholder = QPalette.ColorRole.PlaceholderText
+            self._text(p, text_box, self.empty_text, bottom, placeholder, wrap=True)
             return
         # Shrink the big figure to fit inside a small arc.
         metrics = QFontMetricsF(big)

@@ -1,8 +1,9 @@
 import math
 from array import array
+from itertools import pairwise
 
 import pytest
-from PySide6.QtGui import QColor, QImage, QPaintEvent, QPalette
+from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPaintEvent, QPalette
 from pytestqt.qtbot import QtBot
 
 from app.engine.live import LiveSnapshot, LiveStats
@@ -207,3 +208,30 @@ def test_accepted_tokens_show_in_their_drafters_colour(qtbot: QtBot, own_head: b
     # The target's own head is not a draft model: its share is the MTP tokens' colour.
     assert (_rgb(HEAD_SOURCE) in colors) is own_head
     assert (_rgb(DRAFT_SOURCE) in colors) is not own_head
+
+
+def _first_text_rows(gauge: GaugeWidget) -> int:
+    """Height in rows of the topmost text: rows holding pixels darker than the arc's track,
+    up to the first gap of four blank rows."""
+    image = gauge.grab().toImage().convertToFormat(QImage.Format.Format_RGB32)
+    track = gauge.palette().color(QPalette.ColorRole.Window).red() * 0.84
+    dark = [
+        y
+        for y in range(image.height())
+        if any((image.pixel(x, y) >> 16 & 0xFF) < track - 24 for x in range(image.width()))
+    ]
+    end = next((a for a, b in pairwise(dark) if b - a > 4), dark[-1])
+    return end - dark[0] + 1
+
+
+@pytest.mark.parametrize("text", ["No drafting yet", "Acceptance not reported"])
+def test_the_empty_text_wraps_whole_inside_a_small_arc(qtbot: QtBot, text: str) -> None:
+    gauge = GaugeWidget()
+    qtbot.addWidget(gauge)
+    gauge.setPalette(_palette(dark=False))
+    gauge.empty_text = text
+    line = QFontMetricsF(gauge.font()).height()
+    gauge.resize(600, gauge.sizeHint().height())
+    assert _first_text_rows(gauge) < line  # one line
+    gauge.resize(gauge.minimumSizeHint())
+    assert _first_text_rows(gauge) > line  # two lines, not one cut short
