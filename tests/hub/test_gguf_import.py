@@ -285,30 +285,26 @@ def test_truncated_file_is_refused(tiny_gguf: Tiny, tmp_path: Path, keep: float)
     assert leftovers(out) == []
 
 
-def test_unsupported_tokenizer_type_is_refused(tiny_gguf: Tiny, tmp_path: Path) -> None:
-    config = json.loads((tiny_gguf.llama / "config.json").read_text())
-    bert = write_gguf(
-        tmp_path / "bert.gguf",
-        config,
-        weights_of(tiny_gguf.llama),
-        tiny_tokenizer(tiny_gguf.llama, model="bert"),
-    )
-    out = tmp_path / "bert"
-    with pytest.raises(ModelError, match="tokenizer type 'bert' is not supported yet"):
-        import_gguf(bert, out)
-    assert leftovers(out) == []
-
-
-def test_an_unknown_pre_tokenizer_is_refused(tiny_gguf: Tiny, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kind", "refusal"),
+    [
+        ({"model": "bert"}, "tokenizer type 'bert' is not supported yet"),
+        ({"pre": "kimi-k2"}, "pre-tokenizer 'kimi-k2' is not supported yet"),
+    ],
+    ids=["type", "pre-tokenizer"],
+)
+def test_an_unsupported_tokenizer_is_refused(
+    tiny_gguf: Tiny, tmp_path: Path, kind: dict[str, Any], refusal: str
+) -> None:
     config = json.loads((tiny_gguf.llama / "config.json").read_text())
     path = write_gguf(
-        tmp_path / "kimi.gguf",
+        tmp_path / "odd.gguf",
         config,
         weights_of(tiny_gguf.llama),
-        tiny_tokenizer(tiny_gguf.llama, pre="kimi-k2"),
+        tiny_tokenizer(tiny_gguf.llama, **kind),
     )
-    out = tmp_path / "kimi"
-    with pytest.raises(ModelError, match="pre-tokenizer 'kimi-k2' is not supported yet"):
+    out = tmp_path / "odd"
+    with pytest.raises(ModelError, match=refusal):
         import_gguf(path, out)
     assert leftovers(out) == []
 
