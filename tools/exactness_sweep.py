@@ -9,7 +9,8 @@ needs to be replayed, then a total per family.
     PYTHONPATH=. python3 tools/exactness_sweep.py {window,batch} SEED SECONDS [FAMILY,...]
 
 Two logits equal to float32 rounding can rank differently in a verification and a
-one-row step (docs/architecture.md, Numerics); check a reported case's margin first.
+one-row step (docs/architecture.md, Numerics): each differing case says how far apart the
+target's top two logits are where it leaves plain decoding.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import mlx.core as mx
 
 from app.engine import Finished, GenerationParams, Message, load_pair
 from app.engine.decoder import Decoder, take_turns
@@ -39,6 +42,18 @@ def _pairs(root: Path, family: str, tokenizer: Path) -> list[ModelPair]:
     return [load_pair(target, copy), load_pair(target, other)]
 
 
+def _differs(pair: ModelPair, prompt: list[int], got: list[int], want: list[int]) -> str | None:
+    """Where ``got`` leaves plain decoding's ``want`` and by how much the target's top two
+    logits differ there (0.0: a float32 tie, not a bug); ``None`` where it does not."""
+    at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+    if at is None:  # plain decoding stops at its end token, the batch does not
+        return None if got[: len(want)] == want else f"ends at {len(got)}, plain at {len(want)}"
+    logits = pair.target.model(mx.array(prompt + want[: at + 1])[None])[0, len(prompt) + at - 1]
+    top = mx.sort(logits)[-2:]
+    gap = (top[1] - top[0]).item()
+    return f"token {at}: {got[at]} for {want[at]}, top two logits {gap:.2e} apart"
+
+
 def _params(rng: random.Random, max_tokens: int) -> GenerationParams:
     return GenerationParams(
         temperature=0,
@@ -54,11 +69,13 @@ def _window_case(rng: random.Random, pair: ModelPair) -> list[str]:
         text = " ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 3, 10, 30, 60])))
         messages.append(Message("user", text))
         params = _params(rng, rng.choice([8, 24, 48]))
-        want = plain_greedy(pair, encode_chat(pair.target.tokenizer, messages), params.max_tokens)
+        prompt = encode_chat(pair.target.tokenizer, messages)
+        want = plain_greedy(pair, prompt, params.max_tokens)
         *_, last = stream_reply(pair, messages, params, decoder=decoder)
         assert isinstance(last, Finished), last
-        if list(last.token_ids) != want:
-            found.append(f"turn {turn} {params.drafting} lookup {params.prompt_lookup} {text!r}")
+        if where := _differs(pair, prompt, list(last.token_ids), want):
+            drafting = f"{params.drafting} lookup {params.prompt_lookup}"
+            found.append(f"turn {turn} {drafting} {text!r}: {where}")
         messages.append(Message("assistant", pair.target.tokenizer.decode(list(last.token_ids))))
     return found
 
@@ -77,9 +94,9 @@ def _batch_case(rng: random.Random, pair: ModelPair) -> list[str]:
     gens = [decoder.generate(p, q) for p, q in zip(prompts, params, strict=True)]
     replies = take_turns(gens, n).replies
     return [
-        f"{q.drafting} lookup {q.prompt_lookup} prompt {p} beside {len(prompts) - 1}"
+        f"{q.drafting} lookup {q.prompt_lookup} prompt {p} beside {len(prompts) - 1}: {where}"
         for p, q, got in zip(prompts, params, replies, strict=True)
-        if got[: len(want := plain_greedy(pair, p, n))] != want  # plain stops at its end token
+        if (where := _differs(pair, p, got, plain_greedy(pair, p, n)))
     ]
 
 
