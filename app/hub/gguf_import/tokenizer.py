@@ -64,6 +64,10 @@ _TEKKEN_SPLIT = (
 _GPT2_NAMES = frozenset({"default", "gpt-2", "gpt2", "phi-2", "roberta-bpe"})
 
 
+# SmolLM's pre-tokenizer: every digit apart, then GPT-2's regex (no split regex of its own).
+_SMOLLM = "smollm"
+
+
 # tokenizer.ggml.pre values (llama.cpp's names) whose split regexes are known.
 _PRE_SPLITS: dict[str, str | tuple[str, ...]] = {
     "llama3": _LLAMA3_SPLIT,
@@ -120,7 +124,7 @@ def _build_tokenizer(meta: _Metadata, arch_name: str, context: int, label: str) 
             raise ModelError(f"{label}: tokenizer.ggml.merges is missing")
         pre = meta.get("tokenizer.ggml.pre")
         pre = pre if isinstance(pre, str) and pre not in _GPT2_NAMES else None
-        if pre is not None and pre != "smollm" and pre not in _PRE_SPLITS:
+        if pre is not None and pre not in (*_PRE_SPLITS, _SMOLLM):
             raise ModelError(
                 f"{label}: its pre-tokenizer '{pre}' is not supported yet; "
                 "import the model's Hugging Face folder instead"
@@ -257,8 +261,7 @@ def _byte_level_bpe(
         )
     )
     split = _PRE_SPLITS.get(pre or "")
-    if pre == "smollm":
-        # SmolLM splits off every digit, then applies GPT-2's regex.
+    if pre == _SMOLLM:
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
             [
                 pre_tokenizers.Digits(individual_digits=True),
