@@ -16,6 +16,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
+from tokenizers.pre_tokenizers import ByteLevel
 
 from app.engine.generate import stream_reply
 from app.engine.loader import ModelPair, load_model
@@ -319,6 +320,23 @@ def test_tekken_splits_words_at_capitals_and_adds_bos(tiny_gguf: Tiny, tmp_path:
     assert pieces == ["Hello", "World", "Ġ", "2", "0", "2", "4"]  # Ġ: the space, byte-mapped
     # A Tekken file without tokenizer.ggml.add_bos_token starts prompts with BOS.
     assert json.loads((out / "tokenizer_config.json").read_text())["add_bos_token"] is True
+
+
+@pytest.mark.parametrize(
+    ("pre", "digits"),
+    [("deepseek-llm", ["123"]), ("deepseek-coder", ["1", "2", "3"])],
+)
+def test_deepseek_llm_and_coder_split_as_their_tokenizer_json_does(
+    tiny_gguf: Tiny, tmp_path: Path, pre: str, digits: list[str]
+) -> None:
+    config = json.loads((tiny_gguf.llama / "config.json").read_text())
+    tokenizer = tiny_tokenizer(tiny_gguf.llama, pre=pre)
+    path = write_gguf(tmp_path / "ds.gguf", config, weights_of(tiny_gguf.llama), tokenizer)
+    split = Tokenizer.from_file(str(import_gguf(path, tmp_path / "ds") / "tokenizer.json"))
+    pieces = [p for p, _ in split.pre_tokenizer.pre_tokenize_str("Hello, world 123\n\u4e2d\u6587")]
+    # Newlines, letters, punctuation, CJK and digits split in turn (as bytes: Ġ, Ċ).
+    chinese = ByteLevel(add_prefix_space=False).pre_tokenize_str("\u4e2d\u6587")[0][0]
+    assert pieces == ["Hello", ",", "Ġworld", "Ġ", *digits, "Ċ", chinese]
 
 
 def test_unsupported_tensor_type_is_refused(tiny_gguf: Tiny, tmp_path: Path) -> None:
