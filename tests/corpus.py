@@ -246,30 +246,30 @@ def _smaller_vocabulary(dest: Path, src: Sources) -> Path:
     return build_model(dest, config, tokenizer_from=src.target, seed=7)
 
 
-def mamba_config(eos_token_id: Any, **extra: Any) -> dict[str, Any]:
-    """A tiny recurrent (mamba) model's config: its cache cannot be rewound."""
+def rwkv7_config(eos_token_id: Any, **extra: Any) -> dict[str, Any]:
+    """A tiny recurrent (RWKV-7) model's config: its cache cannot be rewound."""
     return {
-        "model_type": "mamba",
+        "model_type": "rwkv7",
         "vocab_size": 384,
         "hidden_size": 32,
         "intermediate_size": 64,
-        "state_size": 4,
+        "norm_eps": 1e-5,
+        "head_dim": 16,
         "num_hidden_layers": 1,
-        "conv_kernel": 4,
-        "use_bias": False,
-        "use_conv_bias": True,
-        "time_step_rank": 4,
+        "a_low_rank_dim": 8,
+        "v_low_rank_dim": 8,
+        "gate_low_rank_dim": 8,
+        "decay_low_rank_dim": 8,
         **extra,
         "eos_token_id": eos_token_id,
     }
 
 
-def _mamba(folder: Path) -> None:
+def _rwkv7(folder: Path) -> None:
     from app.testing.tiny import build_model
 
     eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
-    config = mamba_config(eos, tie_word_embeddings=True)
-    build_model(folder, config, tokenizer_from=folder, seed=5)
+    build_model(folder, rwkv7_config(eos, tie_word_embeddings=True), tokenizer_from=folder, seed=5)
 
 
 def _nested(depth: int) -> str:
@@ -509,11 +509,11 @@ FOLDERS: tuple[Entry, ...] = (
     ),
     Entry(
         "recurrent-draft",
-        _mutated(_mamba),
+        _mutated(_rwkv7),
         None,
         load=None,
         check=None,
-        pair="its Mamba layers keep a state that cannot be given back",
+        pair="its RWKV-7 time-mixing layers keep a state that cannot be given back",
     ),
     # Odd but usable: nothing may hang or fail on them.
     Entry("link-loops-inside", _mutated(_inner_loops), None, load=None, check=None),

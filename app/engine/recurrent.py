@@ -1,10 +1,11 @@
 """Recurrent layers' states that go back exactly, so hybrid targets can verify drafts.
 
-Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3-Next, Kimi-Linear), Mamba2 and
-Mamba layers (Nemotron-H, Falcon-H1, Granite 4, Jamba) and short convolutions
-(LFM2) keep, in mlx-lm's ``ArraysCache``, states that each row overwrites: a
-convolution's last few inputs and a recurrent matrix. Verifying k drafts reads
-k + 1 rows, so a rejected draft would stay in them.
+Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3-Next, Kimi-Linear, OLMo hybrid),
+Mamba2 and Mamba layers (Nemotron-H, Falcon-H1, Granite 4, Jamba, Mamba-Codestral,
+Falcon-Mamba) and short convolutions (LFM2, LFM2-MoE) keep, in mlx-lm's
+``ArraysCache``, states that each row overwrites: a convolution's last few
+inputs and a recurrent matrix. Verifying k drafts reads k + 1 rows, so a
+rejected draft would stay in them.
 
 :class:`RecurrentCache` goes back instead. While a forward runs, each of its
 layers notes how the states it writes are made: the convolution's input (the
@@ -17,10 +18,10 @@ costs nothing. docs/architecture.md says why, with what each method measured.
 
 A layer is noted through what mlx-lm's models call: ``gated_delta_update`` and
 ``ssm_update`` (wrapped where the model's module imported them), a ``Conv1d``
-of the model (its class swapped for :class:`_NotedConv1d`) and Jamba's
-``ssm_step``. A state written with no note cannot be recomputed: that forward
-cannot be gone back into, and :func:`refusal` names the models whose layers
-write such states.
+of the model (its class swapped for :class:`_NotedConv1d`) and Jamba's and
+Mamba's ``ssm_step``. A state written with no note cannot be recomputed: that
+forward cannot be gone back into, and :func:`refusal` names the models whose
+layers write such states.
 """
 
 from __future__ import annotations
@@ -440,19 +441,57 @@ class _NotedConv1d(nn.Conv1d):
 
 
 def _stepped(step: Callable[..., Any]) -> Callable[..., Any]:
-    """Jamba's ``ssm_step`` over a forward's rows, noted as a recurrence.
+    """A Mamba layer's ``ssm_step``, noted as a recurrence.
 
-    Mamba's own (``mlx_lm.models.mamba``) runs a token at a time and is not
-    noted: its states cannot go back, and the model is refused.
+    Jamba's runs a forward's rows at once and is noted here. Mamba's own
+    (``mlx_lm.models.mamba``) runs a token a call; :func:`_sequenced` collects
+    a forward's calls and notes them as one.
     """
 
     def recorded(x: mx.array, A: mx.array, state: mx.array | None = None) -> Any:  # noqa: N803
         y, new = step(x, A, state)
         if x.ndim == 3:  # (batch, rows, channels)
             _note(x.shape[1], lambda j: step(x[:, :j], A, state)[1], made=new, before=state)
+        elif (calls := getattr(_local, "calls", None)) is not None:
+            calls.append((x, A, state, new))
         return y, new
 
     recorded.__wrapped__ = step  # type: ignore[attr-defined]
+    return recorded
+
+
+def _sequenced(forward: Callable[..., Any], step: Callable[..., Any]) -> Callable[..., Any]:
+    """Mamba's ``_process_sequence``: its token-at-a-time ``step`` calls noted as one
+    recurrence, each row's state kept for a round's rows (:data:`ROWS_KEPT`) and
+    recomputed from the inputs beyond."""
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        outer, _local.calls = getattr(_local, "calls", None), []
+        try:
+            out = forward(*args, **kwargs)
+            calls = _local.calls
+        finally:
+            _local.calls = outer
+        if not calls:
+            return out
+        xs = [c[0] for c in calls]
+        A, before = calls[0][1], calls[0][2]  # noqa: N806
+
+        def again(j: int) -> Any:
+            state = before
+            for x in xs[:j]:
+                state = step(x, A, state)[1]
+            return state
+
+        made = calls[-1][3]
+        if len(calls) <= ROWS_KEPT:
+            states = [c[3] for c in calls]
+            _note(len(calls), lambda j: states[j - 1], made=made, before=before, again=again)
+        else:
+            _note(len(calls), again, made=made, before=before)
+        return out
+
+    recorded.__wrapped__ = forward  # type: ignore[attr-defined]
     return recorded
 
 
@@ -512,6 +551,9 @@ def install(model: nn.Module) -> None:
         step = getattr(child, "ssm_step", None)
         if callable(step) and not hasattr(step, "__wrapped__"):
             child.ssm_step = _stepped(step)
+            sequence = getattr(child, "_process_sequence", None)
+            if callable(sequence):
+                child._process_sequence = _sequenced(sequence, step)
 
 
 # mlx-lm's model modules whose recurrent states are all noted, each read by
@@ -527,6 +569,10 @@ REWOUND = frozenset(
         "falcon_h1",
         "jamba",
         "lfm2",
+        "lfm2_moe",
+        "mamba2",
+        "olmo_hybrid",
+        "mamba",
     }
 )
 # The layers of the others that keep a state, as a refusal names them.
@@ -535,11 +581,11 @@ KINDS = {
     "recurrent_gemma": "RG-LRU",
     "bailing_moe_linear": "gated linear attention",
     "bailing_hybrid": "gated linear attention",
-    "mamba": "Mamba",
-    "mamba2": "Mamba2",
     "plamo2": "Mamba (Plamo 2)",
-    "olmo_hybrid": "Gated DeltaNet (OLMo hybrid)",
     "baichuan_m1": "short-convolution attention",
+    "bailing_moe_v3": "Kimi Delta Attention (Ling 2.5)",
+    "kimi_k3": "Kimi Delta Attention (Kimi K3)",
+    "longcat_flash_ngram": "n-gram embedding",
 }
 
 

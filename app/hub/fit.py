@@ -232,13 +232,14 @@ def request_cache_bytes(
     """
     from app.engine.recurrent import FORWARDS, MARKS, ROWS_KEPT, TARGET_FORWARDS, steps_kept
 
-    kv = kv_cache_bytes(config, tokens)
     hybrid = recurrent_layout(config)
     if hybrid is None:
-        return kv, 0
+        return kv_cache_bytes(config, tokens), 0
+    # A model of recurrent layers alone (Mamba) has no attention shape to read.
+    kv = int(kv_cache_bytes(config, tokens) * hybrid[0]) if hybrid[0] else 0
     forwards = FORWARDS if drafts else TARGET_FORWARDS
     copies = 1 + MARKS + forwards + (ROWS_KEPT if steps_kept() else 0)
-    return int(kv * hybrid[0]), hybrid[1] * copies
+    return kv, hybrid[1] * copies
 
 
 def head_cache_bytes(config: dict[str, Any], tokens: int) -> int:

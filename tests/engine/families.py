@@ -106,6 +106,10 @@ HYBRIDS = (
     "falcon_h1",
     "jamba",
     "kimi_linear",
+    "lfm2_moe",
+    "mamba2",
+    "olmo_hybrid",
+    "mamba",
 )
 
 
@@ -239,6 +243,53 @@ def hybrid_config(family: str, seed_layers: int = 4) -> dict[str, Any]:
             "qk_rope_head_dim": 8,
             "v_head_dim": 16,
             "first_k_dense_replace": 1,
+        }
+    if family == "lfm2_moe":  # LFM2-8B-A1B's kind: short convolutions, a mixture of experts
+        return {
+            **base,
+            "norm_eps": 1e-5,
+            "conv_bias": False,
+            "conv_L_cache": 3,
+            "moe_intermediate_size": 32,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "norm_topk_prob": True,
+            "use_expert_bias": True,
+            "num_dense_layers": 1,
+            "full_attn_idxs": [1, 3],
+        }
+    if family == "mamba2":  # Mamba2 alone, no attention (Mamba-Codestral)
+        return {
+            **base,
+            "num_heads": 4,
+            "head_dim": 16,
+            "state_size": 16,
+            "layer_norm_epsilon": 1e-5,
+            "conv_kernel": 4,
+            "n_groups": 1,
+            "use_bias": False,
+            "use_conv_bias": True,
+            "time_step_limit": [0.0, float("inf")],
+            "time_step_rank": "auto",
+            "expand": 1,
+        }
+    if family == "olmo_hybrid":
+        return {
+            **{k: v for k, v in gdn.items() if k not in ("full_attention_interval",)},
+            **base,
+            "head_dim": 16,
+            "linear_allow_neg_eigval": True,
+            "attention_bias": False,
+            "layer_types": ["linear_attention", "full_attention"] * (seed_layers // 2),
+        }
+    if family == "mamba":  # Mamba alone (Falcon-Mamba)
+        return {
+            **base,
+            "state_size": 16,
+            "conv_kernel": 4,
+            "use_bias": False,
+            "use_conv_bias": True,
+            "time_step_rank": "auto",
         }
     raise ValueError(f"no tiny config for {family}")
 

@@ -57,6 +57,19 @@ def test_the_fit_counts_attention_layers_and_recurrent_states(hybrid) -> None:
     assert "recurrent states" in fit.detail
 
 
+@pytest.mark.parametrize("family", ["mamba", "mamba2"])
+def test_a_model_of_recurrent_layers_alone_fits_by_its_states(
+    family: str, tiny: TinyModels, tmp_path: Path
+) -> None:
+    config = hybrid_config(family)
+    for attention in ("num_attention_heads", "num_key_value_heads"):  # as Falcon-Mamba's
+        del config[attention]
+    target = build_model(tmp_path / family, config, tokenizer_from=tiny.target)
+    fit = memory_fit(target, None, context_length=1024, available=10**12)
+    assert fit.kv_bytes == 0
+    assert fit.state_bytes > 0 and "recurrent states" in fit.detail
+
+
 def test_the_catalog_recommends_the_hybrid_pair_where_it_is_the_largest_that_fits() -> None:
     pair = recommend(load_catalog(), 26 * 10**9)
     assert pair is not None and "Qwen3.6" in pair.name
