@@ -168,9 +168,12 @@ def write_gguf(
     return path
 
 
-def text_model_writer(path: Path, arch: str, args: Any, blocks: int) -> gguf.GGUFWriter:
+def text_model_writer(
+    path: Path, arch: str, args: Any, blocks: int, kv_heads: int | list[int] | None = None
+) -> gguf.GGUFWriter:
     """A GGUF writer with the keys TextModel.set_gguf_parameters writes, from mlx-lm model
-    ``args``, for ``blocks`` blocks (the model's layers and any MTP layers after them)."""
+    ``args``, for ``blocks`` blocks (the model's layers and any MTP layers after them);
+    ``kv_heads`` where the converter writes its own (one a layer, for LFM2)."""
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("tiny")
     w.add_block_count(blocks)
@@ -178,9 +181,9 @@ def text_model_writer(path: Path, arch: str, args: Any, blocks: int) -> gguf.GGU
     w.add_embedding_length(args.hidden_size)
     w.add_feed_forward_length(args.intermediate_size)
     w.add_head_count(args.num_attention_heads)
-    w.add_head_count_kv(args.num_key_value_heads)
+    w.add_head_count_kv(args.num_key_value_heads if kv_heads is None else kv_heads)
     w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.rms_norm_eps)
+    w.add_layer_norm_rms_eps(getattr(args, "rms_norm_eps", None) or args.norm_eps)
     if hasattr(args, "head_dim"):  # as TextModel writes it: where the config names it
         w.add_key_length(args.head_dim)
         w.add_value_length(args.head_dim)

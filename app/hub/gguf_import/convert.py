@@ -24,6 +24,7 @@ from app.engine.loader import (
     read_error,
 )
 from app.errors import ModelError, first_line, one_line
+from app.hub.gguf_import import short_conv
 from app.hub.gguf_import.common import (
     _DTYPES,
     _SAFETENSORS_CODES,
@@ -188,6 +189,7 @@ class _Arch:
     default_rope_theta: float
     hybrid: str | None = None  # the Gated DeltaNet family, "qwen3_5" or "qwen3_next" (.hybrid)
     next_n: bool = False  # MTP layers filed as the model's next layers (DeepSeek-V3's way)
+    short_conv: bool = False  # LFM2's short convolutions among attention (.short_conv)
 
 
 _ARCHS = {
@@ -245,6 +247,24 @@ _ARCHS = {
         0.0,
         10_000_000.0,
         hybrid="qwen3_next",
+    ),
+    "lfm2": _Arch(
+        "lfm2",
+        "Lfm2ForCausalLM",
+        short_conv.BLOCK_TENSORS,
+        False,
+        0.0,
+        1_000_000.0,
+        short_conv=True,
+    ),
+    "lfm2moe": _Arch(
+        "lfm2_moe",
+        "Lfm2MoeForCausalLM",
+        short_conv.MOE_BLOCK_TENSORS,
+        False,
+        0.0,
+        1_000_000.0,
+        short_conv=True,
     ),
 }
 
@@ -491,6 +511,8 @@ def _plan_tensors(
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
         if arch.hybrid:
             shape = _hf_shape(name, shape, arch.hybrid)
+        if arch.short_conv:
+            shape = short_conv.conv_shape(name, shape)
         kind = _tensor_dtype(name, arch, dtype)
         plan.append(
             _Planned(t, name, shape, _SAFETENSORS_CODES[kind], math.prod(shape) * _DTYPES[kind])
@@ -501,8 +523,9 @@ def _plan_tensors(
 
 
 def _hf_name(name: str, arch: _Arch, layers: int) -> str | None:
-    if name in _TOP_TENSORS:
-        return _TOP_TENSORS[name]
+    top = short_conv.TOP_TENSORS if arch.short_conv else _TOP_TENSORS
+    if name in top:
+        return top[name]
     parts = name.split(".", 2)
     if len(parts) != 3 or parts[0] != "blk" or not parts[1].isdigit():
         return None
@@ -542,7 +565,7 @@ def _model_config(
     try:
         hidden = _int(meta.require(p + "embedding_length"))
         n_heads = _int(meta.require(p + "attention.head_count"))
-        n_kv_heads = _int(meta.get(p + "attention.head_count_kv", n_heads))
+        n_kv_heads, layer_types = short_conv.heads_kv(meta, p, n_heads)
         head_dim = _int(meta.get(p + "attention.key_length", hidden // n_heads))
         context = _int(meta.get(p + "context_length", 4096))
         theta = _f32(meta.get(p + "rope.freq_base", arch.default_rope_theta))
@@ -550,7 +573,7 @@ def _model_config(
             "architectures": [arch.hf_class],
             "model_type": arch.model_type,
             "hidden_size": hidden,
-            **(_glm_sizes(meta, p) if arch.next_n else _mlp_sizes(meta, p)),
+            **_sizes(meta, p, arch),
             "num_hidden_layers": n_layers,
             "num_attention_heads": n_heads,
             "num_key_value_heads": n_kv_heads,
@@ -568,6 +591,8 @@ def _model_config(
             config.update(_hybrid_config(meta, p, arch.hybrid, head_dim, theta, rope_scaling))
             if mtp := _mtp_layers(tensors, n_layers):
                 config["mtp_num_hidden_layers"] = mtp
+        if arch.short_conv:
+            config.update(short_conv.config(meta, p, layer_types, names))
     except (TypeError, ValueError) as exc:
         raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
     if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads or head_dim % 2:
@@ -608,6 +633,15 @@ def _model_config(
     if isinstance(name, str) and name:
         config["_name_or_path"] = name
     return _nested(config) if arch.hybrid == "qwen3_5" else config
+
+
+def _sizes(meta: _Metadata, prefix: str, arch: _Arch) -> dict[str, Any]:
+    """The feed-forward widths as ``arch``'s config names them."""
+    if arch.next_n:
+        return _glm_sizes(meta, prefix)
+    if arch.short_conv:
+        return short_conv.sizes(meta, prefix)
+    return _mlp_sizes(meta, prefix)
 
 
 def _mlp_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:

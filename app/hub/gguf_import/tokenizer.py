@@ -102,13 +102,16 @@ _GPT2_NAMES = frozenset({"default", "gpt-2", "gpt2", "phi-2", "roberta-bpe"})
 _SMOLLM = "smollm"
 
 
+# The names llama.cpp reads as Llama 3's: its regex, whole pieces matched before merges,
+# and BOS added where the file has no add_bos_token key.
+_LLAMA3_NAMES = frozenset(
+    {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}
+)
+
+
 # tokenizer.ggml.pre values (llama.cpp's names) whose split regexes are known.
 _PRE_SPLITS: dict[str, str | tuple[str, ...]] = {
-    "llama3": _LLAMA3_SPLIT,
-    "llama-v3": _LLAMA3_SPLIT,
-    "llama-bpe": _LLAMA3_SPLIT,
-    "falcon3": _LLAMA3_SPLIT,
-    "pixtral": _LLAMA3_SPLIT,
+    **dict.fromkeys(_LLAMA3_NAMES, _LLAMA3_SPLIT),
     "dbrx": _LLAMA3_SPLIT,
     "smaug-bpe": _LLAMA3_SPLIT,
     "qwen2": _QWEN2_SPLIT,
@@ -125,9 +128,7 @@ _PRE_SPLITS: dict[str, str | tuple[str, ...]] = {
 
 
 # llama.cpp matches a whole pre-token against the vocabulary before merging for these.
-_IGNORE_MERGES = frozenset(
-    {"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx", "smaug-bpe", "tekken"}
-)
+_IGNORE_MERGES = _LLAMA3_NAMES | {"dbrx", "smaug-bpe", "tekken"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,8 @@ def _build_tokenizer(meta: _Metadata, arch_name: str, context: int, label: str) 
                 "import the model's Hugging Face folder instead"
             )
         tokenizer = _byte_level_bpe(tokens, types, merges, pre)
-        add_bos_default = pre == "tekken"  # as llama.cpp reads Tekken files without the key
+        # As llama.cpp reads files without the key.
+        add_bos_default = pre in _LLAMA3_NAMES or pre == "tekken"
     elif kind == "llama":
         scores = meta.get("tokenizer.ggml.scores")
         if scores is None or len(scores) != len(tokens):
