@@ -1,6 +1,6 @@
 """Recurrent layers' states that go back exactly, so hybrid targets can verify drafts.
 
-Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3-Next, Kimi-Linear, OLMo hybrid),
+Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3-Next, Kimi-Linear, Ling 2.5, OLMo hybrid),
 Mamba2 and Mamba layers (Nemotron-H, Falcon-H1, Granite 4, Jamba, Mamba-Codestral,
 Falcon-Mamba) and short convolutions (LFM2, LFM2-MoE) keep, in mlx-lm's
 ``ArraysCache``, states that each row overwrites: a convolution's last few
@@ -573,6 +573,7 @@ REWOUND = frozenset(
         "mamba2",
         "olmo_hybrid",
         "mamba",
+        "bailing_moe_v3",
     }
 )
 # The layers of the others that keep a state, as a refusal names them.
@@ -583,7 +584,6 @@ KINDS = {
     "bailing_hybrid": "gated linear attention",
     "plamo2": "Mamba (Plamo 2)",
     "baichuan_m1": "short-convolution attention",
-    "bailing_moe_v3": "Kimi Delta Attention (Ling 2.5)",
     "kimi_k3": "Kimi Delta Attention (Kimi K3)",
     "longcat_flash_ngram": "n-gram embedding",
 }

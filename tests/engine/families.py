@@ -110,6 +110,7 @@ HYBRIDS = (
     "mamba2",
     "olmo_hybrid",
     "mamba",
+    "bailing_moe_v3",
 )
 
 
@@ -290,6 +291,28 @@ def hybrid_config(family: str, seed_layers: int = 4) -> dict[str, Any]:
             "use_bias": False,
             "use_conv_bias": True,
             "time_step_rank": "auto",
+        }
+    if family == "bailing_moe_v3":  # Ling 2.5: Kimi Delta Attention, latent attention, experts
+        return {
+            **base,
+            "model_type": "bailing_hybrid",
+            "architectures": ["BailingMoeV3ForCausalLM"],
+            "head_dim": 16,
+            "layer_group_size": 2,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "num_shared_experts": 1,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "moe_intermediate_size": 32,
+            "moe_shared_expert_intermediate_size": 32,
+            "q_lora_rank": None,
+            "kv_lora_rank": 16,
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 16,
+            "rope_theta": 10000.0,
         }
     raise ValueError(f"no tiny config for {family}")
 
