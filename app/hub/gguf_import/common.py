@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,32 @@ class _Planned:
     nbytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    """A planned tensor's source: several of the file's tensors, their rows one after another."""
+
+    parts: tuple[Any, ...]
+
+
+def _join(plan: Sequence[_Planned], first: str, second: str, into: str) -> list[_Planned]:
+    """Each layer's two tensors named ``...first`` and ``...second`` (llama.cpp's halves of
+    one checkpoint tensor) planned as the one ``...into``, read from both, ``first``'s rows
+    first. A part without its match is left for the model's check to refuse."""
+    seconds = {p.name.removesuffix(second): p for p in plan if p.name.endswith(second)}
+    joined: list[_Planned] = []
+    for p in plan:
+        layer = p.name.removesuffix(first)
+        other = seconds.get(layer) if p.name.endswith(first) else None
+        if other is not None and other.shape[1:] == p.shape[1:]:
+            del seconds[layer]
+            shape = (p.shape[0] + other.shape[0], *p.shape[1:])
+            source = _Joined((p.source, other.source))
+            joined.append(_Planned(source, layer + into, shape, p.dtype, p.nbytes + other.nbytes))
+        elif not p.name.endswith(second):
+            joined.append(p)
+    return joined + list(seconds.values())
+
+
 class _Metadata:
     """The GGUF key/value metadata, read on demand."""
 
@@ -81,6 +108,19 @@ def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
         raise ValueError(f"expected an integer, got {value!r}")
     return int(value)
+
+
+def _heads_kv(meta: _Metadata, prefix: str, heads: int) -> tuple[int, list[int] | None]:
+    """The attention layers' key-value heads, and each layer's where the file lists them
+    a layer (hybrids: 0 for a layer of another kind)."""
+    kv = meta.get(prefix + "attention.head_count_kv", heads)
+    if not isinstance(kv, list):
+        return _int(kv), None
+    per_layer = [_int(n) for n in kv]
+    attention = {n for n in per_layer if n}
+    if len(attention) != 1:
+        raise ValueError("the attention layers' key-value heads differ, or there are none")
+    return attention.pop(), per_layer
 
 
 def _f32(value: Any) -> float:

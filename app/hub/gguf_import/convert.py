@@ -24,14 +24,16 @@ from app.engine.loader import (
     read_error,
 )
 from app.errors import ModelError, first_line, one_line
-from app.hub.gguf_import import short_conv
+from app.hub.gguf_import import mamba2, short_conv
 from app.hub.gguf_import.common import (
     _DTYPES,
     _SAFETENSORS_CODES,
     ImportProgress,
     _check_cancel,
     _f32,
+    _heads_kv,
     _int,
+    _Joined,
     _Metadata,
     _Planned,
 )
@@ -41,7 +43,6 @@ from app.hub.gguf_import.hybrid import (
     _hf_shape,
     _hybrid_config,
     _join_qkvz,
-    _Joined,
     _mtp_layers,
     _mtp_name,
     _nested,
@@ -190,6 +191,7 @@ class _Arch:
     hybrid: str | None = None  # the Gated DeltaNet family, "qwen3_5" or "qwen3_next" (.hybrid)
     next_n: bool = False  # MTP layers filed as the model's next layers (DeepSeek-V3's way)
     short_conv: bool = False  # LFM2's short convolutions among attention (.short_conv)
+    mamba2: bool = False  # Granite 4's Mamba2 layers among attention (.mamba2)
 
 
 _ARCHS = {
@@ -247,6 +249,16 @@ _ARCHS = {
         0.0,
         10_000_000.0,
         hybrid="qwen3_next",
+    ),
+    # Q/K reordered as llama's (GraniteHybridModel.undo_permute).
+    "granitehybrid": _Arch(
+        "granitemoehybrid",
+        "GraniteMoeHybridForCausalLM",
+        {**_BLOCK_TENSORS, **mamba2.BLOCK_TENSORS},
+        True,
+        0.0,
+        10_000.0,
+        mamba2=True,
     ),
     "lfm2": _Arch(
         "lfm2",
@@ -513,12 +525,16 @@ def _plan_tensors(
             shape = _hf_shape(name, shape, arch.hybrid)
         if arch.short_conv:
             shape = short_conv.conv_shape(name, shape)
+        if arch.mamba2:
+            shape = mamba2.hf_shape(name, shape)
         kind = _tensor_dtype(name, arch, dtype)
         plan.append(
             _Planned(t, name, shape, _SAFETENSORS_CODES[kind], math.prod(shape) * _DTYPES[kind])
         )
     if not any(p.name == "model.embed_tokens.weight" for p in plan):
         raise ModelError(f"{label}: no token_embd.weight tensor")
+    if arch.mamba2:
+        plan = mamba2.join_shared(plan)
     return _join_qkvz(plan) if arch.hybrid == "qwen3_next" else plan, rope_freqs
 
 
@@ -565,7 +581,7 @@ def _model_config(
     try:
         hidden = _int(meta.require(p + "embedding_length"))
         n_heads = _int(meta.require(p + "attention.head_count"))
-        n_kv_heads, layer_types = short_conv.heads_kv(meta, p, n_heads)
+        n_kv_heads, kv_heads = _heads_kv(meta, p, n_heads)
         head_dim = _int(meta.get(p + "attention.key_length", hidden // n_heads))
         context = _int(meta.get(p + "context_length", 4096))
         theta = _f32(meta.get(p + "rope.freq_base", arch.default_rope_theta))
@@ -592,7 +608,9 @@ def _model_config(
             if mtp := _mtp_layers(tensors, n_layers):
                 config["mtp_num_hidden_layers"] = mtp
         if arch.short_conv:
-            config.update(short_conv.config(meta, p, layer_types, names))
+            config.update(short_conv.config(meta, p, kv_heads, names))
+        if arch.mamba2:
+            config.update(mamba2.config(meta, p, kv_heads, names))
     except (TypeError, ValueError) as exc:
         raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
     if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads or head_dim % 2:
@@ -641,6 +659,8 @@ def _sizes(meta: _Metadata, prefix: str, arch: _Arch) -> dict[str, Any]:
         return _glm_sizes(meta, prefix)
     if arch.short_conv:
         return short_conv.sizes(meta, prefix)
+    if arch.mamba2:  # the experts' width; their count and the shared one's with .mamba2
+        return {"intermediate_size": _int(meta.require(prefix + "feed_forward_length"))}
     return _mlp_sizes(meta, prefix)
 
 
@@ -781,8 +801,12 @@ def _dequantized(
 
     ``text`` is the config, or its ``text_config`` where it has one.
     """
-    if isinstance(p.source, _Joined):  # Qwen3-Next's in_proj_qkvz
-        x = _qkvz([_dequantize_raw(s, label) for s in p.source.parts], p.shape, text, label)
+    if isinstance(p.source, _Joined):  # Qwen3-Next's in_proj_qkvz, Granite's input_linear
+        parts = [_dequantize_raw(s, label) for s in p.source.parts]
+        if arch.hybrid == "qwen3_next":
+            x = _qkvz(parts, p.shape, text, label)
+        else:  # rows one part after the other
+            x = np.concatenate([part.reshape(-1, *p.shape[1:]) for part in parts])
     else:
         x = _dequantize_raw(p.source, label).reshape(p.shape)
     if arch.permute_qk and ".self_attn.q_proj." in p.name:
@@ -791,6 +815,8 @@ def _dequantized(
         x = _unpermute_qk(x, int(text["num_key_value_heads"]))
     if arch.hybrid:
         x = _undo_linear_attention(p.name, x, text, label, arch.hybrid)
+    if arch.mamba2:
+        x = mamba2.undo(p.name, x, label)
     if arch.norm_shift and _is_shifted_norm(p.name):
         x = x - np.float32(arch.norm_shift)
     return _cast(x, _tensor_dtype(p.name, arch, dtype))

@@ -34,13 +34,12 @@ expert, so a folder of stacked experts must hold the norms and convolution done:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from app.errors import ModelError
-from app.hub.gguf_import.common import _int, _Metadata, _Planned
+from app.hub.gguf_import.common import _int, _join, _Metadata, _Planned
 
 # The MTP head's own tensors, filed under its first block.
 _NEXTN_TENSORS = {
@@ -58,13 +57,6 @@ _QWEN3_NEXT_MOE = {"decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_p
 # in_proj_qkvz's parts, as llama.cpp's converter split it.
 _QKV = ".linear_attn.in_proj_qkv.weight"
 _Z = ".linear_attn.in_proj_z.weight"
-
-
-@dataclass(frozen=True, slots=True)
-class _Joined:
-    """A planned tensor's source: several of the file's tensors, their rows one after another."""
-
-    parts: tuple[Any, ...]
 
 
 # What a Qwen3.5 config keeps at its top level, beside the text model's settings.
@@ -164,22 +156,8 @@ def _refuse_mtp(tensors: Sequence[Any], label: str) -> None:
 def _join_qkvz(plan: Sequence[_Planned]) -> list[_Planned]:
     """Each layer's ``in_proj_qkv`` and ``in_proj_z`` (llama.cpp's ``attn_qkv`` and
     ``attn_gate``) planned as the one ``in_proj_qkvz`` mlx-lm's qwen3_next loads, read
-    from both (:func:`_qkvz`). A part without its match is left for the model's check to
-    refuse."""
-    gates = {p.name.removesuffix(_Z): p for p in plan if p.name.endswith(_Z)}
-    joined: list[_Planned] = []
-    for p in plan:
-        layer = p.name.removesuffix(_QKV)
-        z = gates.get(layer) if p.name.endswith(_QKV) else None
-        if z is not None and z.shape[1:] == p.shape[1:]:
-            del gates[layer]
-            shape = (p.shape[0] + z.shape[0], *p.shape[1:])
-            name = f"{layer}.linear_attn.in_proj_qkvz.weight"
-            source = _Joined((p.source, z.source))
-            joined.append(_Planned(source, name, shape, p.dtype, p.nbytes + z.nbytes))
-        elif not p.name.endswith(_Z):
-            joined.append(p)
-    return joined + list(gates.values())
+    from both (:func:`_qkvz`)."""
+    return _join(plan, _QKV, _Z, ".linear_attn.in_proj_qkvz.weight")
 
 
 def _qkvz(

@@ -62,19 +62,6 @@ def conv_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
-def heads_kv(meta: _Metadata, prefix: str, heads: int) -> tuple[int, list[str] | None]:
-    """The attention layers' key-value heads and, where the file lists them a layer (0
-    for a convolution), each layer's kind as the checkpoints name it."""
-    kv = meta.get(prefix + "attention.head_count_kv", heads)
-    if not isinstance(kv, list):
-        return _int(kv), None
-    per_layer = [_int(n) for n in kv]
-    attention = {n for n in per_layer if n}
-    if len(attention) != 1:
-        raise ValueError("the attention layers' key-value heads differ, or there are none")
-    return attention.pop(), ["full_attention" if n else "conv" for n in per_layer]
-
-
 def sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
     """The feed-forward widths: LFM2's (the width llama.cpp wrote is the one it adjusted),
     or LFM2-MoE's dense width and mixture of experts (sigmoid routing, the top scores
@@ -95,14 +82,15 @@ def sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
 
 
 def config(
-    meta: _Metadata, prefix: str, layer_types: Sequence[str] | None, names: set[str]
+    meta: _Metadata, prefix: str, kv_heads: Sequence[int] | None, names: set[str]
 ) -> dict[str, Any]:
-    """What LFM2's config adds to the common keys: its layers' kinds, convolution and norm."""
-    if layer_types is None:
+    """What LFM2's config adds to the common keys: its layers' kinds (from each layer's
+    key-value heads, 0 for a convolution), convolution and norm."""
+    if kv_heads is None:
         raise ValueError("no per-layer key-value head counts to tell convolutions apart")
     return {
-        "layer_types": list(layer_types),
-        "full_attn_idxs": [i for i, kind in enumerate(layer_types) if kind != "conv"],
+        "layer_types": ["full_attention" if n else "conv" for n in kv_heads],
+        "full_attn_idxs": [i for i, n in enumerate(kv_heads) if n],
         "conv_L_cache": _int(meta.require(prefix + "shortconv.l_cache")),
         "conv_bias": any(n.endswith(".shortconv.in_proj.bias") for n in names),
         "norm_eps": _f32(meta.get(prefix + "attention.layer_norm_rms_epsilon", 1e-5)),

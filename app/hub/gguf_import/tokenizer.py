@@ -95,11 +95,12 @@ _TEKKEN_SPLIT = (
 # tokenizer.ggml.pre values that llama.cpp reads with GPT-2's regex; a file without the key
 # gets it too. Any other name not below is refused, as llama.cpp refuses it: a wrong split
 # would tokenize every prompt differently from the model's training, silently.
-_GPT2_NAMES = frozenset({"default", "gpt-2", "gpt2", "phi-2", "roberta-bpe"})
+_GPT2_NAMES = frozenset({"default", "gpt-2", "gpt2", "phi-2", "roberta-bpe", "mpt", "olmo"})
 
 
-# SmolLM's pre-tokenizer: every digit apart, then GPT-2's regex (no split regex of its own).
-_SMOLLM = "smollm"
+# llama.cpp's StarCoder group (SmolLM, Granite's refact, Command R): every digit apart, then
+# GPT-2's regex (no split regex of its own).
+_DIGITS_THEN_GPT2 = frozenset({"smollm", "refact", "starcoder", "command-r"})
 
 
 # The names llama.cpp reads as Llama 3's: its regex, whole pieces matched before merges,
@@ -161,7 +162,7 @@ def _build_tokenizer(meta: _Metadata, arch_name: str, context: int, label: str) 
             raise ModelError(f"{label}: tokenizer.ggml.merges is missing")
         pre = meta.get("tokenizer.ggml.pre")
         pre = pre if isinstance(pre, str) and pre not in _GPT2_NAMES else None
-        if pre is not None and pre not in (*_PRE_SPLITS, _SMOLLM):
+        if pre is not None and pre not in _PRE_SPLITS.keys() | _DIGITS_THEN_GPT2:
             raise ModelError(
                 f"{label}: its pre-tokenizer '{pre}' is not supported yet; "
                 "import the model's Hugging Face folder instead"
@@ -299,7 +300,7 @@ def _byte_level_bpe(
         )
     )
     split = _PRE_SPLITS.get(pre or "")
-    if pre == _SMOLLM:
+    if pre in _DIGITS_THEN_GPT2:
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
             [
                 pre_tokenizers.Digits(individual_digits=True),

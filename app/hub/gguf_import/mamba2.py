@@ -1,0 +1,122 @@
+"""Mamba2 layers among attention: Granite 4 (llama.cpp's granitehybrid).
+
+llama.cpp's converter (``Mamba2Model`` and ``GraniteHybridModel``) edits the
+Mamba2 layers' tensors on the way in; the helpers here undo it, so that the
+folder holds what a Hugging Face checkpoint holds, which mlx-lm's
+``granitemoehybrid`` class loads:
+
+- ``A_log`` became ``ssm_a = -exp(A_log)``, an axis of 1 added; ``D`` (``ssm_d``)
+  got that axis too, and ``dt_bias`` became ``ssm_dt.bias``;
+- the depthwise convolution lost its middle axis of 1: (channels, kernel);
+- the gated norm's weight went into groups: (n_group, d_inner / n_group);
+- the shared expert's ``input_linear`` was split into gate and up rows (joined
+  back here), and the attention layers' Q/K rows were reordered as llama's
+  (undone with them);
+- each layer's key-value head count is listed, 0 for a Mamba2 layer; the
+  multipliers became ``attention.scale``, ``embedding_scale``,
+  ``residual_scale`` and ``logit_scale``; a model without rope (Granite 4's
+  hybrids) says so in ``rope.scaling.finetuned``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from app.errors import ModelError
+from app.hub.gguf_import.common import _f32, _int, _join, _Metadata, _Planned
+
+# The Mamba2 layers' and the mixtures of experts' tensors; the shared expert's gate and
+# up rows are planned apart, then joined (:func:`join_shared`).
+BLOCK_TENSORS = {
+    "ssm_in": "mamba.in_proj",
+    "ssm_conv1d": "mamba.conv1d",
+    "ssm_dt.bias": "mamba.dt_bias",
+    "ssm_a": "mamba.A_log",
+    "ssm_d": "mamba.D",
+    "ssm_norm": "mamba.norm",
+    "ssm_out": "mamba.out_proj",
+    "ffn_gate_inp": "block_sparse_moe.router.layer",
+    "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
+    "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
+    "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj",
+    "ffn_gate_shexp": "shared_mlp.gate",
+    "ffn_up_shexp": "shared_mlp.up",
+    "ffn_down_shexp": "shared_mlp.output_linear",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+_GATE, _UP = ".shared_mlp.gate.weight", ".shared_mlp.up.weight"
+
+
+def hf_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A Mamba2 tensor's shape in the checkpoint, from the one llama.cpp wrote."""
+    if name.endswith(".mamba.conv1d.weight") and len(shape) == 2:
+        return (shape[0], 1, shape[1])
+    if name.endswith((".mamba.A_log", ".mamba.D", ".mamba.norm.weight")) and len(shape) == 2:
+        return (shape[0] * shape[1],)
+    return shape
+
+
+def undo(name: str, x: np.ndarray, label: str) -> np.ndarray:
+    """``A_log`` back from llama.cpp's ``-exp(A_log)``; every other tensor as it is."""
+    if not name.endswith(".mamba.A_log"):
+        return x
+    if np.any(x >= 0):
+        raise ModelError(f"{label}: {name} holds values that are not -exp of anything")
+    return np.asarray(np.log(-x), dtype=np.float32)
+
+
+def join_shared(plan: Sequence[_Planned]) -> list[_Planned]:
+    """Each layer's shared expert gate and up rows planned as the one ``input_linear``
+    mlx-lm's class loads, gate rows first."""
+    return _join(plan, _GATE, _UP, ".shared_mlp.input_linear.weight")
+
+
+def config(
+    meta: _Metadata, prefix: str, kv_heads: Sequence[int] | None, names: set[str]
+) -> dict[str, Any]:
+    """What Granite 4's config adds to the common keys: its layers' kinds (from each
+    layer's key-value heads, 0 for Mamba2), the Mamba2 sizes, the multipliers, the
+    experts and whether attention uses rope."""
+    if kv_heads is None:
+        raise ValueError("no per-layer key-value head counts to tell Mamba2 layers apart")
+    heads = _int(meta.require(prefix + "ssm.time_step_rank"))
+    inner = _int(meta.require(prefix + "ssm.inner_size"))
+    if heads <= 0 or inner % heads:
+        raise ValueError(f"{inner} Mamba2 channels do not split into {heads} heads")
+    hidden = _int(meta.require(prefix + "embedding_length"))
+    if inner % hidden:
+        raise ValueError(f"{inner} Mamba2 channels are no multiple of the width {hidden}")
+    experts = _int(meta.get(prefix + "expert_count", 0))
+    config: dict[str, Any] = {
+        "layer_types": ["attention" if n else "mamba" for n in kv_heads],
+        "mamba_n_heads": heads,
+        "mamba_d_head": inner // heads,
+        "mamba_expand": inner // hidden,  # the checkpoints' config checks heads x head = this
+        "mamba_d_state": _int(meta.require(prefix + "ssm.state_size")),
+        "mamba_d_conv": _int(meta.require(prefix + "ssm.conv_kernel")),
+        "mamba_n_groups": _int(meta.get(prefix + "ssm.group_count", 1)),
+        "mamba_proj_bias": any(n.endswith(".ssm_in.bias") for n in names),
+        "mamba_conv_bias": any(n.endswith(".ssm_conv1d.bias") for n in names),
+        "attention_multiplier": _f32(meta.get(prefix + "attention.scale", 1.0)),
+        "embedding_multiplier": _f32(meta.get(prefix + "embedding_scale", 1.0)),
+        "residual_multiplier": _f32(meta.get(prefix + "residual_scale", 1.0)),
+        "logits_scaling": _f32(meta.get(prefix + "logit_scale", 1.0)),
+        "attention_bias": any(n.endswith(".attn_q.bias") for n in names),
+        "mlp_bias": any(n.endswith(".ffn_up.bias") for n in names),
+        "position_embedding_type": (
+            "rope" if meta.get(prefix + "rope.scaling.finetuned", True) else "nope"
+        ),
+        "num_local_experts": experts,
+    }
+    if experts:
+        config["num_experts_per_tok"] = _int(meta.require(prefix + "expert_used_count"))
+        config["shared_intermediate_size"] = _int(
+            meta.require(prefix + "expert_shared_feed_forward_length")
+        )
+    return config

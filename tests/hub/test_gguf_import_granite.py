@@ -1,0 +1,167 @@
+"""GGUF import of Granite 4's hybrids (llama.cpp's granitehybrid): Mamba2 layers among
+attention, with a mixture of experts and a shared one or a dense MLP, written as llama.cpp's
+converter (Mamba2Model, GraniteHybridModel) writes them, with its tensor names from the gguf
+package's own constants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import gguf
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from tokenizers import Tokenizer
+
+from app.engine.loader import config_model, load_model
+from app.hub.gguf_import import import_gguf
+from tests.conftest import TinyModels
+from tests.engine.families import hybrid_config
+from tests.fakes import finish_gguf, permute, text_model_writer, tiny_tokenizer
+
+_TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
+T = gguf.MODEL_TENSOR
+
+# mlx-lm's names within a layer, and llama.cpp's tensor for each.
+_LAYER = {
+    "input_layernorm.weight": (T.ATTN_NORM, "weight"),
+    "post_attention_layernorm.weight": (T.FFN_NORM, "weight"),
+    "mamba.in_proj.weight": (T.SSM_IN, "weight"),
+    "mamba.conv1d.weight": (T.SSM_CONV1D, "weight"),
+    "mamba.conv1d.bias": (T.SSM_CONV1D, "bias"),
+    "mamba.dt_bias": (T.SSM_DT, "bias"),
+    "mamba.A_log": (T.SSM_A, None),
+    "mamba.D": (T.SSM_D, None),
+    "mamba.norm.weight": (T.SSM_NORM, "weight"),
+    "mamba.out_proj.weight": (T.SSM_OUT, "weight"),
+    "self_attn.q_proj.weight": (T.ATTN_Q, "weight"),
+    "self_attn.k_proj.weight": (T.ATTN_K, "weight"),
+    "self_attn.v_proj.weight": (T.ATTN_V, "weight"),
+    "self_attn.o_proj.weight": (T.ATTN_OUT, "weight"),
+    "block_sparse_moe.router.layer.weight": (T.FFN_GATE_INP, "weight"),
+    "block_sparse_moe.switch_mlp.gate_proj.weight": (T.FFN_GATE_EXP, "weight"),
+    "block_sparse_moe.switch_mlp.up_proj.weight": (T.FFN_UP_EXP, "weight"),
+    "block_sparse_moe.switch_mlp.down_proj.weight": (T.FFN_DOWN_EXP, "weight"),
+    "shared_mlp.output_linear.weight": (T.FFN_DOWN_SHEXP, "weight"),
+    "mlp.gate_proj.weight": (T.FFN_GATE, "weight"),
+    "mlp.up_proj.weight": (T.FFN_UP, "weight"),
+    "mlp.down_proj.weight": (T.FFN_DOWN, "weight"),
+}
+
+
+def _config(moe: bool) -> dict[str, Any]:
+    """A tiny Granite 4 hybrid: with experts and no rope (as Granite 4.0-H's), or dense with
+    rope (Bamba's kind); multipliers away from 1, two Mamba2 groups."""
+    config = hybrid_config("granitemoehybrid")
+    config.update(
+        embedding_multiplier=2.0,
+        attention_multiplier=0.3,
+        residual_multiplier=0.5,
+        logits_scaling=4.0,
+        mamba_n_groups=2,
+        position_embedding_type="nope" if moe else "rope",
+    )
+    if not moe:
+        config.update(num_local_experts=0)
+    return config
+
+
+def _name(tensor: T, bid: int, suffix: str | None) -> str:
+    base = gguf.TENSOR_NAMES[tensor].format(bid=bid)
+    return base if suffix is None else f"{base}.{suffix}"
+
+
+def write_granite(path: Path, model: Any, tokenizer: Path) -> Path:
+    """The metadata of TextModel, GraniteMoeModel and GraniteHybridModel.set_gguf_parameters,
+    and the tensors as their modify_tensors writes them."""
+    args = model.args
+    layers = args.num_hidden_layers
+    attention = [i for i, kind in enumerate(args.layer_types) if kind == "attention"]
+    use_rope = args.position_embedding_type == "rope"
+    kv = [args.num_key_value_heads if i in attention else 0 for i in range(layers)]
+    w = text_model_writer(path, "granitehybrid", args, layers, kv)
+    w.add_attention_scale(args.attention_multiplier)
+    w.add_embedding_scale(args.embedding_multiplier)
+    w.add_residual_scale(args.residual_multiplier)
+    w.add_logit_scale(args.logits_scaling)
+    if args.num_local_experts:
+        w.add_expert_count(args.num_local_experts)
+        w.add_expert_used_count(args.num_experts_per_tok)
+        w.add_expert_shared_feed_forward_length(args.shared_intermediate_size)
+    w.add_ssm_conv_kernel(args.mamba_d_conv)
+    w.add_ssm_state_size(args.mamba_d_state)
+    w.add_ssm_group_count(args.mamba_n_groups)
+    w.add_ssm_inner_size(args.mamba_n_heads * args.mamba_d_head)
+    w.add_ssm_time_step_rank(args.mamba_n_heads)
+    w.add_rope_scaling_finetuned(use_rope)
+    tiny_tokenizer(tokenizer, pre="refact")(w)  # Granite's pre-tokenizer, as llama.cpp names it
+    tensors = {}
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+           "output_norm.weight", "lm_head.weight": "output.weight"}  # fmt: skip
+    for name, value in cast(list[tuple[str, mx.array]], tree_flatten(model.parameters())):
+        x = np.array(value, dtype=np.float32)
+        if name in top:
+            tensors[top[name]] = x
+            continue
+        _, _, bid, own = name.split(".", 3)
+        b = int(bid)
+        if own == "shared_mlp.input_linear.weight":  # split into gate and up rows
+            gate, up = np.split(x, 2)
+            tensors[_name(T.FFN_GATE_SHEXP, b, "weight")] = gate
+            tensors[_name(T.FFN_UP_SHEXP, b, "weight")] = up
+            continue
+        if own == "mamba.A_log":
+            x = -np.exp(x)
+        if own in ("mamba.A_log", "mamba.D"):
+            x = x.reshape(-1, 1)
+        elif own == "mamba.norm.weight":
+            x = x.reshape(args.mamba_n_groups, -1)
+        elif own == "mamba.conv1d.weight":  # MLX's (C, K, 1): the checkpoint's squeezed
+            x = x.squeeze(-1)
+        elif own == "self_attn.q_proj.weight":
+            x = permute(x, args.num_attention_heads, args.num_attention_heads)
+        elif own == "self_attn.k_proj.weight":
+            x = permute(x, args.num_attention_heads, args.num_key_value_heads)
+        tensor, suffix = _LAYER[own]
+        tensors[_name(tensor, b, suffix)] = x
+    finish_gguf(w, tensors)
+    return path
+
+
+@pytest.mark.parametrize("moe", [True, False], ids=["experts-nope", "dense-rope"])
+def test_granite_hybrid_imports_with_the_same_logits(
+    moe: bool, tiny: TinyModels, tmp_path: Path
+) -> None:
+    mx.random.seed(7)
+    model = config_model(_config(moe))
+    mx.eval(model.parameters())
+    out = import_gguf(write_granite(tmp_path / "granite.gguf", model, tiny.target), tmp_path / "g")
+    loaded = load_model(out, fuse=False)
+    config = loaded.config
+    assert config["model_type"] == "granitemoehybrid"
+    assert config["layer_types"] == list(model.args.layer_types)
+    assert config["position_embedding_type"] == ("nope" if moe else "rope")
+    assert (config["embedding_multiplier"], config["logits_scaling"]) == (2.0, 4.0)
+    got, want = loaded.model(_TOKENS), model(_TOKENS)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
+    # refact: llama.cpp's StarCoder group, every digit apart.
+    split = Tokenizer.from_file(str(out / "tokenizer.json")).pre_tokenizer
+    assert [p for p, _ in split.pre_tokenize_str("123")] == ["1", "2", "3"]
+    assert json.loads((out / "config.json").read_text())["mamba_n_groups"] == 2
+
+
+def test_an_imported_granite_hybrid_drafts_for_itself(tiny: TinyModels, tmp_path: Path) -> None:
+    from app.engine import Message, load_pair
+    from app.engine.generate import stream_reply
+    from app.engine.types import DraftSetting, Finished, GenerationParams
+
+    model = config_model(_config(moe=True))
+    mx.eval(model.parameters())
+    out = import_gguf(write_granite(tmp_path / "granite.gguf", model, tiny.target), tmp_path / "g")
+    pair = load_pair(out, out)  # its Mamba2 states go back: drafts are verified
+    params = GenerationParams(temperature=0, max_tokens=12, drafting=DraftSetting.of(4))
+    *_, end = stream_reply(pair, [Message("user", "Hi")], params)
+    assert isinstance(end, Finished) and end.stats.accepted == end.stats.drafted > 0
