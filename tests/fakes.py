@@ -182,8 +182,9 @@ def text_model_writer(
     w.add_feed_forward_length(args.intermediate_size)
     w.add_head_count(args.num_attention_heads)
     w.add_head_count_kv(args.num_key_value_heads if kv_heads is None else kv_heads)
-    w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(getattr(args, "rms_norm_eps", None) or args.norm_eps)
+    w.add_rope_freq_base(getattr(args, "rope_theta", 10_000.0))
+    eps = ("rms_norm_eps", "norm_eps", "layer_norm_epsilon")  # as each family's args name it
+    w.add_layer_norm_rms_eps(next(getattr(args, k) for k in eps if hasattr(args, k)))
     if hasattr(args, "head_dim"):  # as TextModel writes it: where the config names it
         w.add_key_length(args.head_dim)
         w.add_value_length(args.head_dim)
@@ -293,6 +294,52 @@ def assert_same_model_and_head(
         (head_logits(loaded.model, imported, tokens), head_logits(target, head, tokens)),
     ):
         np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+
+
+def mamba2_converted(own: str, x: np.ndarray, args: Any) -> np.ndarray:
+    """A Mamba2 hybrid's tensor as llama.cpp's converter (Mamba2Model, GraniteHybridModel)
+    writes it: ``own`` is its name within its mixer. A is -exp(A_log), A and D get an axis,
+    the gated norm goes into groups, the convolution loses its axis of 1, Q/K rows are
+    permuted as llama's. ``args``: mlx-lm's, Granite's or Nemotron-H's names."""
+    groups = getattr(args, "mamba_n_groups", None) or args.n_groups
+    heads, kv_heads = args.num_attention_heads, args.num_key_value_heads
+    if own == "A_log":
+        x = -np.exp(x)
+    if own in ("A_log", "D"):
+        return x.reshape(-1, 1)
+    if own == "norm.weight":
+        return x.reshape(groups, -1)
+    if own == "conv1d.weight":  # MLX's (C, K, 1)
+        return x.squeeze(-1)
+    if own == "q_proj.weight":
+        return permute(x, heads, heads)
+    if own == "k_proj.weight":
+        return permute(x, heads, kv_heads)
+    return x
+
+
+def add_mamba2_keys(
+    w: gguf.GGUFWriter, conv: int, state: int, groups: int, heads: int, head_dim: int
+) -> None:
+    """The Mamba2 keys GraniteHybridModel.set_gguf_parameters writes (rope unused)."""
+    w.add_ssm_conv_kernel(conv)
+    w.add_ssm_state_size(state)
+    w.add_ssm_group_count(groups)
+    w.add_ssm_inner_size(heads * head_dim)
+    w.add_ssm_time_step_rank(heads)
+
+
+def assert_drafts_for_itself(folder: Path) -> None:
+    """A model folder, its own draft, replies greedily with every draft accepted: its
+    states went back after each round."""
+    from app.engine import Message, load_pair
+    from app.engine.generate import stream_reply
+    from app.engine.types import DraftSetting, Finished, GenerationParams
+
+    pair = load_pair(folder, folder)
+    params = GenerationParams(temperature=0, max_tokens=12, drafting=DraftSetting.of(4))
+    *_, end = stream_reply(pair, [Message("user", "Hi")], params)
+    assert isinstance(end, Finished) and end.stats.accepted == end.stats.drafted > 0
 
 
 def finish_gguf(w: Any, tensors: Mapping[str, np.ndarray]) -> None:

@@ -20,7 +20,14 @@ from app.engine.loader import config_model, load_model
 from app.hub.gguf_import import import_gguf
 from tests.conftest import TinyModels
 from tests.engine.families import hybrid_config
-from tests.fakes import finish_gguf, permute, text_model_writer, tiny_tokenizer
+from tests.fakes import (
+    add_mamba2_keys,
+    assert_drafts_for_itself,
+    finish_gguf,
+    mamba2_converted,
+    text_model_writer,
+    tiny_tokenizer,
+)
 
 _TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
 T = gguf.MODEL_TENSOR
@@ -91,11 +98,9 @@ def write_granite(path: Path, model: Any, tokenizer: Path) -> Path:
         w.add_expert_count(args.num_local_experts)
         w.add_expert_used_count(args.num_experts_per_tok)
         w.add_expert_shared_feed_forward_length(args.shared_intermediate_size)
-    w.add_ssm_conv_kernel(args.mamba_d_conv)
-    w.add_ssm_state_size(args.mamba_d_state)
-    w.add_ssm_group_count(args.mamba_n_groups)
-    w.add_ssm_inner_size(args.mamba_n_heads * args.mamba_d_head)
-    w.add_ssm_time_step_rank(args.mamba_n_heads)
+    a = args
+    add_mamba2_keys(w, a.mamba_d_conv, a.mamba_d_state, a.mamba_n_groups, a.mamba_n_heads,
+                    a.mamba_d_head)  # fmt: skip
     w.add_rope_scaling_finetuned(use_rope)
     tiny_tokenizer(tokenizer, pre="refact")(w)  # Granite's pre-tokenizer, as llama.cpp names it
     tensors = {}
@@ -113,18 +118,7 @@ def write_granite(path: Path, model: Any, tokenizer: Path) -> Path:
             tensors[_name(T.FFN_GATE_SHEXP, b, "weight")] = gate
             tensors[_name(T.FFN_UP_SHEXP, b, "weight")] = up
             continue
-        if own == "mamba.A_log":
-            x = -np.exp(x)
-        if own in ("mamba.A_log", "mamba.D"):
-            x = x.reshape(-1, 1)
-        elif own == "mamba.norm.weight":
-            x = x.reshape(args.mamba_n_groups, -1)
-        elif own == "mamba.conv1d.weight":  # MLX's (C, K, 1): the checkpoint's squeezed
-            x = x.squeeze(-1)
-        elif own == "self_attn.q_proj.weight":
-            x = permute(x, args.num_attention_heads, args.num_attention_heads)
-        elif own == "self_attn.k_proj.weight":
-            x = permute(x, args.num_attention_heads, args.num_key_value_heads)
+        x = mamba2_converted(own.split(".", 1)[1], x, args)
         tensor, suffix = _LAYER[own]
         tensors[_name(tensor, b, suffix)] = x
     finish_gguf(w, tensors)
@@ -154,14 +148,7 @@ def test_granite_hybrid_imports_with_the_same_logits(
 
 
 def test_an_imported_granite_hybrid_drafts_for_itself(tiny: TinyModels, tmp_path: Path) -> None:
-    from app.engine import Message, load_pair
-    from app.engine.generate import stream_reply
-    from app.engine.types import DraftSetting, Finished, GenerationParams
-
     model = config_model(_config(moe=True))
     mx.eval(model.parameters())
     out = import_gguf(write_granite(tmp_path / "granite.gguf", model, tiny.target), tmp_path / "g")
-    pair = load_pair(out, out)  # its Mamba2 states go back: drafts are verified
-    params = GenerationParams(temperature=0, max_tokens=12, drafting=DraftSetting.of(4))
-    *_, end = stream_reply(pair, [Message("user", "Hi")], params)
-    assert isinstance(end, Finished) and end.stats.accepted == end.stats.drafted > 0
+    assert_drafts_for_itself(out)

@@ -19,7 +19,7 @@ from app.engine.loader import config_model, load_model
 from app.hub.gguf_import import import_gguf
 from tests.conftest import TinyModels
 from tests.engine.families import hybrid_config
-from tests.fakes import finish_gguf, text_model_writer, tiny_tokenizer
+from tests.fakes import assert_drafts_for_itself, finish_gguf, text_model_writer, tiny_tokenizer
 
 _TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
 _ARCHS = {"lfm2": gguf.MODEL_ARCH.LFM2, "lfm2_moe": gguf.MODEL_ARCH.LFM2MOE}
@@ -86,14 +86,7 @@ def test_lfm2_imports_with_the_same_logits(family: str, tiny: TinyModels, tmp_pa
 
 
 def test_lfm2_quantized_loads_and_drafts_for_itself(tiny: TinyModels, tmp_path: Path) -> None:
-    from app.engine import Message, load_pair
-    from app.engine.generate import stream_reply
-    from app.engine.types import DraftSetting, Finished, GenerationParams
-
     path = write_lfm2(tmp_path / "lfm2.gguf", "lfm2", _model("lfm2"), tiny.target)
     out = import_gguf(path, tmp_path / "lfm2", q_bits=8)
     assert json.loads((out / "config.json").read_text())["quantization"]["bits"] == 8
-    pair = load_pair(out, out)  # its convolutions' states go back: drafts are verified
-    params = GenerationParams(temperature=0, max_tokens=12, drafting=DraftSetting.of(4))
-    *_, end = stream_reply(pair, [Message("user", "Hi")], params)
-    assert isinstance(end, Finished) and end.stats.accepted == end.stats.drafted > 0
+    assert_drafts_for_itself(out)  # its convolutions' states go back: drafts are verified

@@ -191,7 +191,9 @@ class _Arch:
     hybrid: str | None = None  # the Gated DeltaNet family, "qwen3_5" or "qwen3_next" (.hybrid)
     next_n: bool = False  # MTP layers filed as the model's next layers (DeepSeek-V3's way)
     short_conv: bool = False  # LFM2's short convolutions among attention (.short_conv)
-    mamba2: bool = False  # Granite 4's Mamba2 layers among attention (.mamba2)
+    mamba2: bool = False  # Granite 4's and Nemotron-H's Mamba2 layers (.mamba2)
+    top: Mapping[str, str] | None = None  # the tensors outside the layers, where not _TOP_TENSORS
+    stack: str = "model.layers"  # where the layers' tensors are filed
 
 
 _ARCHS = {
@@ -268,6 +270,7 @@ _ARCHS = {
         0.0,
         1_000_000.0,
         short_conv=True,
+        top=short_conv.TOP_TENSORS,
     ),
     "lfm2moe": _Arch(
         "lfm2_moe",
@@ -277,7 +280,23 @@ _ARCHS = {
         0.0,
         1_000_000.0,
         short_conv=True,
+        top=short_conv.TOP_TENSORS,
     ),
+    # Q/K reordered as llama's (it converts as GraniteHybridModel does); dense or experts.
+    **{
+        name: _Arch(
+            "nemotron_h",
+            "NemotronHForCausalLM",
+            mamba2.NEMOTRON_BLOCK_TENSORS,
+            True,
+            0.0,
+            10_000.0,
+            mamba2=True,
+            top=mamba2.NEMOTRON_TOP_TENSORS,
+            stack="backbone.layers",
+        )
+        for name in ("nemotron_h", "nemotron_h_moe")
+    },
 }
 
 
@@ -511,6 +530,8 @@ def _plan_tensors(
     rope_freqs: np.ndarray | None = None
     if arch.hybrid == "qwen3_next":
         _refuse_mtp(tensors, label)
+    if arch.mamba2:
+        mamba2.refuse_mtp(tensors, layers, label)
     for t in tensors:
         if t.name == "rope_freqs.weight":
             rope_freqs = np.asarray(_dequantize_raw(t, label), dtype=np.float64)
@@ -531,7 +552,8 @@ def _plan_tensors(
         plan.append(
             _Planned(t, name, shape, _SAFETENSORS_CODES[kind], math.prod(shape) * _DTYPES[kind])
         )
-    if not any(p.name == "model.embed_tokens.weight" for p in plan):
+    embed = (arch.top or _TOP_TENSORS)["token_embd.weight"]
+    if not any(p.name == embed for p in plan):
         raise ModelError(f"{label}: no token_embd.weight tensor")
     if arch.mamba2:
         plan = mamba2.join_shared(plan)
@@ -539,7 +561,7 @@ def _plan_tensors(
 
 
 def _hf_name(name: str, arch: _Arch, layers: int) -> str | None:
-    top = short_conv.TOP_TENSORS if arch.short_conv else _TOP_TENSORS
+    top = arch.top or _TOP_TENSORS
     if name in top:
         return top[name]
     parts = name.split(".", 2)
@@ -548,7 +570,7 @@ def _hf_name(name: str, arch: _Arch, layers: int) -> str | None:
     block, tail = int(parts[1]), parts[2]
     if block < layers or arch.next_n:
         module = _block_module(tail, arch)
-        return None if module is None else f"model.layers.{block}.{module}"
+        return None if module is None else f"{arch.stack}.{block}.{module}"
     # llama.cpp files Qwen3.5's MTP layer i as block n_layer + i.
     if arch.hybrid != "qwen3_5":
         return None
@@ -609,8 +631,10 @@ def _model_config(
                 config["mtp_num_hidden_layers"] = mtp
         if arch.short_conv:
             config.update(short_conv.config(meta, p, kv_heads, names))
-        if arch.mamba2:
+        if arch.model_type == "granitemoehybrid":
             config.update(mamba2.config(meta, p, kv_heads, names))
+        if arch.model_type == "nemotron_h":
+            config.update(mamba2.nemotron_config(meta, p, kv_heads, names))
     except (TypeError, ValueError) as exc:
         raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
     if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads or head_dim % 2:
@@ -659,6 +683,8 @@ def _sizes(meta: _Metadata, prefix: str, arch: _Arch) -> dict[str, Any]:
         return _glm_sizes(meta, prefix)
     if arch.short_conv:
         return short_conv.sizes(meta, prefix)
+    if arch.model_type == "nemotron_h":  # a width a layer: with .mamba2
+        return {}
     if arch.mamba2:  # the experts' width; their count and the shared one's with .mamba2
         return {"intermediate_size": _int(meta.require(prefix + "feed_forward_length"))}
     return _mlp_sizes(meta, prefix)
@@ -809,9 +835,9 @@ def _dequantized(
             x = np.concatenate([part.reshape(-1, *p.shape[1:]) for part in parts])
     else:
         x = _dequantize_raw(p.source, label).reshape(p.shape)
-    if arch.permute_qk and ".self_attn.q_proj." in p.name:
+    if arch.permute_qk and p.name.endswith((".q_proj.weight", ".q_proj.bias")):
         x = _unpermute_qk(x, int(text["num_attention_heads"]))
-    elif arch.permute_qk and ".self_attn.k_proj." in p.name:
+    elif arch.permute_qk and p.name.endswith((".k_proj.weight", ".k_proj.bias")):
         x = _unpermute_qk(x, int(text["num_key_value_heads"]))
     if arch.hybrid:
         x = _undo_linear_attention(p.name, x, text, label, arch.hybrid)

@@ -1,9 +1,10 @@
-"""Mamba2 layers among attention: Granite 4 (llama.cpp's granitehybrid).
+"""Mamba2 layers among attention: Granite 4 and Nemotron-H (llama.cpp's granitehybrid,
+nemotron_h and nemotron_h_moe).
 
 llama.cpp's converter (``Mamba2Model`` and ``GraniteHybridModel``) edits the
 Mamba2 layers' tensors on the way in; the helpers here undo it, so that the
 folder holds what a Hugging Face checkpoint holds, which mlx-lm's
-``granitemoehybrid`` class loads:
+``granitemoehybrid`` and ``nemotron_h`` classes load:
 
 - ``A_log`` became ``ssm_a = -exp(A_log)``, an axis of 1 added; ``D`` (``ssm_d``)
   got that axis too, and ``dt_bias`` became ``ssm_dt.bias``;
@@ -16,6 +17,10 @@ folder holds what a Hugging Face checkpoint holds, which mlx-lm's
   multipliers became ``attention.scale``, ``embedding_scale``,
   ``residual_scale`` and ``logit_scale``; a model without rope (Granite 4's
   hybrids) says so in ``rope.scaling.finetuned``.
+
+Nemotron-H's layers are one mixer each (Mamba2, attention, an MLP or a mixture of
+experts): its file lists each layer's key-value heads and feed-forward width, 0
+where the layer has none, which tell the four kinds apart.
 """
 
 from __future__ import annotations
@@ -50,25 +55,62 @@ BLOCK_TENSORS = {
     "ffn_down": "mlp.down_proj",
 }
 
+NEMOTRON_TOP_TENSORS = {
+    "token_embd.weight": "backbone.embeddings.weight",
+    "output_norm.weight": "backbone.norm_f.weight",
+    "output.weight": "lm_head.weight",
+}
+
+NEMOTRON_BLOCK_TENSORS = {
+    "attn_norm": "norm",
+    **{k: v.replace("mamba.", "mixer.") for k, v in BLOCK_TENSORS.items() if k.startswith("ssm")},
+    "attn_q": "mixer.q_proj",
+    "attn_k": "mixer.k_proj",
+    "attn_v": "mixer.v_proj",
+    "attn_output": "mixer.o_proj",
+    "ffn_up": "mixer.up_proj",
+    "ffn_down": "mixer.down_proj",
+    "ffn_gate_inp": "mixer.gate",
+    "exp_probs_b.bias": "mixer.gate.e_score_correction_bias",
+    "ffn_up_exps": "mixer.switch_mlp.fc1",
+    "ffn_down_exps": "mixer.switch_mlp.fc2",
+    "ffn_up_shexp": "mixer.shared_experts.up_proj",
+    "ffn_down_shexp": "mixer.shared_experts.down_proj",
+}
+
 _GATE, _UP = ".shared_mlp.gate.weight", ".shared_mlp.up.weight"
+_MIXERS = (".mamba.", ".mixer.")  # Granite's and Nemotron-H's Mamba2 modules
+
+
+def _owns(name: str, *tails: str) -> bool:
+    return any(name.endswith(m + t) for m in _MIXERS for t in tails)
 
 
 def hf_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     """A Mamba2 tensor's shape in the checkpoint, from the one llama.cpp wrote."""
-    if name.endswith(".mamba.conv1d.weight") and len(shape) == 2:
+    if _owns(name, "conv1d.weight") and len(shape) == 2:
         return (shape[0], 1, shape[1])
-    if name.endswith((".mamba.A_log", ".mamba.D", ".mamba.norm.weight")) and len(shape) == 2:
+    if _owns(name, "A_log", "D", "norm.weight") and len(shape) == 2:
         return (shape[0] * shape[1],)
     return shape
 
 
 def undo(name: str, x: np.ndarray, label: str) -> np.ndarray:
     """``A_log`` back from llama.cpp's ``-exp(A_log)``; every other tensor as it is."""
-    if not name.endswith(".mamba.A_log"):
+    if not _owns(name, "A_log"):
         return x
     if np.any(x >= 0):
         raise ModelError(f"{label}: {name} holds values that are not -exp of anything")
     return np.asarray(np.log(-x), dtype=np.float32)
+
+
+def refuse_mtp(tensors: Sequence[Any], layers: int, label: str) -> None:
+    """Nemotron-H's MTP block, filed past the model's layers: not read from GGUF files yet."""
+    if any(t.name.startswith(f"blk.{layers}.") for t in tensors):
+        raise ModelError(
+            f"{label}: its MTP layer is not read from GGUF files yet; import the model's "
+            "Hugging Face folder, or a file converted with --no-mtp"
+        )
 
 
 def join_shared(plan: Sequence[_Planned]) -> list[_Planned]:
@@ -119,4 +161,56 @@ def config(
         config["shared_intermediate_size"] = _int(
             meta.require(prefix + "expert_shared_feed_forward_length")
         )
+    return config
+
+
+def nemotron_config(
+    meta: _Metadata, prefix: str, kv_heads: Sequence[int] | None, names: set[str]
+) -> dict[str, Any]:
+    """Nemotron-H's config beside the common keys: its layers' kinds (``M`` Mamba2, ``*``
+    attention, ``-`` an MLP, ``E`` experts), the Mamba2 sizes and the experts."""
+    widths = meta.require(prefix + "feed_forward_length")
+    if kv_heads is None or not isinstance(widths, list) or len(widths) != len(kv_heads):
+        raise ValueError("no per-layer key-value heads and widths to tell the layers apart")
+    experts = _int(meta.get(prefix + "expert_count", 0))
+    mlp = "E" if experts else "-"
+    pattern = [
+        "*" if kv else mlp if _int(w) else "M" for kv, w in zip(kv_heads, widths, strict=True)
+    ]
+    heads = _int(meta.require(prefix + "ssm.time_step_rank"))
+    inner = _int(meta.require(prefix + "ssm.inner_size"))
+    if heads <= 0 or inner % heads:
+        raise ValueError(f"{inner} Mamba2 channels do not split into {heads} heads")
+    config: dict[str, Any] = {
+        "hybrid_override_pattern": pattern,
+        "intermediate_size": max(_int(w) for w in widths),
+        "mamba_num_heads": heads,
+        "mamba_head_dim": inner // heads,
+        "ssm_state_size": _int(meta.require(prefix + "ssm.state_size")),
+        "conv_kernel": _int(meta.require(prefix + "ssm.conv_kernel")),
+        "n_groups": _int(meta.get(prefix + "ssm.group_count", 1)),
+        "mamba_proj_bias": any(n.endswith(".ssm_in.bias") for n in names),
+        "use_conv_bias": any(n.endswith(".ssm_conv1d.bias") for n in names),
+        "use_bias": False,
+        "attention_bias": any(n.endswith(".attn_q.bias") for n in names),
+        "mlp_bias": any(n.endswith(".ffn_up.bias") for n in names),
+        "layer_norm_epsilon": _f32(meta.get(prefix + "attention.layer_norm_rms_epsilon", 1e-5)),
+    }
+    if experts:
+        shared = any(n.endswith(".ffn_up_shexp.weight") for n in names)
+        config |= {
+            "n_routed_experts": experts,
+            "num_experts_per_tok": _int(meta.require(prefix + "expert_used_count")),
+            "moe_intermediate_size": _int(meta.require(prefix + "expert_feed_forward_length")),
+            "moe_shared_expert_intermediate_size": (
+                _int(meta.require(prefix + "expert_shared_feed_forward_length")) if shared else None
+            ),
+            "n_shared_experts": _int(meta.get(prefix + "expert_shared_count", 1))
+            if shared
+            else None,
+            "n_group": _int(meta.get(prefix + "expert_group_count", 1)),
+            "topk_group": _int(meta.get(prefix + "expert_group_used_count", 1)),
+            "norm_topk_prob": bool(meta.get(prefix + "expert_weights_norm", False)),
+            "routed_scaling_factor": _f32(meta.get(prefix + "expert_weights_scale", 1.0)),
+        }
     return config

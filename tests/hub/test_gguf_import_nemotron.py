@@ -1,0 +1,126 @@
+"""GGUF import of Nemotron-H (llama.cpp's nemotron_h, nemotron_h_moe): one mixer a layer,
+Mamba2, attention, an MLP or a mixture of experts, written as llama.cpp's converter
+(NemotronHModel, through GraniteHybridModel and Mamba2Model) writes them, with its names
+from the gguf package's own map."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import gguf
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+
+from app.engine.loader import config_model, load_model
+from app.errors import ModelError
+from app.hub.gguf_import import import_gguf
+from tests.conftest import TinyModels
+from tests.engine.families import hybrid_config
+from tests.fakes import (
+    add_mamba2_keys,
+    assert_drafts_for_itself,
+    finish_gguf,
+    mamba2_converted,
+    text_model_writer,
+    tiny_tokenizer,
+)
+
+_TOKENS = mx.array([[5, 17, 42, 99, 7, 250, 3]])
+_EXPERTS = {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "moe_shared_expert_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1,
+            "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.5}  # fmt: skip
+
+
+def _model(moe: bool) -> Any:
+    config = hybrid_config("nemotron_h")
+    config.update(n_groups=2, hybrid_override_pattern="M*ME" if moe else "M*M-")
+    if moe:
+        config.update(_EXPERTS)
+    mx.random.seed(9)
+    model = config_model(config)
+    mx.eval(model.parameters())
+    return model
+
+
+def write_nemotron(path: Path, model: Any, tokenizer: Path, *, mtp: bool = False) -> Path:
+    """The metadata of TextModel, GraniteHybridModel and NemotronHModel.set_gguf_parameters
+    (one width and key-value head count a layer, 0 where it has none) and the tensors as
+    their modify_tensors writes them; ``mtp``: a block past the layers, as an MTP layer."""
+    args = model.args
+    pattern = list(args.hybrid_override_pattern)
+    moe = "E" in pattern
+    layers = len(pattern)
+    kv = [args.num_key_value_heads if c == "*" else 0 for c in pattern]
+    arch = gguf.MODEL_ARCH.NEMOTRON_H_MOE if moe else gguf.MODEL_ARCH.NEMOTRON_H
+    w = text_model_writer(path, gguf.MODEL_ARCH_NAMES[arch], args, layers + mtp, kv)
+    widths = {"-": args.intermediate_size, "E": args.moe_intermediate_size}
+    w.add_feed_forward_length([widths.get(c, 0) for c in pattern])  # overwrites TextModel's
+    a = args
+    add_mamba2_keys(w, a.conv_kernel, a.ssm_state_size, a.n_groups, a.mamba_num_heads,
+                    a.mamba_head_dim)  # fmt: skip
+    w.add_rope_scaling_finetuned(False)
+    if moe:
+        w.add_expert_used_count(args.num_experts_per_tok)
+        w.add_expert_feed_forward_length(args.moe_intermediate_size)
+        w.add_expert_shared_feed_forward_length(args.moe_shared_expert_intermediate_size)
+        w.add_expert_count(args.n_routed_experts)
+        w.add_expert_shared_count(args.n_shared_experts)
+        w.add_expert_weights_norm(args.norm_topk_prob)
+        w.add_expert_weights_scale(args.routed_scaling_factor)
+        w.add_expert_group_count(args.n_group)
+    if mtp:
+        w.add_nextn_predict_layers(1)
+    tiny_tokenizer(tokenizer)(w)
+    names = gguf.get_tensor_name_map(arch, layers + mtp)
+    tensors = {}
+    for name, value in cast(list[tuple[str, mx.array]], tree_flatten(model.parameters())):
+        x = np.array(value, dtype=np.float32)
+        if ".mixer." in name:
+            x = mamba2_converted(name.rsplit(".mixer.", 1)[1], x, args)
+        # The converter's names: Mamba2Model's dt_proj.bias, the experts stacked.
+        name = name.replace(".mixer.dt_bias", ".mixer.dt_proj.bias")
+        name = name.replace(".e_score_correction_bias", ".e_score_correction.bias")
+        if ".switch_mlp." in name:
+            layer = name.split(".")[2]
+            kind = "up_proj" if ".fc1." in name else "down_proj"
+            name = f"model.layers.{layer}.mlp.experts.{kind}.weight"
+        mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert mapped is not None, name
+        tensors[mapped] = x
+    if mtp:
+        tensors[f"blk.{layers}.attn_norm.weight"] = np.ones(args.hidden_size, np.float32)
+    finish_gguf(w, tensors)
+    return path
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "experts"])
+def test_nemotron_h_imports_with_the_same_logits(
+    moe: bool, tiny: TinyModels, tmp_path: Path
+) -> None:
+    model = _model(moe)
+    out = import_gguf(write_nemotron(tmp_path / "n.gguf", model, tiny.target), tmp_path / "n")
+    loaded = load_model(out, fuse=False)
+    config = loaded.config
+    assert config["model_type"] == "nemotron_h"
+    assert config["hybrid_override_pattern"] == list(model.args.hybrid_override_pattern)
+    assert config["n_groups"] == 2
+    got, want = loaded.model(_TOKENS), model(_TOKENS)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
+
+
+def test_an_imported_nemotron_h_drafts_for_itself(tiny: TinyModels, tmp_path: Path) -> None:
+    path = write_nemotron(tmp_path / "n.gguf", _model(True), tiny.target)
+    assert_drafts_for_itself(import_gguf(path, tmp_path / "n"))
+
+
+def test_a_nemotron_h_file_with_its_mtp_layer_is_refused_in_one_line(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    path = write_nemotron(tmp_path / "n.gguf", _model(True), tiny.target, mtp=True)
+    with pytest.raises(ModelError, match="MTP layer is not read from GGUF files yet") as info:
+        import_gguf(path, tmp_path / "n")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "n").exists()
