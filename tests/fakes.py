@@ -296,19 +296,19 @@ def assert_same_model_and_head(
         np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
 
 
-def mamba2_converted(own: str, x: np.ndarray, args: Any) -> np.ndarray:
-    """A Mamba2 hybrid's tensor as llama.cpp's converter (Mamba2Model, GraniteHybridModel)
-    writes it: ``own`` is its name within its mixer. A is -exp(A_log), A and D get an axis,
-    the gated norm goes into groups, the convolution loses its axis of 1, Q/K rows are
-    permuted as llama's. ``args``: mlx-lm's, Granite's or Nemotron-H's names."""
-    groups = getattr(args, "mamba_n_groups", None) or args.n_groups
+def converted(own: str, x: np.ndarray, args: Any) -> np.ndarray:
+    """A tensor as llama.cpp's converter writes it for Granite and Nemotron-H (Mamba2Model,
+    GraniteModel's llama permutation): ``own`` is its name within its mixer or attention.
+    A is -exp(A_log), A and D get an axis, the gated norm goes into groups, the convolution
+    loses its axis of 1, Q/K rows are permuted as llama's. ``args``: mlx-lm's, in Granite's
+    or Nemotron-H's names."""
     heads, kv_heads = args.num_attention_heads, args.num_key_value_heads
     if own == "A_log":
         x = -np.exp(x)
     if own in ("A_log", "D"):
         return x.reshape(-1, 1)
     if own == "norm.weight":
-        return x.reshape(groups, -1)
+        return x.reshape(getattr(args, "mamba_n_groups", None) or args.n_groups, -1)
     if own == "conv1d.weight":  # MLX's (C, K, 1)
         return x.squeeze(-1)
     if own == "q_proj.weight":

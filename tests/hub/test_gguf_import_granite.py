@@ -18,13 +18,14 @@ from tokenizers import Tokenizer
 
 from app.engine.loader import config_model, load_model
 from app.hub.gguf_import import import_gguf
+from app.testing.tiny import model_config
 from tests.conftest import TinyModels
 from tests.engine.families import hybrid_config
 from tests.fakes import (
     add_mamba2_keys,
     assert_drafts_for_itself,
+    converted,
     finish_gguf,
-    mamba2_converted,
     text_model_writer,
     tiny_tokenizer,
 )
@@ -118,7 +119,7 @@ def write_granite(path: Path, model: Any, tokenizer: Path) -> Path:
             tensors[_name(T.FFN_GATE_SHEXP, b, "weight")] = gate
             tensors[_name(T.FFN_UP_SHEXP, b, "weight")] = up
             continue
-        x = mamba2_converted(own.split(".", 1)[1], x, args)
+        x = converted(own.split(".", 1)[1], x, args)
         tensor, suffix = _LAYER[own]
         tensors[_name(tensor, b, suffix)] = x
     finish_gguf(w, tensors)
@@ -152,3 +153,37 @@ def test_an_imported_granite_hybrid_drafts_for_itself(tiny: TinyModels, tmp_path
     mx.eval(model.parameters())
     out = import_gguf(write_granite(tmp_path / "granite.gguf", model, tiny.target), tmp_path / "g")
     assert_drafts_for_itself(out)
+
+
+def test_granite_3_imports_with_the_same_logits(tiny: TinyModels, tmp_path: Path) -> None:
+    """Granite 3's dense models (llama.cpp's granite: llama's blocks, Q/K permuted, the
+    multipliers as scales; tied embeddings)."""
+    config = {**model_config("granite", num_hidden_layers=2), "tie_word_embeddings": True,
+              "attention_multiplier": 0.3, "embedding_multiplier": 2.0,
+              "residual_multiplier": 0.5, "logits_scaling": 4.0, "attention_bias": False,
+              "mlp_bias": False}  # fmt: skip
+    mx.random.seed(8)
+    model = config_model(config)
+    mx.eval(model.parameters())
+    args = model.args
+    w = text_model_writer(tmp_path / "g3.gguf", "granite", args, args.num_hidden_layers)
+    w.add_attention_scale(args.attention_multiplier)
+    w.add_embedding_scale(args.embedding_multiplier)
+    w.add_residual_scale(args.residual_multiplier)
+    w.add_logit_scale(args.logits_scaling)
+    tiny_tokenizer(tiny.target, pre="refact")(w)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GRANITE, args.num_hidden_layers)
+    tensors = {}
+    for name, value in cast(list[tuple[str, mx.array]], tree_flatten(model.parameters())):
+        own = name.rsplit(".self_attn.", 1)[-1]
+        x = converted(own, np.array(value, dtype=np.float32), args)  # Q/K permuted
+        mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert mapped is not None, name
+        tensors[mapped] = x
+    finish_gguf(w, tensors)
+    out = import_gguf(tmp_path / "g3.gguf", tmp_path / "g3")
+    loaded = load_model(out, fuse=False)
+    assert loaded.config["model_type"] == "granite"
+    assert loaded.config["residual_multiplier"] == 0.5
+    got, want = loaded.model(_TOKENS), model(_TOKENS)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)

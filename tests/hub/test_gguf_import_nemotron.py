@@ -22,8 +22,8 @@ from tests.engine.families import hybrid_config
 from tests.fakes import (
     add_mamba2_keys,
     assert_drafts_for_itself,
+    converted,
     finish_gguf,
-    mamba2_converted,
     text_model_writer,
     tiny_tokenizer,
 )
@@ -79,7 +79,7 @@ def write_nemotron(path: Path, model: Any, tokenizer: Path, *, mtp: bool = False
     for name, value in cast(list[tuple[str, mx.array]], tree_flatten(model.parameters())):
         x = np.array(value, dtype=np.float32)
         if ".mixer." in name:
-            x = mamba2_converted(name.rsplit(".mixer.", 1)[1], x, args)
+            x = converted(name.rsplit(".mixer.", 1)[1], x, args)
         # The converter's names: Mamba2Model's dt_proj.bias, the experts stacked.
         name = name.replace(".mixer.dt_bias", ".mixer.dt_proj.bias")
         name = name.replace(".e_score_correction_bias", ".e_score_correction.bias")

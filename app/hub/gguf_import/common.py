@@ -123,6 +123,16 @@ def _heads_kv(meta: _Metadata, prefix: str, heads: int) -> tuple[int, list[int] 
     return attention.pop(), per_layer
 
 
+def _granite_multipliers(meta: _Metadata, prefix: str) -> dict[str, Any]:
+    """Granite's multipliers, which GraniteModel writes as scales (Granite 3 and 4 alike)."""
+    return {
+        "attention_multiplier": _f32(meta.get(prefix + "attention.scale", 1.0)),
+        "embedding_multiplier": _f32(meta.get(prefix + "embedding_scale", 1.0)),
+        "residual_multiplier": _f32(meta.get(prefix + "residual_scale", 1.0)),
+        "logits_scaling": _f32(meta.get(prefix + "logit_scale", 1.0)),
+    }
+
+
 def _f32(value: Any) -> float:
     """A float32 metadata value as the shortest decimal that reads back the same."""
     return float(str(np.float32(value)))

@@ -31,6 +31,7 @@ from app.hub.gguf_import.common import (
     ImportProgress,
     _check_cancel,
     _f32,
+    _granite_multipliers,
     _heads_kv,
     _int,
     _Joined,
@@ -252,6 +253,9 @@ _ARCHS = {
         10_000_000.0,
         hybrid="qwen3_next",
     ),
+    # Granite 3's dense models (and Granite 4's without Mamba2 layers): llama's, with
+    # multipliers; Q/K reordered as llama's.
+    "granite": _Arch("granite", "GraniteForCausalLM", _BLOCK_TENSORS, True, 0.0, 10_000.0),
     # Q/K reordered as llama's (GraniteHybridModel.undo_permute).
     "granitehybrid": _Arch(
         "granitemoehybrid",
@@ -643,10 +647,12 @@ def _model_config(
         config["rope_scaling"] = rope_scaling
     if arch.model_type in ("llama", "qwen2"):
         config["hidden_act"] = "silu"
-    if arch.model_type in ("llama", "glm4_moe"):
+    if arch.model_type in ("llama", "glm4_moe", "granite"):
         config["attention_bias"] = "blk.0.attn_q.bias" in names
-    if arch.model_type == "llama":
+    if arch.model_type in ("llama", "granite"):
         config["mlp_bias"] = "blk.0.ffn_up.bias" in names
+    if arch.model_type == "granite":
+        config.update(_granite_multipliers(meta, p))
     if arch.next_n:
         config["rope_scaling"] = rope_scaling  # their configs name it, none or not
         if mtp := _mtp_layers(tensors, n_layers):

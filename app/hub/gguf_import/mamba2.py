@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from app.errors import ModelError
-from app.hub.gguf_import.common import _f32, _int, _join, _Metadata, _Planned
+from app.hub.gguf_import.common import (
+    _f32,
+    _granite_multipliers,
+    _int,
+    _join,
+    _Metadata,
+    _Planned,
+)
 
 # The Mamba2 layers' and the mixtures of experts' tensors; the shared expert's gate and
 # up rows are planned apart, then joined (:func:`join_shared`).
@@ -145,10 +152,7 @@ def config(
         "mamba_n_groups": _int(meta.get(prefix + "ssm.group_count", 1)),
         "mamba_proj_bias": any(n.endswith(".ssm_in.bias") for n in names),
         "mamba_conv_bias": any(n.endswith(".ssm_conv1d.bias") for n in names),
-        "attention_multiplier": _f32(meta.get(prefix + "attention.scale", 1.0)),
-        "embedding_multiplier": _f32(meta.get(prefix + "embedding_scale", 1.0)),
-        "residual_multiplier": _f32(meta.get(prefix + "residual_scale", 1.0)),
-        "logits_scaling": _f32(meta.get(prefix + "logit_scale", 1.0)),
+        **_granite_multipliers(meta, prefix),
         "attention_bias": any(n.endswith(".attn_q.bias") for n in names),
         "mlp_bias": any(n.endswith(".ffn_up.bias") for n in names),
         "position_embedding_type": (
