@@ -534,13 +534,12 @@ def _plan_tensors(
     rope_freqs: np.ndarray | None = None
     if arch.hybrid == "qwen3_next":
         _refuse_mtp(tensors, label)
-    if arch.mamba2:
-        mamba2.refuse_mtp(tensors, layers, label)
     for t in tensors:
         if t.name == "rope_freqs.weight":
             rope_freqs = np.asarray(_dequantize_raw(t, label), dtype=np.float64)
             continue
-        if arch.next_n and t.name.endswith(_NEXT_N_REPEATED):
+        # What a next-n layer (or Nemotron-H's folded MTP block) repeats of the model.
+        if (arch.next_n or arch.model_type == "nemotron_h") and t.name.endswith(_NEXT_N_REPEATED):
             continue
         name = _hf_name(t.name, arch, layers)
         if name is None:
@@ -575,6 +574,8 @@ def _hf_name(name: str, arch: _Arch, layers: int) -> str | None:
     if block < layers or arch.next_n:
         module = _block_module(tail, arch)
         return None if module is None else f"{arch.stack}.{block}.{module}"
+    if arch.model_type == "nemotron_h":
+        return mamba2.nemotron_mtp_name(tail)
     # llama.cpp files Qwen3.5's MTP layer i as block n_layer + i.
     if arch.hybrid != "qwen3_5":
         return None
@@ -638,7 +639,12 @@ def _model_config(
         if arch.model_type == "granitemoehybrid":
             config.update(mamba2.config(meta, p, kv_heads, names))
         if arch.model_type == "nemotron_h":
-            config.update(mamba2.nemotron_config(meta, p, kv_heads, names))
+            config.update(mamba2.nemotron_config(meta, p, kv_heads, names, n_layers))
+            if mtp := _mtp_layers(tensors, n_layers):
+                if mtp > 1:
+                    raise ValueError("more than one MTP block (llama.cpp folds one)")
+                config["num_nextn_predict_layers"] = mtp
+                config["mtp_hybrid_override_pattern"] = mamba2.NEMOTRON_MTP_PATTERN
     except (TypeError, ValueError) as exc:
         raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
     if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads or head_dim % 2:

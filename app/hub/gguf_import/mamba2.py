@@ -83,6 +83,9 @@ NEMOTRON_BLOCK_TENSORS = {
     "ffn_down_exps": "mixer.switch_mlp.fc2",
     "ffn_up_shexp": "mixer.shared_experts.up_proj",
     "ffn_down_shexp": "mixer.shared_experts.down_proj",
+    # Nemotron 3 Super's experts read a narrower latent of the hidden state.
+    "ffn_latent_down": "mixer.fc1_latent_proj",
+    "ffn_latent_up": "mixer.fc2_latent_proj",
 }
 
 _GATE, _UP = ".shared_mlp.gate.weight", ".shared_mlp.up.weight"
@@ -111,13 +114,34 @@ def undo(name: str, x: np.ndarray, label: str) -> np.ndarray:
     return np.asarray(np.log(-x), dtype=np.float32)
 
 
-def refuse_mtp(tensors: Sequence[Any], layers: int, label: str) -> None:
-    """Nemotron-H's MTP block, filed past the model's layers: not read from GGUF files yet."""
-    if any(t.name.startswith(f"blk.{layers}.") for t in tensors):
-        raise ModelError(
-            f"{label}: its MTP layer is not read from GGUF files yet; import the model's "
-            "Hugging Face folder, or a file converted with --no-mtp"
-        )
+# Nemotron-H's MTP head as llama.cpp folds it into one block past the layers: its attention
+# block (mtp.layers.0) and its mixture of experts (mtp.layers.1), the only kind it converts.
+NEMOTRON_MTP_PATTERN = "*E"
+_NEMOTRON_MTP_OWN = {
+    "nextn.eh_proj": "layers.0.eh_proj",
+    "nextn.enorm": "layers.0.enorm",
+    "nextn.hnorm": "layers.0.hnorm",
+    "attn_norm": "layers.0.norm",
+    "ffn_norm": "layers.1.norm",
+    "nextn.shared_head_norm": "layers.1.final_layernorm",
+}
+_ATTENTION = ("mixer.q_proj", "mixer.k_proj", "mixer.v_proj", "mixer.o_proj")
+
+
+def nemotron_mtp_name(tail: str) -> str | None:
+    """Where a tensor of Nemotron-H's folded MTP block (``tail``, past ``blk.N.``) is filed
+    in the checkpoint: ``mtp.layers.0`` (attention) or ``mtp.layers.1`` (experts)."""
+    short, _, kind = tail.rpartition(".")
+    if short in _NEMOTRON_MTP_OWN:
+        return f"mtp.{_NEMOTRON_MTP_OWN[short]}.{kind}"
+    if tail in NEMOTRON_BLOCK_TENSORS:
+        module, kind = NEMOTRON_BLOCK_TENSORS[tail], ""
+    elif short in NEMOTRON_BLOCK_TENSORS:
+        module, kind = NEMOTRON_BLOCK_TENSORS[short], f".{kind}"
+    else:
+        return None
+    block = 0 if module.startswith(_ATTENTION) else 1
+    return f"mtp.layers.{block}.{module}{kind}"
 
 
 def join_shared(plan: Sequence[_Planned]) -> list[_Planned]:
@@ -169,13 +193,15 @@ def config(
 
 
 def nemotron_config(
-    meta: _Metadata, prefix: str, kv_heads: Sequence[int] | None, names: set[str]
+    meta: _Metadata, prefix: str, kv_heads: Sequence[int] | None, names: set[str], layers: int
 ) -> dict[str, Any]:
-    """Nemotron-H's config beside the common keys: its layers' kinds (``M`` Mamba2, ``*``
-    attention, ``-`` an MLP, ``E`` experts), the Mamba2 sizes and the experts."""
+    """Nemotron-H's config beside the common keys: its ``layers``' kinds (``M`` Mamba2,
+    ``*`` attention, ``-`` an MLP, ``E`` experts; the lists also cover a folded MTP
+    block), the Mamba2 sizes and the experts."""
     widths = meta.require(prefix + "feed_forward_length")
     if kv_heads is None or not isinstance(widths, list) or len(widths) != len(kv_heads):
         raise ValueError("no per-layer key-value heads and widths to tell the layers apart")
+    kv_heads, widths = kv_heads[:layers], widths[:layers]
     experts = _int(meta.get(prefix + "expert_count", 0))
     mlp = "E" if experts else "-"
     pattern = [
@@ -217,4 +243,6 @@ def nemotron_config(
             "norm_topk_prob": bool(meta.get(prefix + "expert_weights_norm", False)),
             "routed_scaling_factor": _f32(meta.get(prefix + "expert_weights_scale", 1.0)),
         }
+        if (latent := meta.get(prefix + "moe_latent_size")) is not None:
+            config["moe_latent_size"] = _int(latent)
     return config
