@@ -156,6 +156,10 @@ def can_rewind(cache: Sequence[Any]) -> bool:
     return all(type(c) is not RotatingKVCache and c.is_trimmable() for c in leaves(cache))
 
 
+# Caches that cannot give rows back, by the layers that keep them (else by class name).
+_CACHE_KINDS = {"LayerCache": "compressed sparse attention (DeepSeek-V4)"}
+
+
 def refusal(model: nn.Module) -> str | None:
     """Why ``model``'s cache cannot give back rejected rows, one line naming its layers, or None."""
     cache = new_cache(model)
@@ -163,7 +167,8 @@ def refusal(model: nn.Module) -> str | None:
         if type(c) is RotatingKVCache:
             return "its sliding-window layers that keep their first rows cannot go back"
         if not c.is_trimmable():
-            return f"its {type(c).__name__} layers cannot go back"
+            kind = _CACHE_KINDS.get(type(c).__name__, type(c).__name__)
+            return f"its {kind} layers cannot go back"
     return recurrent.refusal(model, cache)
 
 

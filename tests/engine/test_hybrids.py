@@ -10,6 +10,7 @@ import gc
 from typing import Any
 
 import mlx.core as mx
+import mlx.nn as nn
 import pytest
 
 from app.engine import Finished, GenerationParams, Message, load_pair
@@ -184,6 +185,18 @@ def test_a_recurrent_state_goes_back_within_its_depth_or_to_a_mark(pairs) -> Non
 
 def test_every_hybrid_family_here_is_rewound(pairs) -> None:
     assert refusal(pairs[0].target.model) is None
+
+
+def test_a_cache_that_cannot_give_rows_back_is_refused_by_its_layers_kind() -> None:
+    from mlx_lm.models.deepseek_v41 import LayerCache
+
+    class Compressed(nn.Module):  # DeepSeek-V4's layers: a window and compressed groups
+        def make_cache(self) -> list[Any]:
+            return [LayerCache(8)]
+
+    assert refusal(Compressed()) == (
+        "its compressed sparse attention (DeepSeek-V4) layers cannot go back"
+    )
 
 
 def test_tune_sweeps_a_hybrid_pair(pairs) -> None:
