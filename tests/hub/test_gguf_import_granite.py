@@ -155,35 +155,51 @@ def test_an_imported_granite_hybrid_drafts_for_itself(tiny: TinyModels, tmp_path
     assert_drafts_for_itself(out)
 
 
-def test_granite_3_imports_with_the_same_logits(tiny: TinyModels, tmp_path: Path) -> None:
-    """Granite 3's dense models (llama.cpp's granite: llama's blocks, Q/K permuted, the
-    multipliers as scales; tied embeddings)."""
-    config = {**model_config("granite", num_hidden_layers=2), "tie_word_embeddings": True,
+@pytest.mark.parametrize("family", ["granite", "granitemoe"])
+def test_granite_3_imports_with_the_same_logits(
+    family: str, tiny: TinyModels, tmp_path: Path
+) -> None:
+    """Granite 3's dense models and mixtures of experts (llama.cpp's granite, granitemoe:
+    llama's blocks, Q/K permuted, the multipliers as scales, the experts' input_linear split
+    into gate and up; tied embeddings)."""
+    config = {**model_config(family, num_hidden_layers=2), "tie_word_embeddings": True,
               "attention_multiplier": 0.3, "embedding_multiplier": 2.0,
               "residual_multiplier": 0.5, "logits_scaling": 4.0, "attention_bias": False,
               "mlp_bias": False}  # fmt: skip
+    if family == "granitemoe":
+        config.update(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32)
     mx.random.seed(8)
     model = config_model(config)
     mx.eval(model.parameters())
     args = model.args
-    w = text_model_writer(tmp_path / "g3.gguf", "granite", args, args.num_hidden_layers)
+    w = text_model_writer(tmp_path / "g3.gguf", family, args, args.num_hidden_layers)
     w.add_attention_scale(args.attention_multiplier)
     w.add_embedding_scale(args.embedding_multiplier)
     w.add_residual_scale(args.residual_multiplier)
     w.add_logit_scale(args.logits_scaling)
+    if family == "granitemoe":  # TextModel's
+        w.add_expert_count(args.num_local_experts)
+        w.add_expert_used_count(args.num_experts_per_tok)
     tiny_tokenizer(tiny.target, pre="refact")(w)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GRANITE, args.num_hidden_layers)
+    arch = gguf.MODEL_ARCH.GRANITE_MOE if family == "granitemoe" else gguf.MODEL_ARCH.GRANITE
+    names = gguf.get_tensor_name_map(arch, args.num_hidden_layers)
+    split = {"gate_proj": T.FFN_GATE_EXP, "up_proj": T.FFN_UP_EXP}  # GraniteMoeModel's
     tensors = {}
     for name, value in cast(list[tuple[str, mx.array]], tree_flatten(model.parameters())):
         own = name.rsplit(".self_attn.", 1)[-1]
         x = converted(own, np.array(value, dtype=np.float32), args)  # Q/K permuted
+        expert = name.rsplit(".switch_mlp.", 1)[-1].removesuffix(".weight")
+        if expert in split:
+            tensors[_name(split[expert], int(name.split(".")[2]), "weight")] = x
+            continue
+        name = name.replace(".switch_mlp.down_proj.", ".output_linear.")
         mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
         assert mapped is not None, name
         tensors[mapped] = x
     finish_gguf(w, tensors)
     out = import_gguf(tmp_path / "g3.gguf", tmp_path / "g3")
     loaded = load_model(out, fuse=False)
-    assert loaded.config["model_type"] == "granite"
+    assert loaded.config["model_type"] == family
     assert loaded.config["residual_multiplier"] == 0.5
     got, want = loaded.model(_TOKENS), model(_TOKENS)
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)

@@ -256,6 +256,22 @@ _ARCHS = {
     # Granite 3's dense models (and Granite 4's without Mamba2 layers): llama's, with
     # multipliers; Q/K reordered as llama's.
     "granite": _Arch("granite", "GraniteForCausalLM", _BLOCK_TENSORS, True, 0.0, 10_000.0),
+    # Granite 3's mixtures of experts: the experts stacked, as mlx-lm's SwitchGLU holds them.
+    "granitemoe": _Arch(
+        "granitemoe",
+        "GraniteMoeForCausalLM",
+        {
+            **{k: v for k, v in _BLOCK_TENSORS.items() if not k.startswith("ffn_")},
+            "ffn_norm": "post_attention_layernorm",
+            "ffn_gate_inp": "block_sparse_moe.router.layer",
+            "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
+            "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
+            "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj",
+        },
+        True,
+        0.0,
+        10_000.0,
+    ),
     # Q/K reordered as llama's (GraniteHybridModel.undo_permute).
     "granitehybrid": _Arch(
         "granitemoehybrid",
@@ -653,11 +669,11 @@ def _model_config(
         config["rope_scaling"] = rope_scaling
     if arch.model_type in ("llama", "qwen2"):
         config["hidden_act"] = "silu"
-    if arch.model_type in ("llama", "glm4_moe", "granite"):
+    if arch.model_type in ("llama", "glm4_moe", "granite", "granitemoe"):
         config["attention_bias"] = "blk.0.attn_q.bias" in names
     if arch.model_type in ("llama", "granite"):
         config["mlp_bias"] = "blk.0.ffn_up.bias" in names
-    if arch.model_type == "granite":
+    if arch.model_type in ("granite", "granitemoe"):
         config.update(_granite_multipliers(meta, p))
     if arch.next_n:
         config["rope_scaling"] = rope_scaling  # their configs name it, none or not
@@ -697,6 +713,12 @@ def _sizes(meta: _Metadata, prefix: str, arch: _Arch) -> dict[str, Any]:
         return short_conv.sizes(meta, prefix)
     if arch.model_type == "nemotron_h":  # a width a layer: with .mamba2
         return {}
+    if arch.model_type == "granitemoe":  # GraniteMoeModel's: the experts' width, no shared one
+        return {
+            "intermediate_size": _int(meta.require(prefix + "feed_forward_length")),
+            "num_local_experts": _int(meta.require(prefix + "expert_count")),
+            "num_experts_per_tok": _int(meta.require(prefix + "expert_used_count")),
+        }
     if arch.mamba2:  # the experts' width; their count and the shared one's with .mamba2
         return {"intermediate_size": _int(meta.require(prefix + "feed_forward_length"))}
     return _mlp_sizes(meta, prefix)
