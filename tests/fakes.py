@@ -302,7 +302,6 @@ def converted(own: str, x: np.ndarray, args: Any) -> np.ndarray:
     A is -exp(A_log), A and D get an axis, the gated norm goes into groups, the convolution
     loses its axis of 1, Q/K rows are permuted as llama's. ``args``: mlx-lm's, in Granite's
     or Nemotron-H's names."""
-    heads, kv_heads = args.num_attention_heads, args.num_key_value_heads
     if own == "A_log":
         x = -np.exp(x)
     if own in ("A_log", "D"):
@@ -312,9 +311,9 @@ def converted(own: str, x: np.ndarray, args: Any) -> np.ndarray:
     if own == "conv1d.weight":  # MLX's (C, K, 1)
         return x.squeeze(-1)
     if own == "q_proj.weight":
-        return permute(x, heads, heads)
+        return permute(x, args.num_attention_heads, args.num_attention_heads)
     if own == "k_proj.weight":
-        return permute(x, heads, kv_heads)
+        return permute(x, args.num_attention_heads, args.num_key_value_heads)
     return x
 
 
@@ -327,6 +326,19 @@ def add_mamba2_keys(
     w.add_ssm_group_count(groups)
     w.add_ssm_inner_size(heads * head_dim)
     w.add_ssm_time_step_rank(heads)
+
+
+def imported_as(path: Path, out: Path, model: Any) -> dict[str, Any]:
+    """Imports the GGUF file ``path`` into ``out`` and checks that the folder gives
+    ``model``'s logits; returns its config."""
+    from app.engine.loader import load_model
+    from app.hub.gguf_import import import_gguf
+
+    loaded = load_model(import_gguf(path, out), fuse=False)
+    tokens = mx.array([[5, 17, 42, 99, 7, 250, 3]])
+    got, want = np.array(loaded.model(tokens)), np.array(model(tokens))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    return loaded.config
 
 
 def assert_drafts_for_itself(folder: Path) -> None:

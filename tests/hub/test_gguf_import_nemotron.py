@@ -25,6 +25,7 @@ from tests.fakes import (
     assert_same_model_and_head,
     converted,
     finish_gguf,
+    imported_as,
     text_model_writer,
     tiny_tokenizer,
 )
@@ -128,14 +129,11 @@ def test_nemotron_h_imports_with_the_same_logits(
     moe: bool, latent: int | None, tiny: TinyModels, tmp_path: Path
 ) -> None:
     model = _model(moe, latent)
-    out = import_gguf(write_nemotron(tmp_path / "n.gguf", model, tiny.target), tmp_path / "n")
-    loaded = load_model(out, fuse=False)
-    config = loaded.config
+    path = write_nemotron(tmp_path / "n.gguf", model, tiny.target)
+    config = imported_as(path, tmp_path / "n", model)
     assert config["model_type"] == "nemotron_h"
     assert config["hybrid_override_pattern"] == list(model.args.hybrid_override_pattern)
     assert (config["n_groups"], config.get("moe_latent_size")) == (2, latent)
-    got, want = loaded.model(_TOKENS), model(_TOKENS)
-    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
 
 
 def test_an_imported_nemotron_h_drafts_for_itself(tiny: TinyModels, tmp_path: Path) -> None:
@@ -161,3 +159,36 @@ def test_nemotron_h_imports_its_folded_mtp_block_as_the_targets_head(
     assert loaded.config["num_nextn_predict_layers"] == 1
     assert loaded.config["hybrid_override_pattern"] == list(target.args.hybrid_override_pattern)
     assert_same_model_and_head(loaded, out, target, head, _TOKENS)
+
+
+def test_mamba2_alone_imports_with_the_same_logits(tiny: TinyModels, tmp_path: Path) -> None:
+    """A model of Mamba2 layers alone (llama.cpp's mamba2, Mamba-Codestral's): no attention
+    in its metadata (a head count of 0), its layers filed as Nemotron-H's Mamba2 ones."""
+    config = {**hybrid_config("mamba2"), "n_groups": 2}
+    mx.random.seed(6)
+    model = config_model(config)
+    mx.eval(model.parameters())
+    args = model.args
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "mamba2")
+    w.add_context_length(2**20)
+    w.add_embedding_length(args.hidden_size)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_block_count(args.num_hidden_layers)
+    add_mamba2_keys(w, args.conv_kernel, args.state_size, args.n_groups, args.num_heads,
+                    args.head_dim)  # fmt: skip
+    w.add_layer_norm_rms_eps(args.layer_norm_epsilon)
+    tiny_tokenizer(tiny.target)(w)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MAMBA2, args.num_hidden_layers)
+    tensors = {}
+    for name, value in cast(list[tuple[str, mx.array]], tree_flatten(model.parameters())):
+        x = np.array(value, dtype=np.float32)
+        if ".mixer." in name:
+            x = converted(name.rsplit(".mixer.", 1)[1], x, args)
+        name = name.replace(".mixer.dt_bias", ".mixer.dt_proj.bias")  # Mamba2Model's
+        mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert mapped is not None, name
+        tensors[mapped] = x
+    finish_gguf(w, tensors)
+    config = imported_as(tmp_path / "m.gguf", tmp_path / "m", model)
+    assert (config["model_type"], config["n_groups"]) == ("mamba2", 2)

@@ -282,6 +282,18 @@ _ARCHS = {
         10_000.0,
         mamba2=True,
     ),
+    # Mamba2 alone (Mamba-Codestral), filed as Nemotron-H's Mamba2 layers are.
+    "mamba2": _Arch(
+        "mamba2",
+        "Mamba2ForCausalLM",
+        mamba2.NEMOTRON_BLOCK_TENSORS,
+        False,
+        0.0,
+        10_000.0,
+        mamba2=True,
+        top=mamba2.NEMOTRON_TOP_TENSORS,
+        stack="backbone.layers",
+    ),
     "lfm2": _Arch(
         "lfm2",
         "Lfm2ForCausalLM",
@@ -621,6 +633,22 @@ def _model_config(
     names = {t.name for t in tensors}
     embed = next(t for t in tensors if t.name == "token_embd.weight")
     p = f"{arch_name}."
+    if arch.model_type == "mamba2":  # no attention to read
+        try:
+            own = mamba2.alone_config(meta, p, names, n_layers)
+        except (TypeError, ValueError) as exc:
+            raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
+        return _named(
+            meta,
+            {
+                "architectures": [arch.hf_class],
+                "model_type": arch.model_type,
+                **own,
+                "vocab_size": int(embed.shape[1]),  # rows: llama.cpp pads the vocabulary
+                "tie_word_embeddings": "output.weight" not in names,
+                "torch_dtype": dtype,
+            },
+        )
     try:
         hidden = _int(meta.require(p + "embedding_length"))
         n_heads = _int(meta.require(p + "attention.head_count"))
@@ -699,10 +727,16 @@ def _model_config(
                 "hidden_activation": "gelu_pytorch_tanh",
             }
         )
+    config = _named(meta, config)
+    return _nested(config) if arch.hybrid == "qwen3_5" else config
+
+
+def _named(meta: _Metadata, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the model's name, where the file has one."""
     name = meta.get("general.name")
     if isinstance(name, str) and name:
         config["_name_or_path"] = name
-    return _nested(config) if arch.hybrid == "qwen3_5" else config
+    return config
 
 
 def _sizes(meta: _Metadata, prefix: str, arch: _Arch) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Mamba2 layers among attention: Granite 4 and Nemotron-H (llama.cpp's granitehybrid,
-nemotron_h and nemotron_h_moe).
+nemotron_h and nemotron_h_moe), and alone (mamba2).
 
 llama.cpp's converter (``Mamba2Model`` and ``GraniteHybridModel``) edits the
 Mamba2 layers' tensors on the way in; the helpers here undo it, so that the
@@ -26,6 +26,7 @@ where the layer has none, which tell the four kinds apart.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -150,6 +151,38 @@ def join_shared(plan: Sequence[_Planned]) -> list[_Planned]:
     return _join(plan, _GATE, _UP, ".shared_mlp.input_linear.weight")
 
 
+@dataclass(frozen=True, slots=True)
+class _Ssm:
+    """The Mamba2 layers' sizes, as Mamba2Model writes them (each family names them its way)."""
+
+    heads: int
+    head_dim: int
+    expand: int  # channels over the width: the checkpoints' configs check heads x head = this
+    state: int
+    conv: int
+    groups: int
+    in_bias: bool
+    conv_bias: bool
+
+
+def _ssm(meta: _Metadata, prefix: str, names: set[str]) -> _Ssm:
+    heads = _int(meta.require(prefix + "ssm.time_step_rank"))
+    inner = _int(meta.require(prefix + "ssm.inner_size"))
+    hidden = _int(meta.require(prefix + "embedding_length"))
+    if heads <= 0 or inner % heads or inner % hidden:
+        raise ValueError(f"{inner} Mamba2 channels do not split into {heads} heads, width {hidden}")
+    return _Ssm(
+        heads,
+        inner // heads,
+        inner // hidden,
+        _int(meta.require(prefix + "ssm.state_size")),
+        _int(meta.require(prefix + "ssm.conv_kernel")),
+        _int(meta.get(prefix + "ssm.group_count", 1)),
+        any(n.endswith(".ssm_in.bias") for n in names),
+        any(n.endswith(".ssm_conv1d.bias") for n in names),
+    )
+
+
 def config(
     meta: _Metadata, prefix: str, kv_heads: Sequence[int] | None, names: set[str]
 ) -> dict[str, Any]:
@@ -158,24 +191,18 @@ def config(
     experts and whether attention uses rope."""
     if kv_heads is None:
         raise ValueError("no per-layer key-value head counts to tell Mamba2 layers apart")
-    heads = _int(meta.require(prefix + "ssm.time_step_rank"))
-    inner = _int(meta.require(prefix + "ssm.inner_size"))
-    if heads <= 0 or inner % heads:
-        raise ValueError(f"{inner} Mamba2 channels do not split into {heads} heads")
-    hidden = _int(meta.require(prefix + "embedding_length"))
-    if inner % hidden:
-        raise ValueError(f"{inner} Mamba2 channels are no multiple of the width {hidden}")
+    s = _ssm(meta, prefix, names)
     experts = _int(meta.get(prefix + "expert_count", 0))
     config: dict[str, Any] = {
         "layer_types": ["attention" if n else "mamba" for n in kv_heads],
-        "mamba_n_heads": heads,
-        "mamba_d_head": inner // heads,
-        "mamba_expand": inner // hidden,  # the checkpoints' config checks heads x head = this
-        "mamba_d_state": _int(meta.require(prefix + "ssm.state_size")),
-        "mamba_d_conv": _int(meta.require(prefix + "ssm.conv_kernel")),
-        "mamba_n_groups": _int(meta.get(prefix + "ssm.group_count", 1)),
-        "mamba_proj_bias": any(n.endswith(".ssm_in.bias") for n in names),
-        "mamba_conv_bias": any(n.endswith(".ssm_conv1d.bias") for n in names),
+        "mamba_n_heads": s.heads,
+        "mamba_d_head": s.head_dim,
+        "mamba_expand": s.expand,
+        "mamba_d_state": s.state,
+        "mamba_d_conv": s.conv,
+        "mamba_n_groups": s.groups,
+        "mamba_proj_bias": s.in_bias,
+        "mamba_conv_bias": s.conv_bias,
         **_granite_multipliers(meta, prefix),
         "attention_bias": any(n.endswith(".attn_q.bias") for n in names),
         "mlp_bias": any(n.endswith(".ffn_up.bias") for n in names),
@@ -207,20 +234,17 @@ def nemotron_config(
     pattern = [
         "*" if kv else mlp if _int(w) else "M" for kv, w in zip(kv_heads, widths, strict=True)
     ]
-    heads = _int(meta.require(prefix + "ssm.time_step_rank"))
-    inner = _int(meta.require(prefix + "ssm.inner_size"))
-    if heads <= 0 or inner % heads:
-        raise ValueError(f"{inner} Mamba2 channels do not split into {heads} heads")
+    s = _ssm(meta, prefix, names)
     config: dict[str, Any] = {
         "hybrid_override_pattern": pattern,
         "intermediate_size": max(_int(w) for w in widths),
-        "mamba_num_heads": heads,
-        "mamba_head_dim": inner // heads,
-        "ssm_state_size": _int(meta.require(prefix + "ssm.state_size")),
-        "conv_kernel": _int(meta.require(prefix + "ssm.conv_kernel")),
-        "n_groups": _int(meta.get(prefix + "ssm.group_count", 1)),
-        "mamba_proj_bias": any(n.endswith(".ssm_in.bias") for n in names),
-        "use_conv_bias": any(n.endswith(".ssm_conv1d.bias") for n in names),
+        "mamba_num_heads": s.heads,
+        "mamba_head_dim": s.head_dim,
+        "ssm_state_size": s.state,
+        "conv_kernel": s.conv,
+        "n_groups": s.groups,
+        "mamba_proj_bias": s.in_bias,
+        "use_conv_bias": s.conv_bias,
         "use_bias": False,
         "attention_bias": any(n.endswith(".attn_q.bias") for n in names),
         "mlp_bias": any(n.endswith(".ffn_up.bias") for n in names),
@@ -246,3 +270,26 @@ def nemotron_config(
         if (latent := meta.get(prefix + "moe_latent_size")) is not None:
             config["moe_latent_size"] = _int(latent)
     return config
+
+
+def alone_config(meta: _Metadata, prefix: str, names: set[str], layers: int) -> dict[str, Any]:
+    """A model of Mamba2 layers alone (Mamba2Model writes no attention, and a context of
+    2**20: the recurrence has no limit of its own)."""
+    s = _ssm(meta, prefix, names)
+    return {
+        "hidden_size": _int(meta.require(prefix + "embedding_length")),
+        "num_hidden_layers": layers,
+        "num_heads": s.heads,
+        "head_dim": s.head_dim,
+        "intermediate_size": s.heads * s.head_dim,
+        "expand": s.expand,
+        "state_size": s.state,
+        "conv_kernel": s.conv,
+        "n_groups": s.groups,
+        "use_bias": s.in_bias,
+        "use_conv_bias": s.conv_bias,
+        "layer_norm_epsilon": _f32(meta.get(prefix + "attention.layer_norm_rms_epsilon", 1e-5)),
+        "time_step_limit": [0.0, float("inf")],
+        "time_step_rank": "auto",
+        "max_position_embeddings": _int(meta.get(prefix + "context_length", 2**20)),
+    }
