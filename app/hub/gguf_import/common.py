@@ -133,6 +133,17 @@ def _granite_multipliers(meta: _Metadata, prefix: str) -> dict[str, Any]:
     }
 
 
+def _granite_experts(meta: _Metadata, prefix: str, required: bool = False) -> dict[str, Any]:
+    """Granite's mixture of experts as its configs name it (Granite 3 and 4 alike): none
+    where the file has no experts, unless ``required``."""
+    key = prefix + "expert_count"
+    experts = _int(meta.require(key) if required else meta.get(key, 0))
+    if not experts:
+        return {"num_local_experts": 0}
+    used = _int(meta.require(prefix + "expert_used_count"))
+    return {"num_local_experts": experts, "num_experts_per_tok": used}
+
+
 def _f32(value: Any) -> float:
     """A float32 metadata value as the shortest decimal that reads back the same."""
     return float(str(np.float32(value)))

@@ -31,6 +31,7 @@ from app.hub.gguf_import.common import (
     ImportProgress,
     _check_cancel,
     _f32,
+    _granite_experts,
     _granite_multipliers,
     _heads_kv,
     _int,
@@ -55,6 +56,12 @@ from app.hub.gguf_import.quantize import _quantize
 from app.hub.gguf_import.shards import _shard, _write_shards
 from app.hub.gguf_import.tokenizer import _build_tokenizer
 from app.hub.library import require_space
+
+# The model types whose configs say whether attention and the MLP have biases.
+_ATTENTION_BIAS = frozenset(
+    {"llama", "glm4_moe", "granite", "granitemoe", "granitemoehybrid", "nemotron_h"}
+)
+_MLP_BIAS = frozenset({"llama", "granite", "granitemoehybrid", "nemotron_h"})
 
 # Llama 3.1+ rope scaling (low_freq_factor, high_freq_factor, original context):
 # GGUF keeps only the resulting per-frequency factors, so these are tried against them.
@@ -84,6 +91,9 @@ _BLOCK_TENSORS = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+
+
+_DENSE_MLP = ("ffn_gate", "ffn_up", "ffn_down")
 
 
 # Gemma normalizes around both sublayers; its ffn_norm is the pre-feed-forward norm.
@@ -256,17 +266,13 @@ _ARCHS = {
     # Granite 3's dense models (and Granite 4's without Mamba2 layers): llama's, with
     # multipliers; Q/K reordered as llama's.
     "granite": _Arch("granite", "GraniteForCausalLM", _BLOCK_TENSORS, True, 0.0, 10_000.0),
-    # Granite 3's mixtures of experts: the experts stacked, as mlx-lm's SwitchGLU holds them.
+    # Granite 3's mixtures of experts: its experts instead of the dense MLP.
     "granitemoe": _Arch(
         "granitemoe",
         "GraniteMoeForCausalLM",
         {
-            **{k: v for k, v in _BLOCK_TENSORS.items() if not k.startswith("ffn_")},
-            "ffn_norm": "post_attention_layernorm",
-            "ffn_gate_inp": "block_sparse_moe.router.layer",
-            "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
-            "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
-            "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj",
+            **{k: v for k, v in _BLOCK_TENSORS.items() if k not in _DENSE_MLP},
+            **mamba2.GRANITE_EXPERTS,
         },
         True,
         0.0,
@@ -633,22 +639,19 @@ def _model_config(
     names = {t.name for t in tensors}
     embed = next(t for t in tensors if t.name == "token_embd.weight")
     p = f"{arch_name}."
+    common = {
+        "architectures": [arch.hf_class],
+        "model_type": arch.model_type,
+        # Rows, not the token count: embeddings are often padded past the vocabulary.
+        "vocab_size": int(embed.shape[1]),
+        "tie_word_embeddings": "output.weight" not in names,
+        "torch_dtype": dtype,
+    }
     if arch.model_type == "mamba2":  # no attention to read
         try:
-            own = mamba2.alone_config(meta, p, names, n_layers)
+            return _named(meta, {**common, **mamba2.alone_config(meta, p, names, n_layers)})
         except (TypeError, ValueError) as exc:
             raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
-        return _named(
-            meta,
-            {
-                "architectures": [arch.hf_class],
-                "model_type": arch.model_type,
-                **own,
-                "vocab_size": int(embed.shape[1]),  # rows: llama.cpp pads the vocabulary
-                "tie_word_embeddings": "output.weight" not in names,
-                "torch_dtype": dtype,
-            },
-        )
     try:
         hidden = _int(meta.require(p + "embedding_length"))
         n_heads = _int(meta.require(p + "attention.head_count"))
@@ -657,8 +660,7 @@ def _model_config(
         context = _int(meta.get(p + "context_length", 4096))
         theta = _f32(meta.get(p + "rope.freq_base", arch.default_rope_theta))
         config: dict[str, Any] = {
-            "architectures": [arch.hf_class],
-            "model_type": arch.model_type,
+            **common,
             "hidden_size": hidden,
             **_sizes(meta, p, arch),
             "num_hidden_layers": n_layers,
@@ -668,10 +670,6 @@ def _model_config(
             "rms_norm_eps": _f32(meta.get(p + "attention.layer_norm_rms_epsilon", 1e-6)),
             "rope_theta": theta,
             "max_position_embeddings": context,
-            # Rows, not the token count: embeddings are often padded past the vocabulary.
-            "vocab_size": int(embed.shape[1]),
-            "tie_word_embeddings": "output.weight" not in names,
-            "torch_dtype": dtype,
         }
         rope_scaling = _rope_scaling(meta, p, rope_freqs, head_dim, theta, label)
         if arch.hybrid:
@@ -697,10 +695,11 @@ def _model_config(
         config["rope_scaling"] = rope_scaling
     if arch.model_type in ("llama", "qwen2"):
         config["hidden_act"] = "silu"
-    if arch.model_type in ("llama", "glm4_moe", "granite", "granitemoe"):
-        config["attention_bias"] = "blk.0.attn_q.bias" in names
-    if arch.model_type in ("llama", "granite"):
-        config["mlp_bias"] = "blk.0.ffn_up.bias" in names
+    # Any layer's: a hybrid's first may have no attention or MLP.
+    if arch.model_type in _ATTENTION_BIAS:
+        config["attention_bias"] = any(n.endswith(".attn_q.bias") for n in names)
+    if arch.model_type in _MLP_BIAS:
+        config["mlp_bias"] = any(n.endswith(".ffn_up.bias") for n in names)
     if arch.model_type in ("granite", "granitemoe"):
         config.update(_granite_multipliers(meta, p))
     if arch.next_n:
@@ -748,11 +747,8 @@ def _sizes(meta: _Metadata, prefix: str, arch: _Arch) -> dict[str, Any]:
     if arch.model_type == "nemotron_h":  # a width a layer: with .mamba2
         return {}
     if arch.model_type == "granitemoe":  # GraniteMoeModel's: the experts' width, no shared one
-        return {
-            "intermediate_size": _int(meta.require(prefix + "feed_forward_length")),
-            "num_local_experts": _int(meta.require(prefix + "expert_count")),
-            "num_experts_per_tok": _int(meta.require(prefix + "expert_used_count")),
-        }
+        width = _int(meta.require(prefix + "feed_forward_length"))
+        return {"intermediate_size": width, **_granite_experts(meta, prefix, required=True)}
     if arch.mamba2:  # the experts' width; their count and the shared one's with .mamba2
         return {"intermediate_size": _int(meta.require(prefix + "feed_forward_length"))}
     return _mlp_sizes(meta, prefix)

@@ -34,6 +34,7 @@ import numpy as np
 from app.errors import ModelError
 from app.hub.gguf_import.common import (
     _f32,
+    _granite_experts,
     _granite_multipliers,
     _int,
     _join,
@@ -41,8 +42,16 @@ from app.hub.gguf_import.common import (
     _Planned,
 )
 
-# The Mamba2 layers' and the mixtures of experts' tensors; the shared expert's gate and
-# up rows are planned apart, then joined (:func:`join_shared`).
+# Granite's mixtures of experts (Granite 3's and 4's), stacked as mlx-lm's SwitchGLU holds them.
+GRANITE_EXPERTS = {
+    "ffn_gate_inp": "block_sparse_moe.router.layer",
+    "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
+    "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
+    "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj",
+}
+
+# Granite 4's Mamba2 layers and mixtures of experts; the shared expert's gate and up rows
+# are planned apart, then joined (:func:`join_shared`).
 BLOCK_TENSORS = {
     "ssm_in": "mamba.in_proj",
     "ssm_conv1d": "mamba.conv1d",
@@ -51,10 +60,7 @@ BLOCK_TENSORS = {
     "ssm_d": "mamba.D",
     "ssm_norm": "mamba.norm",
     "ssm_out": "mamba.out_proj",
-    "ffn_gate_inp": "block_sparse_moe.router.layer",
-    "ffn_gate_exps": "block_sparse_moe.switch_mlp.gate_proj",
-    "ffn_up_exps": "block_sparse_moe.switch_mlp.up_proj",
-    "ffn_down_exps": "block_sparse_moe.switch_mlp.down_proj",
+    **GRANITE_EXPERTS,
     "ffn_gate_shexp": "shared_mlp.gate",
     "ffn_up_shexp": "shared_mlp.up",
     "ffn_down_shexp": "shared_mlp.output_linear",
@@ -192,7 +198,7 @@ def config(
     if kv_heads is None:
         raise ValueError("no per-layer key-value head counts to tell Mamba2 layers apart")
     s = _ssm(meta, prefix, names)
-    experts = _int(meta.get(prefix + "expert_count", 0))
+    experts = _granite_experts(meta, prefix)
     config: dict[str, Any] = {
         "layer_types": ["attention" if n else "mamba" for n in kv_heads],
         "mamba_n_heads": s.heads,
@@ -204,15 +210,12 @@ def config(
         "mamba_proj_bias": s.in_bias,
         "mamba_conv_bias": s.conv_bias,
         **_granite_multipliers(meta, prefix),
-        "attention_bias": any(n.endswith(".attn_q.bias") for n in names),
-        "mlp_bias": any(n.endswith(".ffn_up.bias") for n in names),
         "position_embedding_type": (
             "rope" if meta.get(prefix + "rope.scaling.finetuned", True) else "nope"
         ),
-        "num_local_experts": experts,
+        **experts,
     }
-    if experts:
-        config["num_experts_per_tok"] = _int(meta.require(prefix + "expert_used_count"))
+    if experts["num_local_experts"]:
         config["shared_intermediate_size"] = _int(
             meta.require(prefix + "expert_shared_feed_forward_length")
         )
@@ -246,8 +249,6 @@ def nemotron_config(
         "mamba_proj_bias": s.in_bias,
         "use_conv_bias": s.conv_bias,
         "use_bias": False,
-        "attention_bias": any(n.endswith(".attn_q.bias") for n in names),
-        "mlp_bias": any(n.endswith(".ffn_up.bias") for n in names),
         "layer_norm_epsilon": _f32(meta.get(prefix + "attention.layer_norm_rms_epsilon", 1e-5)),
     }
     if experts:

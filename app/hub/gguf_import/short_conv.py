@@ -98,5 +98,4 @@ def config(
         "block_multiple_of": 256,
         "block_ffn_dim_multiplier": 1.0,
         "use_expert_bias": any(n.endswith(".exp_probs_b.bias") for n in names),
-        "tie_word_embeddings": True,
     }

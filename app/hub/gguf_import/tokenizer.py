@@ -49,6 +49,10 @@ _DEEPSEEK3_SPLITS = (
 )
 
 
+# CJK ideographs, the scripts from Samaritan to them, and Hangul, as DeepSeek's splits have them.
+_DEEPSEEK_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+
+
 # DeepSeek-LLM's and DeepSeek-Coder's (llama.cpp's DEEPSEEK_LLM and DEEPSEEK_CODER, their
 # tokenizer.json's Sequence): newlines apart, then letters, punctuation, CJK and digits in turn.
 # Escapes, since an editor's NFC would turn the class's Ohm and Kelvin signs into Ω and K.
@@ -71,14 +75,14 @@ _DEEPSEEK_LLM_SPLITS = (
     "]+",
     r"\s?[!-/:-~" "\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
     r"\s+$",
-    "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+",
+    _DEEPSEEK_CJK,
     r"\p{N}+",
 )
 _DEEPSEEK_CODER_SPLITS = (
     r"[\r\n]",
     r"\s?\p{L}+",
     r"\s?\p{P}+",
-    "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+",
+    _DEEPSEEK_CJK,
     r"\p{N}",
 )
 
