@@ -272,7 +272,7 @@ def test_a_target_drafts_with_its_own_mtp_head(tiny: TinyModels, tmp_path: Path)
     assert r.stderr.strip() == (
         f"tandem: {tiny.target.name} carries no MTP head Tandem drafts with "
         "(Qwen3.5 / 3.6, Qwen3-Next, GLM-4.5 / 4.6 / 4.7 / 4.7-Flash / 5, DeepSeek-V3 / V3.2, "
-        "MiMo, Nemotron-H)"
+        "MiMo, MiMo-V2-Flash, Nemotron-H)"
     )
 
 
@@ -297,5 +297,5 @@ def test_check_pair_judges_a_targets_own_mtp_head(tiny: TinyModels, tmp_path: Pa
     assert r.stderr.strip() == (
         f"tandem: its own MTP head cannot draft for {name}: {name} carries no MTP head "
         "Tandem drafts with (Qwen3.5 / 3.6, Qwen3-Next, GLM-4.5 / 4.6 / 4.7 / 4.7-Flash / 5, "
-        "DeepSeek-V3 / V3.2, MiMo, Nemotron-H)"
+        "DeepSeek-V3 / V3.2, MiMo, MiMo-V2-Flash, Nemotron-H)"
     )

@@ -42,6 +42,13 @@ other way round (vLLM's ``MiMoMultiTokenPredictorLayer``): ``input_proj`` reads
 the hidden state first, and the hidden state is the target's before its final
 norm (vLLM's MiMo model returns it unnormed, its logits norm it).
 
+MiMo-V2-Flash (``mimo_v2_flash``) files three such layers as ``model.mtp.layers.{i}.*``
+(``eh_proj``, ``enorm``, ``hnorm``, ``final_layernorm``; ``pre_mlp_layernorm`` for
+the block's second norm), each a sliding-window attention block with sinks and a
+dense MLP, wired as DeepSeek-V3's (vLLM's ``MiMoV2FlashMTP``). Tandem drafts with
+the first at every depth, as vLLM does with one; its attention keeps the model's
+window.
+
 Nemotron-H (``nemotron_h``) files its head under ``mtp.layers.*``: a run of the
 model's own blocks (attention, then a mixture of experts: its config's
 ``mtp_hybrid_override_pattern``) with ``eh_proj``, ``enorm`` and ``hnorm`` on the
@@ -69,12 +76,12 @@ from app.errors import ModelError
 
 # Families whose head is filed as a layer past the model's own, DeepSeek-V3's way.
 NEXT_N = frozenset({"glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "deepseek_v3", "deepseek_v32"})
-_MIMO, _NEMOTRON = "mimo", "nemotron_h"
+_MIMO, _MIMO_V2, _NEMOTRON = "mimo", "mimo_v2_flash", "nemotron_h"
 # The families whose MTP head Tandem drafts with (mlx-lm's model modules).
-FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", _MIMO, _NEMOTRON, *NEXT_N})
+FAMILIES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", _MIMO, _MIMO_V2, _NEMOTRON, *NEXT_N})
 SUPPORTED = (
     "Qwen3.5 / 3.6, Qwen3-Next, GLM-4.5 / 4.6 / 4.7 / 4.7-Flash / 5, DeepSeek-V3 / V3.2, MiMo, "
-    "Nemotron-H"
+    "MiMo-V2-Flash, Nemotron-H"
 )
 _PREFIX = "mtp."
 
@@ -93,6 +100,8 @@ class Filing:
     layer_prefix: str = "layers.0."
     pattern: str | None = None  # its blocks' kinds, where the model mixes them (Nemotron-H)
     one_plus: bool = False  # norms stored as w and applied as 1 + w (Qwen3.5's checkpoints)
+    sliding: bool = False  # its block attends within the model's window (MiMo-V2-Flash's)
+    first_only: bool = False  # of several layers, the first drafts at every depth
 
 
 # A next-n layer's own modules, by their names in MTPHead (its decoder layer's are
@@ -102,6 +111,11 @@ _NEXT_N_NAMES = {
     "enorm": "pre_fc_norm_embedding",
     "hnorm": "pre_fc_norm_hidden",
     "shared_head.norm": "norm",
+}
+_MIMO_V2_NAMES = {
+    **{k: v for k, v in _NEXT_N_NAMES.items() if k != "shared_head.norm"},
+    "final_layernorm": "norm",
+    "pre_mlp_layernorm": "layers.0.post_attention_layernorm",
 }
 _MIMO_NAMES = {
     "input_proj": "fc",
@@ -119,6 +133,8 @@ def filing(config: dict[str, Any]) -> Filing:
         return Filing(f"model.layers.{layers}.", _NEXT_N_NAMES, numbered=True)
     if family == _MIMO:
         return Filing("model.mtp_layers.0.", _MIMO_NAMES, hidden_first=True, before_norm=True)
+    if family == _MIMO_V2:
+        return Filing("model.mtp.layers.0.", _MIMO_V2_NAMES, sliding=True, first_only=True)
     if family == _NEMOTRON:
         pattern = _nemotron_pattern(config)
         last = f"layers.{max(len(pattern), 1) - 1}.final_layernorm"
@@ -178,7 +194,7 @@ def head_problem(folder: Path, config: dict[str, Any] | None = None) -> str | No
     if family not in FAMILIES:
         return f"{name}: Tandem drafts with the MTP heads of {SUPPORTED}, not {family}'s"
     filed = filing(config)
-    if filed.stem is not None and mtp_layers(config) > 1:
+    if filed.stem is not None and mtp_layers(config) > 1 and not filed.first_only:
         return f"{name}: Tandem drafts with one next-n layer, not {mtp_layers(config)}"
     if filed.pattern is not None and (not filed.pattern or set(filed.pattern) - {"*", "E", "-"}):
         return f"{name}: its MTP blocks ({filed.pattern or 'none named'}) are not ones Tandem runs"
@@ -215,7 +231,7 @@ class MTPHead(nn.Module):
         text = text_model(target)
         args = text.args
         size = args.hidden_size
-        eps = getattr(args, "rms_norm_eps", None) or args.layer_norm_epsilon
+        eps = _eps(args)
         layer_class = type(_backbone(text).layers[0])
         family = getattr(target, "model_type", "")
         filed = filing({"model_type": family, "num_hidden_layers": args.num_hidden_layers})
@@ -232,6 +248,7 @@ class MTPHead(nn.Module):
         self.norm = nn.RMSNorm(size, eps=eps)
         # MLA attention (GLM-4.7-Flash) takes its mask as an array, as its model makes it.
         self._array_mask = hasattr(args, "kv_lora_rank")
+        self._window = args.sliding_window_size if filed.sliding else None
         # A next-n layer's cache is of its model's layers' kind: DeepSeek-V3.2's indexer
         # keeps keys of its own beside attention's (a CacheList).
         made = text.make_cache() if filed.numbered and hasattr(text, "make_cache") else [None]
@@ -248,12 +265,22 @@ class MTPHead(nn.Module):
         """The head's output states (after its norm) for ``(1, n, size)`` token embeddings
         and the hidden states beside them, read into ``cache`` at its offset."""
         x = self.fc(self._input(embedded, hidden))
-        mask = create_attention_mask(x, attending(cache[0]), return_array=self._array_mask)
+        mask = create_attention_mask(
+            x, attending(cache[0]), window_size=self._window, return_array=self._array_mask
+        )
         caches = iter(cache)
         for layer, cached in zip(self.layers, self._cached, strict=True):
             x = layer(x, mask=mask, cache=next(caches) if cached else None)
         out: mx.array = self.norm(x)
         return out
+
+
+def _eps(args: Any) -> float:
+    """The model's RMSNorm epsilon, under any of its families' names."""
+    for name in ("rms_norm_eps", "layer_norm_epsilon", "layernorm_epsilon"):
+        if eps := getattr(args, name, None):
+            return float(eps)
+    raise ValueError("the model's args give no norm epsilon")
 
 
 def attending(cache: Any) -> Any:
@@ -266,6 +293,8 @@ def _layer(layer_class: type, args: Any, filed: Filing, i: int) -> nn.Module:
     """MTP decoder layer ``i``, one of the model's own kind."""
     if hasattr(args, "full_attention_interval"):  # Qwen's: every MTP layer attends
         layer: nn.Module = layer_class(replace(args, full_attention_interval=1), i)
+    elif filed.sliding:  # MiMo-V2-Flash's: a dense MLP, attending within the window
+        layer = layer_class(args, False, True)
     elif filed.numbered:  # a next-n layer: numbered past the model's, as its checkpoint files it
         layer = layer_class(args, args.num_hidden_layers + i)
     else:  # MiMo's blocks take no number
@@ -586,9 +615,15 @@ def head_weights(
     return _sanitized(weights, target)
 
 
+def head_layers(config: dict[str, Any]) -> int:
+    """How many of a config's MTP layers its head runs a step (0: none)."""
+    layers = mtp_layers(config)
+    return min(layers, 1) if filing(config).first_only else layers
+
+
 def head_of(target: nn.Module, config: dict[str, Any]) -> MTPHead:
     """An MTP head for ``target`` as its ``config`` shapes it, its weights not loaded."""
-    return MTPHead(target, mtp_layers(config), filing(config).pattern)
+    return MTPHead(target, head_layers(config), filing(config).pattern)
 
 
 def load_head(folder: Path, target: nn.Module, config: dict[str, Any]) -> MTPHead:
@@ -633,6 +668,7 @@ __all__ = [
     "embed",
     "filing",
     "has_head",
+    "head_layers",
     "head_name",
     "head_of",
     "head_problem",

@@ -246,9 +246,9 @@ def head_cache_bytes(config: dict[str, Any], tokens: int) -> int:
     """What a target's own MTP head adds for one request at ``tokens``: its layers' KV
     caches and the target's output states it has not read yet (the head's weights are
     in the target's files, counted with them)."""
-    from app.engine.mtp import mtp_layers
+    from app.engine.mtp import head_layers
 
-    layers = mtp_layers(config)
+    layers = head_layers(config)
     section = _text_section(config)
     per_layer = kv_cache_bytes(config, tokens) // max(1, _int(section, "num_hidden_layers") or 1)
     return layers * per_layer + tokens * (_int(section, "hidden_size") or 0) * 2

@@ -48,7 +48,7 @@ def cache_of(model: nn.Module, prompt: list[int]) -> list[Any]:
 
 
 WINDOW = 16  # the sliding window of the tiny windowed families
-FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss")
+FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss", "mimo_v2_flash")
 
 
 def window_config(family: str) -> dict[str, Any]:
@@ -66,6 +66,8 @@ def window_config(family: str) -> dict[str, Any]:
             use_double_wide_mlp=False,
             layer_types=["sliding_attention", "full_attention"] * 2,
         )
+    elif family == "mimo_v2_flash":
+        config.update(mimo_v2_flash_config(config))
     else:
         config.update(
             num_local_experts=4,
@@ -74,6 +76,39 @@ def window_config(family: str) -> dict[str, Any]:
             layer_types=["sliding_attention", "full_attention"],
         )
     return config
+
+
+def mimo_v2_flash_config(base: dict[str, Any]) -> dict[str, Any]:
+    """MiMo-V2-Flash's keys: sliding-window layers with attention sinks among full ones,
+    a mixture of 4 experts in every other layer, K and V of different widths."""
+    layers = base["num_hidden_layers"]
+    return {
+        "hybrid_layer_pattern": [0, 1, 1, 1][:layers],
+        "moe_layer_freq": [0, 1] * (layers // 2),
+        "add_swa_attention_sink_bias": True,
+        "add_full_attention_sink_bias": False,
+        "sliding_window_size": base.get("sliding_window", WINDOW),
+        "num_experts_per_tok": 2,
+        "n_routed_experts": 4,
+        "n_shared_experts": None,
+        "moe_intermediate_size": 32,
+        "routed_scaling_factor": 1.0,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "n_group": 1,
+        "topk_group": 1,
+        "layernorm_epsilon": 1e-5,
+        "swa_rope_theta": 10000.0,
+        "swa_num_attention_heads": 4,
+        "swa_num_key_value_heads": 4,
+        "head_dim": 32,
+        "v_head_dim": 16,
+        "swa_head_dim": 32,
+        "swa_v_head_dim": 16,
+        "partial_rotary_factor": 0.5,
+        "attention_value_scale": 0.7,
+    }
 
 
 def _silence_the_end(weights: Path, eos: int) -> None:
@@ -356,6 +391,7 @@ NEXT_N_FAMILIES = (
     "deepseek_v3",
     "deepseek_v32",
     "mimo",
+    "mimo_v2_flash",
     "nemotron_h",
 )
 _MLA = {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16}
@@ -364,9 +400,12 @@ _MLA = {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope
 def next_n_config(family: str = "glm4_moe", next_n: int = 1) -> dict[str, Any]:
     """A tiny model of a family whose MTP head is a next-n layer: GLM-4.5 (or GLM-4.7-Flash,
     GLM-5, DeepSeek-V3 or V3.2, their attention MLA), a dense layer, then a mixture of 4
-    experts (2 a token, one shared); or MiMo, a dense model. ``next_n`` such layers."""
+    experts (2 a token, one shared); or MiMo, a dense model. ``next_n`` such layers; MiMo-V2-Flash
+    (windowed, :func:`window_config`) has three, as its checkpoint does, and drafts with one."""
     if family == "mimo":
         return {**model_config(family), "num_nextn_predict_layers": next_n}
+    if family == "mimo_v2_flash":
+        return {**window_config(family), "num_nextn_predict_layers": 3}
     if family == "nemotron_h":  # its head: an attention block, then a mixture of experts
         moe = {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                "moe_shared_expert_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1,

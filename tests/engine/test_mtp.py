@@ -150,11 +150,11 @@ def test_a_target_without_a_head_says_so_in_one_line(target, tmp_path: Path) -> 
         load_head(tmp_path / "model", target, config)
     assert str(caught.value) == dropped
     with pytest.raises(ModelError) as caught:
-        load_head(tmp_path / "model", target, {**config, "model_type": "mimo_v2_flash"})
+        load_head(tmp_path / "model", target, {**config, "model_type": "mimo_v2"})
     assert str(caught.value) == (
         "model: Tandem drafts with the MTP heads of Qwen3.5 / 3.6, Qwen3-Next, "
-        "GLM-4.5 / 4.6 / 4.7 / 4.7-Flash / 5, DeepSeek-V3 / V3.2, MiMo, Nemotron-H, "
-        "not mimo_v2_flash's"
+        "GLM-4.5 / 4.6 / 4.7 / 4.7-Flash / 5, DeepSeek-V3 / V3.2, MiMo, MiMo-V2-Flash, "
+        "Nemotron-H, not mimo_v2's"
     )
     _save(tmp_path / "whole", target, _wired(target), hf=True)
     assert has_head(tmp_path / "whole") and head_problem(tmp_path / "whole") is None

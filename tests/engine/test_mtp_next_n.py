@@ -2,13 +2,15 @@
 DeepSeek-V3's and V3.2's, filed past the model's own layers (``model.layers.{n}.*``), their
 experts one tensor each and, for MLA attention, ``kv_b_proj`` whole; DeepSeek-V3's in fp8
 too; and MiMo's, filed as ``model.mtp_layers.0.*`` and reading the hidden state first,
-unnormed."""
+unnormed; and MiMo-V2-Flash's, the first of three under ``model.mtp.layers``, attending
+within its window."""
 
 from __future__ import annotations
 
 import functools
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -95,6 +97,15 @@ def _checkpoint(folder: Path, target: Any, head: dict[str, mx.array], tokenizer:
         stored[f"model.layers.{n}.shared_head.head.weight"] = stored["lm_head.weight"]
     mx.save_safetensors(str(folder / "model.safetensors"), stored)
     return folder
+
+
+def _rewrite(
+    folder: Path, change: Callable[[dict[str, mx.array]], dict[str, mx.array]]
+) -> dict[str, mx.array]:
+    """Rewrites a checkpoint's tensors as ``change`` gives them back; those it wrote."""
+    stored = change(cast(dict[str, mx.array], mx.load(str(folder / "model.safetensors"))))
+    mx.save_safetensors(str(folder / "model.safetensors"), stored)
+    return stored
 
 
 def _random_head(target: Any) -> dict[str, mx.array]:
@@ -193,7 +204,8 @@ def test_a_quantized_import_keeps_the_next_n_layer_where_mlx_lm_leaves_it_out(
     head = load_head(out, loaded.model, loaded.config)
     assert isinstance(head.fc, nn.QuantizedLinear)
     switches = [m for _, m in head.named_modules() if isinstance(m, QuantizedSwitchLinear)]
-    assert switches or target.model_type == "mimo"  # its experts too, where it has them
+    # Its experts too, where it has them (MiMo's heads are dense).
+    assert switches or target.model_type.startswith("mimo")
 
 
 def test_a_glm_without_its_next_n_layer_or_with_several_says_so(
@@ -204,9 +216,10 @@ def test_a_glm_without_its_next_n_layer_or_with_several_says_so(
         "glm's weights leave out the MTP head its config names; `tandem models import` "
         "of its Hugging Face checkpoint keeps it"
     )
-    assert head_problem(folder, next_n_config(target.model_type, next_n=2)) == (
-        "glm: Tandem drafts with one next-n layer, not 2"
-    )
+    if target.model_type != "mimo_v2_flash":  # it drafts with the first of its three
+        assert head_problem(folder, next_n_config(target.model_type, next_n=2)) == (
+            "glm: Tandem drafts with one next-n layer, not 2"
+        )
 
 
 def test_deepseek_v3s_fp8_next_n_layer_loads_dequantized_and_imports_quantized(
@@ -229,7 +242,7 @@ def test_deepseek_v3s_fp8_next_n_layer_loads_dequantized_and_imports_quantized(
     assert isinstance(quantized.layers[0].self_attn.q_a_proj, nn.QuantizedLinear)
 
 
-@pytest.mark.parametrize("family", ["deepseek_v32", "mimo", "nemotron_h"])
+@pytest.mark.parametrize("family", ["deepseek_v32", "mimo", "mimo_v2_flash", "nemotron_h"])
 def test_requests_whose_heads_step_together_each_get_the_greedy_reply(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -268,10 +281,41 @@ def test_nemotron_hs_head_norms_load_as_stored_from_its_hugging_face_checkpoint(
     folder = _checkpoint(tmp_path / "nemotron", target, weights, tiny.target)
     # Its Mamba convolutions as Hugging Face stores them, (channels, 1, kernel): the test
     # Qwen3.5's 1 + w norms go by, which is not Nemotron-H's rule.
-    stored = cast(dict[str, mx.array], mx.load(str(folder / "model.safetensors")))
-    hf = {k: v.moveaxis(1, 2) if "conv1d.weight" in k else v for k, v in stored.items()}
-    mx.save_safetensors(str(folder / "model.safetensors"), hf)
+    _rewrite(folder, lambda s: {k: v.moveaxis(1, 2) if "conv1d.weight" in k else v
+                                for k, v in s.items()})  # fmt: skip
     loaded = load_model(folder, fuse=False)
     head = _params(load_head(folder, loaded.model, loaded.config))
     for name in ("norm.weight", "pre_fc_norm_hidden.weight", "layers.0.norm.weight"):
         assert mx.array_equal(head[name], weights[name]), name
+
+
+def test_mimo_v2_flashs_head_is_the_first_of_its_three_mtp_layers(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    target = _model("mimo_v2_flash")
+    first = _random_head(target)
+    folder = _checkpoint(tmp_path / "mimo", target, first, tiny.target)
+    # The later layers: other weights under the same names.
+    stored = _rewrite(folder, lambda s: s | {
+        k.replace(".0.", f".{layer}.", 1): v + layer
+        for k, v in s.items() if k.startswith("model.mtp.layers.0.") for layer in (1, 2)
+    })  # fmt: skip
+    assert "model.mtp.layers.0.pre_mlp_layernorm.weight" in stored  # the checkpoint's name
+    head = _params(load_head(folder, target, next_n_config("mimo_v2_flash")))
+    assert head.keys() == first.keys()
+    assert all(mx.array_equal(head[name], value) for name, value in first.items())
+
+
+def test_mimo_v2_flashs_head_attends_within_the_models_window() -> None:
+    target = _model("mimo_v2_flash")
+    head = head_of(target, next_n_config("mimo_v2_flash"))
+    head.load_weights(list(_random_head(target).items()))
+    window = target.args.sliding_window_size
+    mx.random.seed(3)
+    hidden = mx.random.normal((1, 3 * window, target.args.hidden_size))
+    tokens = mx.arange(3 * window)[None] % 300
+    before = head(embed(target, tokens), hidden, head.make_cache())
+    changed = head(embed(target, tokens), hidden.at[:, 0].add(5.0), head.make_cache())
+    # The first row is read by the positions within the window after it, and no others.
+    assert not mx.allclose(before[:, :window], changed[:, :window])
+    assert mx.array_equal(before[:, window:], changed[:, window:])

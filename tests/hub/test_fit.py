@@ -221,3 +221,13 @@ def test_memory_fit_counts_fp8_weights_as_the_bfloat16_they_load_as(
     fp8 = sum(int(w.size) for w in as_fp8(folder).values())
     fit = memory_fit(folder, None, available=10**12)
     assert fp8 > 0 and fit.weights_bytes == _weights(folder) + fp8
+
+
+def test_a_heads_cache_counts_the_mtp_layers_it_runs_not_all_its_checkpoint_has() -> None:
+    from app.hub.fit import head_cache_bytes
+    from tests.engine.families import next_n_config
+
+    config = next_n_config("mimo_v2_flash")  # three MTP layers; the first drafts
+    assert config["num_nextn_predict_layers"] == 3
+    layer = kv_cache_bytes(config, 1024) // config["num_hidden_layers"]
+    assert head_cache_bytes(config, 1024) == layer + 1024 * config["hidden_size"] * 2
