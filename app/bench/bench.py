@@ -972,7 +972,7 @@ def _main(args: Any) -> int:
             if miss == drafts[0][0] and (rewinds := rewind_costs(target, k_max + 1, args.context)):
                 from app.engine.caches import layout
 
-                meta["rewind"], meta["state_bytes"] = rewinds, layout(target)[2]
+                meta["rewind"], meta["state_bytes"] = rewinds, layout(target).state
                 print(rewind_table(rewinds, meta["state_bytes"]))
         json_path = _json_path(args.json, miss if len(drafts) > 1 else None)
         if args.profile:

@@ -12,6 +12,7 @@ is exact; its buffer slides forward a step at a time.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -31,6 +32,7 @@ from app.engine.recurrent import FORWARDS, RecurrentCache, leaves
 # Rows a window keeps beyond itself: the most a round or a pad gives back
 # (16 drafts verified padded to 32 rows, a prompt chunk's pad under 64).
 SLACK = 128
+PREFILL_STEP = 512  # prompt tokens a forward reads (:func:`prefill`)
 
 
 class WindowKVCache(_BaseCache):
@@ -111,6 +113,13 @@ class WindowKVCache(_BaseCache):
 
     def size(self) -> int:
         return min(self.offset, self.window)
+
+    @classmethod
+    def rows_held(cls, window: int, tokens: int, slack: int = SLACK) -> int:
+        """The most rows its buffer holds at ``tokens``: the window and its slack, with
+        room for a prompt chunk, in whole steps."""
+        most = -(-(window + slack + PREFILL_STEP) // cls.step) * cls.step
+        return min(tokens, most)
 
     def empty(self) -> bool:
         return self.keys is None
@@ -220,9 +229,18 @@ def back_to(cache: Sequence[Any], offset: int) -> None:
             c.trim(c.offset - offset)
 
 
-def layout(model: nn.Module) -> tuple[int, int, int]:
-    """``model``'s layers, those whose keys and values grow with the context, and the bytes
-    of one request's recurrent states (fixed in size; a marked copy holds as much again).
+@dataclass(frozen=True)
+class Layout:
+    """What one request's caches in a model hold, by kind of layer."""
+
+    layers: int  # every layer's cache (a CacheList's parts each)
+    growing: int  # those whose keys and values grow with the context
+    windows: tuple[int, ...]  # each sliding-window layer's window
+    state: int  # bytes of one request's recurrent states (a marked copy holds as much again)
+
+
+def layout(model: nn.Module) -> Layout:
+    """``model``'s caches by kind.
 
     The states' shapes come from one token's forward that is never evaluated:
     ``model`` may be built from its config alone, its weights never made.
@@ -230,12 +248,16 @@ def layout(model: nn.Module) -> tuple[int, int, int]:
     cache = new_cache(model)
     layers = list(leaves(cache))
     states = [c for c in layers if isinstance(c, RecurrentCache)]
+    windows = tuple(c.window for c in layers if isinstance(c, WindowKVCache))
     if states:
         model(mx.array([[0]]), cache=cache)  # shapes only
-    return len(layers), len(layers) - len(states), sum(c.nbytes for c in states)
+    growing = len(layers) - len(states) - len(windows)
+    return Layout(len(layers), growing, windows, sum(c.nbytes for c in states))
 
 
-def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int], step: int = 512) -> None:
+def prefill(
+    model: nn.Module, cache: list[Any], tokens: Sequence[int], step: int = PREFILL_STEP
+) -> None:
     """Runs ``tokens`` through ``model`` into ``cache``, ``step`` at a time (no logits read)."""
     for i in range(0, len(tokens), step):
         rows, pad = attention.padded(tokens[i : i + step], cache)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.engine.loader import (
     config_model,
@@ -31,6 +31,9 @@ from app.engine.loader import (
 )
 from app.errors import ModelError
 from app.hub.library import human_size
+
+if TYPE_CHECKING:
+    from app.engine.caches import Layout
 
 _GIB = 1024**3
 # Left to the OS and other apps where MLX does not report a working-set limit.
@@ -194,26 +197,21 @@ def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int
     return 2 * layers * kv_heads * head_dim * max(0, context_length) * dtype_bytes
 
 
-def recurrent_layout(config: dict[str, Any]) -> tuple[float, int] | None:
-    """For a hybrid model, the share of its layers that keep keys and values and one
-    request's recurrent state bytes; None for a model of attention layers only."""
-    from app.engine.recurrent import KINDS, REWOUND
-
-    if str(config.get("model_type", "")) not in REWOUND | set(KINDS):
-        return None
+def cache_layout(config: dict[str, Any]) -> Layout | None:
+    """What one request's caches hold in a model of ``config``, by kind of layer; None where
+    mlx-lm cannot build it (every layer then counted as growing with the context)."""
     return _layout(json.dumps(config, sort_keys=True))
 
 
 @functools.lru_cache(maxsize=8)
-def _layout(config: str) -> tuple[float, int] | None:
-    """:func:`recurrent_layout` of a config's JSON, built once (a model object, never evaluated)."""
+def _layout(config: str) -> Layout | None:
+    """:func:`cache_layout` of a config's JSON, built once (a model object, never evaluated)."""
     from app.engine.caches import layout
 
     try:
-        layers, attention, state = layout(config_model(json.loads(config)))
+        return layout(config_model(json.loads(config)))
     except Exception:  # mlx-lm model classes reject odd configs in many ways
         return None
-    return attention / max(1, layers), state
 
 
 def request_cache_bytes(
@@ -221,7 +219,9 @@ def request_cache_bytes(
 ) -> tuple[int, int]:
     """One request's caches in a model: its KV caches at ``tokens`` and its recurrent states.
 
-    A hybrid model's KV caches are its attention layers'; its states count a
+    A sliding-window layer keeps the rows its window holds (window, slack and a
+    prompt chunk: :meth:`~app.engine.caches.WindowKVCache.rows_held`), others every
+    token's. A hybrid model's KV caches are its attention layers'; its states count a
     request's own, its marked copies, those before each forward it can go back
     into (a draft's round of steps, where ``drafts``; a target's newest rounds)
     and, where a verification keeps the state after each row (off Metal),
@@ -230,16 +230,21 @@ def request_cache_bytes(
     Raises:
         ModelError: The config lacks the attention shape.
     """
+    from app.engine.caches import WindowKVCache
     from app.engine.recurrent import FORWARDS, MARKS, ROWS_KEPT, TARGET_FORWARDS, steps_kept
 
-    hybrid = recurrent_layout(config)
-    if hybrid is None:
+    caches = cache_layout(config)
+    if caches is None:
         return kv_cache_bytes(config, tokens), 0
-    # A model of recurrent layers alone (Mamba) has no attention shape to read.
-    kv = int(kv_cache_bytes(config, tokens) * hybrid[0]) if hybrid[0] else 0
+    kv = 0
+    if caches.growing or caches.windows:  # Mamba alone has no attention shape to read
+        rows = [tokens] * caches.growing + [
+            WindowKVCache.rows_held(w, tokens) for w in caches.windows
+        ]
+        kv = sum(kv_cache_bytes(config, n) for n in rows) // caches.layers
     forwards = FORWARDS if drafts else TARGET_FORWARDS
     copies = 1 + MARKS + forwards + (ROWS_KEPT if steps_kept() else 0)
-    return kv, hybrid[1] * copies
+    return kv, caches.state * copies
 
 
 def head_cache_bytes(config: dict[str, Any], tokens: int) -> int:

@@ -5,13 +5,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 import pytest
 
 from app.errors import ModelError
 from app.hub.fit import (
     MemoryFit,
+    cache_layout,
     kv_cache_bytes,
     memory_fit,
+    request_cache_bytes,
     total_memory_bytes,
     usable_memory_bytes,
 )
@@ -231,3 +234,30 @@ def test_a_heads_cache_counts_the_mtp_layers_it_runs_not_all_its_checkpoint_has(
     assert config["num_nextn_predict_layers"] == 3
     layer = kv_cache_bytes(config, 1024) // config["num_hidden_layers"]
     assert head_cache_bytes(config, 1024) == layer + 1024 * config["hidden_size"] * 2
+
+
+@pytest.mark.parametrize("family", ["gemma3_text", "gpt_oss", "mimo_v2_flash"])
+def test_a_sliding_window_layer_counts_the_rows_its_cache_holds_not_the_context(
+    family: str,
+) -> None:
+    from app.engine.caches import WindowKVCache, new_cache, prefill
+    from app.engine.loader import config_model
+    from tests.engine.families import WINDOW, window_config
+
+    config = window_config(family)
+    caches = cache_layout(config)
+    assert caches is not None and caches.windows and caches.growing
+    tokens = 4096
+    held = WindowKVCache.rows_held(WINDOW, tokens)
+    assert held < tokens
+    row = kv_cache_bytes(config, 1) // caches.layers  # a layer's keys and values of a token
+    kv, _ = request_cache_bytes(config, tokens)
+    assert kv == row * (caches.growing * tokens + len(caches.windows) * held)
+    # What a window's cache holds, a long prompt read and a reply begun, is within that.
+    model = config_model(config)
+    cache = new_cache(model)
+    prefill(model, cache, list(range(1, 1300)))
+    for token in range(40):
+        model(mx.array([[token]]), cache=cache)
+    windows = [c for c in cache if isinstance(c, WindowKVCache)]
+    assert windows and all(c.keys is not None and c.keys.shape[2] <= held for c in windows)

@@ -11,7 +11,7 @@ import pytest
 from app.cli import main as tandem
 from app.engine.recurrent import MARKS, ROWS_KEPT, TARGET_FORWARDS, steps_kept
 from app.hub.catalog import load_catalog, recommend, suggest_drafts
-from app.hub.fit import kv_cache_bytes, memory_fit, recurrent_layout
+from app.hub.fit import cache_layout, kv_cache_bytes, memory_fit
 from app.hub.library import inspect_model
 from app.hub.pair_check import check_pair
 from app.testing.tiny import build_model
@@ -45,11 +45,13 @@ def test_a_hybrid_pair_passes_the_check_and_its_draft_is_suggested(hybrid) -> No
 def test_the_fit_counts_attention_layers_and_recurrent_states(hybrid) -> None:
     target, _ = hybrid
     config = json.loads((target / "config.json").read_text())
-    share, state = recurrent_layout(config) or (0.0, 0)
-    assert share == 0.5  # full attention every 2nd of 4 layers
+    caches = cache_layout(config)
+    assert caches is not None
+    assert (caches.layers, caches.growing, caches.windows) == (4, 2, ())  # attention every 2nd
+    state = caches.state
     assert state > 0
     fit = memory_fit(target, None, context_length=1024, available=10**12)
-    assert fit.kv_bytes == int(kv_cache_bytes(config, 1024) * share)
+    assert fit.kv_bytes == kv_cache_bytes(config, 1024) // 2
     # A request's, its marked copies, one before each of its newest rounds and, off
     # Metal, one a verified row.
     rows = ROWS_KEPT if steps_kept() else 0
@@ -96,5 +98,6 @@ def test_a_reply_reserves_room_for_its_recurrent_states(hybrid) -> None:
 
     target, _ = hybrid
     pair = load_pair(target)
-    _, state = recurrent_layout(pair.target.config) or (0.0, 0)
-    assert reply_kv_bytes(pair, [Message("user", "Hi")], 16) >= state * (1 + MARKS)
+    caches = cache_layout(pair.target.config)
+    assert caches is not None
+    assert reply_kv_bytes(pair, [Message("user", "Hi")], 16) >= caches.state * (1 + MARKS)
