@@ -1,11 +1,12 @@
 """Recurrent layers' states that go back exactly, so hybrid targets can verify drafts.
 
-Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3-Next, Kimi-Linear, Ling 2.5, OLMo hybrid),
-Mamba2 and Mamba layers (Nemotron-H, Falcon-H1, Granite 4, Jamba, Mamba-Codestral,
-Falcon-Mamba) and short convolutions (LFM2, LFM2-MoE) keep, in mlx-lm's
-``ArraysCache``, states that each row overwrites: a convolution's last few
-inputs and a recurrent matrix. Verifying k drafts reads k + 1 rows, so a
-rejected draft would stay in them.
+Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3-Next, Kimi-Linear, Kimi K3, Ling 2.5, OLMo
+hybrid), Mamba2 and Mamba layers (Nemotron-H, Falcon-H1, Granite 4, Jamba, Plamo 2,
+Mamba-Codestral, Falcon-Mamba), short convolutions (LFM2, LFM2-MoE, Baichuan-M1's key and
+value taps), lightning attention (Ling), RG-LRU (RecurrentGemma), RWKV-7's time mixing and
+LongCat-Flash's n-gram embedding keep, in mlx-lm's ``ArraysCache``, states that each row
+overwrites: a layer's last few inputs and a recurrent matrix. Verifying k drafts reads
+k + 1 rows, so a rejected draft would stay in them.
 
 :class:`RecurrentCache` goes back instead. While a forward runs, each of its
 layers notes how the states it writes are made: the convolution's input (the
@@ -16,12 +17,13 @@ to j rows recomputes the recurrence over those rows alone from the state
 before the forward (no projection, no matmul). A round that keeps every row
 costs nothing. docs/architecture.md says why, with what each method measured.
 
-A layer is noted through what mlx-lm's models call: ``gated_delta_update`` and
-``ssm_update`` (wrapped where the model's module imported them), a ``Conv1d``
-of the model (its class swapped for :class:`_NotedConv1d`) and Jamba's and
-Mamba's ``ssm_step``. A state written with no note cannot be recomputed: that
-forward cannot be gone back into, and :func:`refusal` names the models whose
-layers write such states.
+A layer is noted through what mlx-lm's models call: the recurrences of
+:data:`RECURRENCES` (wrapped where the model's module imported them) and
+:data:`METHODS`, a ``Conv1d`` of the model (its class swapped for
+:class:`_NotedConv1d`), the modules of :data:`_LAST_INPUTS`, Baichuan-M1's taps
+and Jamba's and Mamba's ``ssm_step``. A state written with no note cannot be
+recomputed: that forward cannot be gone back into, and :func:`refusal` names the
+models whose layers may write such states.
 """
 
 from __future__ import annotations
@@ -337,18 +339,26 @@ def _note(
         cache.noted(_Note(rows, None if deep else at, made, None if deep else again), before)
 
 
-def _recurrence(fn: Callable[..., Any], timed: tuple[str, ...]) -> Callable[..., Any]:
+@dataclass(frozen=True)
+class Recurrence:
+    """How a recurrence mlx-lm's models call takes its rows and its state."""
+
+    timed: dict[str, int]  # the arguments along the rows, and their row axis; the first first
+    state: str = "state"  # the argument holding the state before
+
+
+def _recurrence(fn: Callable[..., Any], spec: Recurrence) -> Callable[..., Any]:
     """``fn`` (returning ``(output, state)``), noting how to get its state after j rows.
 
-    ``timed`` names the arguments whose second axis is the rows, the first
-    one first. Where the recurrence ran step by step (:func:`_stepwise`), its
+    Where the recurrence ran step by step (:func:`_stepwise`), its
     states after each row are kept while its forward is the newest: going
     back into it costs nothing. Otherwise, and once a newer forward runs, the
     state is recomputed over the rows kept; arguments are bound by name only
     then, so a forward pays a lookup per layer, not a binding.
     """
     signature = inspect.signature(fn)
-    state_at = list(signature.parameters).index("state")
+    state_at = list(signature.parameters).index(spec.state)
+    (first_name, rows_axis), *_ = spec.timed.items()
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
         _local.steps = None
@@ -356,17 +366,17 @@ def _recurrence(fn: Callable[..., Any], timed: tuple[str, ...]) -> Callable[...,
         steps, _local.steps = _local.steps, None
         if _active() is None:
             return out
-        first = args[0] if args else kwargs[timed[0]]
-        before = args[state_at] if len(args) > state_at else kwargs.get("state")
+        first = args[0] if args else kwargs[first_name]
+        before = args[state_at] if len(args) > state_at else kwargs.get(spec.state)
 
         def again(j: int) -> Any:
             cut = dict(signature.bind(*args, **kwargs).arguments)
-            for name in timed:
+            for name, axis in spec.timed.items():
                 if cut.get(name) is not None:
-                    cut[name] = cut[name][:, :j]
+                    cut[name] = cut[name][(slice(None),) * axis + (slice(0, j),)]
             return fn(**cut)[1]
 
-        rows = first.shape[1]
+        rows = first.shape[rows_axis]
         if steps is not None and len(steps) == rows:
             _note(rows, lambda j: steps[j - 1], made=out[1], before=before, again=again)
         else:
@@ -421,11 +431,17 @@ def _stepwise(step: Callable[..., Any]) -> Callable[..., Any]:
     return gated_delta_ops
 
 
-# The recurrences mlx-lm's hybrid models call, and their arguments along the rows.
+_ROWS = 1  # the row axis of (batch, rows, ...) arguments
+# The recurrences mlx-lm's hybrid models call, by name; Ling's lightning attention
+# (``recurrent_gla``) takes its heads before its rows.
 RECURRENCES = {
-    "gated_delta_update": ("q", "k", "v", "a", "b", "mask"),
-    "ssm_update": ("hidden_states", "B", "C", "dt", "mask"),
+    "gated_delta_update": Recurrence(dict.fromkeys(("q", "k", "v", "a", "b", "mask"), _ROWS)),
+    "ssm_update": Recurrence(dict.fromkeys(("hidden_states", "B", "C", "dt", "mask"), _ROWS)),
+    "recurrent_gla": Recurrence({"q": 2, "k": 2, "v": 2, "mask": _ROWS}, state="h"),
+    "rnn_scan": Recurrence({"x": _ROWS, "a": _ROWS}, state="h0"),  # RecurrentGemma's RG-LRU
 }
+# Methods of a model's modules that run a recurrence: RWKV-7's time mixing.
+METHODS = {"_wkv7": Recurrence(dict.fromkeys(("r", "w", "k", "v", "a", "b"), _ROWS))}
 
 
 class _NotedConv1d(nn.Conv1d):
@@ -438,6 +454,58 @@ class _NotedConv1d(nn.Conv1d):
             _note(rows, lambda j: x[:, j : j + width])
         out: mx.array = super().__call__(x)  # type: ignore[no-untyped-call]
         return out
+
+
+def _shifted(conv: Callable[..., Any]) -> Callable[..., Any]:
+    """Baichuan-M1's two-tap convolution of keys or values, ``(batch, heads, rows, dim)``:
+    its state after j rows is the j-th row it read."""
+
+    def recorded(u: mx.array, weights: mx.array, state: mx.array | None = None) -> Any:
+        _note(u.shape[2], lambda j: u[:, :, j - 1 : j])
+        return conv(u, weights, state)
+
+    recorded.__wrapped__ = conv  # type: ignore[attr-defined]
+    return recorded
+
+
+def _token_shift(forward: Callable[..., Any], shift: Any, x: mx.array, state: Any = None) -> Any:
+    """RWKV-7's token shift: its state after j rows is the j-th row it read."""
+    _note(x.shape[1], lambda j: x[:, j - 1 : j])
+    return forward(shift, x, state)
+
+
+def _temporal_conv(forward: Callable[..., Any], conv: Any, x: mx.array, cache: Any = None) -> Any:
+    """RecurrentGemma's convolution, handing back its last inputs as its state: after j
+    rows, the inputs before row j (zeros before the first)."""
+    y, tail = forward(conv, x, cache)
+    width = tail.shape[1]
+    before = cache if cache is not None else mx.zeros((x.shape[0], width, x.shape[2]), x.dtype)
+    _note(x.shape[1], lambda j: mx.concatenate([before, x[:, :j]], axis=1)[:, -width:])
+    return y, tail
+
+
+def _ngram_context(
+    forward: Callable[..., Any], embedding: Any, ids: mx.array, cache: Any = None
+) -> Any:
+    """LongCat-Flash's n-gram embedding: its state is the last n - 1 tokens read."""
+    if cache is not None:
+        before, tokens, keep = cache[0], ids.astype(mx.int64), embedding.n - 1
+
+        def at(j: int) -> mx.array:
+            seen = tokens[:, :j] if before is None else mx.concatenate([before, tokens[:, :j]], 1)
+            return seen[:, max(0, seen.shape[1] - keep) :]
+
+        _note(ids.shape[1], at)
+    return forward(embedding, ids, cache)
+
+
+# Modules of mlx-lm's models whose state is the inputs they read last, by class.
+_LAST_INPUTS = {
+    "mlx_lm.models.rwkv7.TokenShift": _token_shift,
+    "mlx_lm.models.recurrent_gemma.Conv1d": _temporal_conv,
+    "mlx_lm.models.longcat_flash_ngram.NgramEmbedding": _ngram_context,
+}
+_NOTING: dict[type, type] = {}
 
 
 def _stepped(step: Callable[..., Any]) -> Callable[..., Any]:
@@ -541,13 +609,27 @@ def install(model: nn.Module) -> None:
         name = getattr(module, "__name__", "")
         if not name.startswith("mlx_lm.models."):
             continue
-        for fn, timed in RECURRENCES.items():
+        for fn, spec in RECURRENCES.items():
             current = getattr(module, fn, None)
             if callable(current) and not hasattr(current, "__wrapped__"):
-                setattr(module, fn, _recurrence(current, timed))
+                setattr(module, fn, _recurrence(current, spec))
     for _, child in model.named_modules():
-        if type(child) is nn.Conv1d:
+        cls = type(child)
+        if cls is nn.Conv1d:
             child.__class__ = _NotedConv1d
+        elif around := _LAST_INPUTS.get(f"{cls.__module__}.{cls.__name__}"):
+            child.__class__ = wrapped(cls, _NOTING, around)
+        if callable(getattr(child, "_decode_core", None)):
+            # Kimi K3's one-token step, which it compiles on Metal: traced once, its
+            # recurrence would run unseen after. Run as it is, its states are noted.
+            child._step = child._decode_core
+        for method, spec in METHODS.items():
+            run = getattr(child, method, None)
+            if callable(run) and not hasattr(run, "__wrapped__"):
+                setattr(child, method, _recurrence(run, spec))
+        taps = getattr(child, "_custom_convolution", None)
+        if callable(taps) and not hasattr(taps, "__wrapped__"):
+            child._custom_convolution = _shifted(taps)
         step = getattr(child, "ssm_step", None)
         if callable(step) and not hasattr(step, "__wrapped__"):
             child.ssm_step = _stepped(step)
@@ -574,19 +656,16 @@ REWOUND = frozenset(
         "olmo_hybrid",
         "mamba",
         "bailing_moe_v3",
+        "plamo2",
+        "baichuan_m1",
+        "bailing_moe_linear",
+        "bailing_hybrid",
+        "recurrent_gemma",
+        "rwkv7",
+        "kimi_k3",
+        "longcat_flash_ngram",
     }
 )
-# The layers of the others that keep a state, as a refusal names them.
-KINDS = {
-    "rwkv7": "RWKV-7 time-mixing",
-    "recurrent_gemma": "RG-LRU",
-    "bailing_moe_linear": "gated linear attention",
-    "bailing_hybrid": "gated linear attention",
-    "plamo2": "Mamba (Plamo 2)",
-    "baichuan_m1": "short-convolution attention",
-    "kimi_k3": "Kimi Delta Attention (Kimi K3)",
-    "longcat_flash_ngram": "n-gram embedding",
-}
 
 
 def refusal(model: nn.Module, cache: Sequence[Any]) -> str | None:
@@ -596,4 +675,5 @@ def refusal(model: nn.Module, cache: Sequence[Any]) -> str | None:
     module = type(model).__module__.rsplit(".", 1)[-1]
     if module in REWOUND:
         return None
-    return f"its {KINDS.get(module, module)} layers keep a state that cannot be given back"
+    # A family mlx-lm adds later: its layers' calls are not known to be noted.
+    return f"its recurrent layers ({module}) keep a state that cannot be given back"

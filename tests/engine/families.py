@@ -14,6 +14,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from app.engine.fuse import fuse
 from app.engine.loader import ModelPair, config_model
+from app.engine.recurrent import REWOUND
 from app.testing.tiny import build_model, model_config
 
 
@@ -121,6 +122,23 @@ def _silence_the_end(weights: Path, eos: int) -> None:
     mx.save_safetensors(str(weights), params, metadata={"format": "mlx"})
 
 
+# Families whose mlx-lm classes start with zeros what acts on the states (Baichuan-M1's
+# convolution taps, RecurrentGemma's convolution and gates, RWKV-7's token-shift mixes):
+# left so, a tiny model's states would change nothing.
+_ZEROED = ("baichuan_m1", "recurrent_gemma", "rwkv7")
+
+
+def _randomize_zeros(weights: Path) -> None:
+    """Gives the tensors that are all zeros random values, seeded."""
+    params = mx.load(str(weights))
+    assert isinstance(params, dict)
+    mx.random.seed(1)
+    for name, value in params.items():
+        if not mx.any(value).item():
+            params[name] = mx.random.uniform(-0.5, 0.5, value.shape)
+    mx.save_safetensors(str(weights), params, metadata={"format": "mlx"})
+
+
 def window_pair(root: Path, family: str, tokenizer_from: Path) -> tuple[Path, Path]:
     """Folders of a tiny windowed ``family`` target and a byte copy of it (every draft right)."""
     target = build_model(root / "target", window_config(family), tokenizer_from=tokenizer_from)
@@ -130,23 +148,8 @@ def window_pair(root: Path, family: str, tokenizer_from: Path) -> tuple[Path, Pa
     return target, copy
 
 
-# Hybrid families: recurrent layers (Gated DeltaNet, Mamba, short convolutions) among attention.
-HYBRIDS = (
-    "qwen3_5",
-    "qwen3_5_moe",
-    "qwen3_next",
-    "nemotron_h",
-    "lfm2",
-    "granitemoehybrid",
-    "falcon_h1",
-    "jamba",
-    "kimi_linear",
-    "lfm2_moe",
-    "mamba2",
-    "olmo_hybrid",
-    "mamba",
-    "bailing_moe_v3",
-)
+# Families with recurrent layers: every one Tandem rewinds, each tested.
+HYBRIDS = tuple(sorted(REWOUND))
 
 
 def hybrid_config(family: str, seed_layers: int = 4) -> dict[str, Any]:
@@ -327,27 +330,96 @@ def hybrid_config(family: str, seed_layers: int = 4) -> dict[str, Any]:
             "use_conv_bias": True,
             "time_step_rank": "auto",
         }
-    if family == "bailing_moe_v3":  # Ling 2.5: Kimi Delta Attention, latent attention, experts
+    if family == "plamo2":  # Plamo 2: Mamba layers, attention every 2nd
         return {
             **base,
+            "hidden_size_per_head": 16,
+            "mamba_d_state": 16,
+            "mamba_d_conv": 4,
+            "mamba_num_heads": 4,
+            "mamba_step": 2,
+            "tie_word_embeddings": False,
+        }
+    if family == "baichuan_m1":  # Baichuan-M1: a two-tap convolution of keys and values
+        return {
+            **base,
+            "sliding_window": 16,
+            "sliding_window_layers": [1, 3],
+            "conv_window": 2,
+        }
+    # Ling's models: linear attention (lightning or Kimi Delta), attention every 2nd
+    ling = {
+        "head_dim": 16,
+        "layer_group_size": 2,
+        "group_norm_size": 1,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "moe_intermediate_size": 32,
+        "moe_shared_expert_intermediate_size": 32,
+        "routed_scaling_factor": 1.0,
+        "norm_topk_prob": True,
+    }
+    mla = {"q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+           "qk_rope_head_dim": 8, "v_head_dim": 16}  # fmt: skip
+    if family == "bailing_moe_linear":  # lightning attention
+        return {**base, **ling, "use_qk_norm": True}
+    if family == "bailing_hybrid":  # lightning attention, latent attention
+        return {**base, **ling, **mla}
+    if family == "bailing_moe_v3":  # Ling 2.5: Kimi Delta Attention, latent attention
+        return {
+            **base,
+            **ling,
+            **mla,
             "model_type": "bailing_hybrid",
             "architectures": ["BailingMoeV3ForCausalLM"],
-            "head_dim": 16,
-            "layer_group_size": 2,
-            "num_experts": 4,
-            "num_experts_per_tok": 2,
-            "num_shared_experts": 1,
-            "first_k_dense_replace": 1,
-            "n_group": 1,
-            "topk_group": 1,
-            "moe_intermediate_size": 32,
-            "moe_shared_expert_intermediate_size": 32,
-            "q_lora_rank": None,
-            "kv_lora_rank": 16,
-            "qk_nope_head_dim": 16,
-            "qk_rope_head_dim": 8,
-            "v_head_dim": 16,
             "rope_theta": 10000.0,
+        }
+    if family == "recurrent_gemma":  # RecurrentGemma (Griffin): RG-LRU and local attention
+        return {
+            **base,
+            "attention_bias": False,
+            "conv1d_width": 4,
+            "logits_soft_cap": 30.0,
+            "attention_window_size": 16,
+            "block_types": ["recurrent", "attention"],
+        }
+    if family == "rwkv7":  # RWKV-7: time mixing alone, no attention
+        return {
+            **base,
+            "norm_eps": 1e-5,
+            "head_dim": 16,
+            "a_low_rank_dim": 8,
+            "v_low_rank_dim": 8,
+            "gate_low_rank_dim": 8,
+            "decay_low_rank_dim": 8,
+        }
+    if family == "kimi_k3":  # Kimi K3: Kimi-Linear's layers, with block residuals
+        kimi = hybrid_config("kimi_linear", seed_layers)
+        return {**kimi, "model_type": family, "attn_res_block_size": 2, "num_shared_experts": 1}
+    if family == "longcat_flash_ngram":  # LongCat-Flash: an n-gram embedding of the last tokens
+        return {
+            **base,
+            "num_layers": 2,
+            "ffn_hidden_size": 64,
+            "moe_topk": 2,
+            "expert_ffn_hidden_size": 32,
+            "n_routed_experts": 4,
+            "zero_expert_num": 1,
+            "kv_lora_rank": 16,
+            "q_lora_rank": 32,
+            "qk_rope_head_dim": 8,
+            "qk_nope_head_dim": 16,
+            "v_head_dim": 16,
+            "routed_scaling_factor": 1.0,
+            "mla_scale_q_lora": True,
+            "mla_scale_kv_lora": True,
+            "ngram_vocab_size_ratio": 2,
+            "emb_neighbor_num": 3,
+            "emb_split_num": 2,
         }
     raise ValueError(f"no tiny config for {family}")
 
@@ -358,6 +430,8 @@ def hybrid_pair(root: Path, family: str, tokenizer_from: Path) -> tuple[Path, Pa
     target = build_model(root / "target", hybrid_config(family), tokenizer_from=tokenizer_from)
     config = json.loads((target / "config.json").read_text())
     _silence_the_end(target / "model.safetensors", config["eos_token_id"])
+    if family in _ZEROED:
+        _randomize_zeros(target / "model.safetensors")
     copy = build_model(root / "copy", config, tokenizer_from=tokenizer_from, weights_from=target)
     other = build_model(
         root / "other", config, tokenizer_from=tokenizer_from, weights_from=target, noise=0.02

@@ -15,7 +15,15 @@ import pytest
 
 from app.engine import Finished, GenerationParams, Message, load_pair
 from app.engine import merged as merged_module
-from app.engine.caches import back_to, mark, new_cache, reachable, refusal, rewind
+from app.engine.caches import (
+    WindowKVCache,
+    back_to,
+    mark,
+    new_cache,
+    reachable,
+    refusal,
+    rewind,
+)
 from app.engine.decoder import Decoder, take_turns
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair, config_model
@@ -113,8 +121,10 @@ def test_requests_of_a_batch_with_different_acceptance_are_plain_greedy(pairs, m
     for prompt, reply in zip(prompts, turns.replies, strict=True):
         want = _plain(other, prompt)
         assert reply[: len(want)] == want
-    # The requests' steps and verifications ran as one forward.
-    assert merged
+    # The requests' steps and verifications ran as one forward, where their caches merge
+    # (a sliding window's do not: Baichuan-M1's requests run side by side).
+    cache = new_cache(other.target.model)
+    assert merged or any(isinstance(c, WindowKVCache) for c in leaves(cache))
 
 
 def test_a_follow_up_a_retry_and_an_edit_reuse_the_caches_and_stay_exact(pairs) -> None:
@@ -196,6 +206,19 @@ def test_a_cache_that_cannot_give_rows_back_is_refused_by_its_layers_kind() -> N
 
     assert refusal(Compressed()) == (
         "its compressed sparse attention (DeepSeek-V4) layers cannot go back"
+    )
+
+
+def test_a_recurrent_family_not_known_to_go_back_is_refused_by_its_name() -> None:
+    from mlx_lm.models.cache import ArraysCache
+
+    class Model(nn.Module):  # a family mlx-lm adds after this release
+        def make_cache(self) -> list[Any]:
+            return [ArraysCache(2)]
+
+    Model.__module__ = "mlx_lm.models.newfamily"
+    assert refusal(Model()) == (
+        "its recurrent layers (newfamily) keep a state that cannot be given back"
     )
 
 
@@ -288,4 +311,26 @@ def test_a_forward_over_mlx_lms_own_cache_notes_nothing_into_ours(qwen3_5) -> No
     model(rows[:, :2], cache=fresh)
     assert [c.offset for c in leaves(cache)] == [c.offset for c in leaves(fresh)]
     got = model(mx.array([[7]]), cache=cache)
+    assert mx.allclose(got, model(mx.array([[7]]), cache=fresh), rtol=1e-5, atol=1e-5)
+
+
+def test_kimi_k3s_one_token_steps_go_back_where_metal_would_compile_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On Metal its Kimi Delta Attention runs a one-token step compiled, its recurrence
+    # traced once and unseen after; a draft's steps are such, and must still go back.
+    model = config_model(hybrid_config("kimi_k3"))
+    model.eval()  # as loaded: its one-token step is taken in eval mode only
+    install(model)
+    monkeypatch.setattr(mx.metal, "is_available", lambda: True)
+    prompt = mx.arange(3, 13)[None]
+    cache = new_cache(model)
+    model(prompt, cache=cache)
+    for token in (20, 21, 22):
+        model(mx.array([[token]]), cache=cache)
+    assert rewind(cache, 2)
+    got = model(mx.array([[7]]), cache=cache)
+    fresh = new_cache(model)
+    model(prompt, cache=fresh)
+    model(mx.array([[20]]), cache=fresh)
     assert mx.allclose(got, model(mx.array([[7]]), cache=fresh), rtol=1e-5, atol=1e-5)

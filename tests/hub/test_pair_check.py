@@ -136,21 +136,22 @@ def test_missing_chat_template(tmp_path: Path, tiny: TinyModels, small_draft: Pa
     assert len(lines) == 1 + len(CHECKS)
 
 
-def test_recurrent_draft_cannot_rewind(tmp_path: Path, tiny: TinyModels, small_draft: Path) -> None:
-    draft = _copy(small_draft, tmp_path / "tiny-rwkv")
-    from tests.corpus import rwkv7_config
+def test_a_draft_whose_cache_cannot_go_back_is_refused(
+    tmp_path: Path, tiny: TinyModels, small_draft: Path
+) -> None:
+    draft = _copy(small_draft, tmp_path / "tiny-v4")
+    from tests.corpus import deepseek_v4_config
 
     eos = json.loads((small_draft / "config.json").read_text())["eos_token_id"]
-    rwkv = rwkv7_config(eos, tie_word_embeddings=True)
     # Weights of its own: the library refuses a config its weights do not fit.
-    build_model(draft, rwkv, tokenizer_from=small_draft, seed=5)
+    build_model(draft, deepseek_v4_config(eos), tokenizer_from=small_draft, seed=5)
 
     failed = _failed(check_pair(tiny.target, draft))
 
     assert list(failed) == ["cache rewind"]
     assert failed["cache rewind"] == (
-        "the draft (tiny-rwkv) cannot rewind its cache: "
-        "its RWKV-7 time-mixing layers keep a state that cannot be given back"
+        "the draft (tiny-v4) cannot rewind its cache: "
+        "its compressed sparse attention (DeepSeek-V4) layers cannot go back"
     )
 
 
