@@ -174,7 +174,11 @@ class SpeculationPanel(QWidget):
             c = ORIGIN_COLORS[origin]
             swatch = f"rgba({c.red()},{c.green()},{c.blue()},{c.alphaF() * 2:.2f})"
             items.append(
-                f'<span style="background:{swatch}">&nbsp;&nbsp;&nbsp;</span>&nbsp;'
+                f'<td style="padding-right:10px"><span style="background:{swatch}">'
+                "&nbsp;&nbsp;&nbsp;</span>&nbsp;"
                 + ORIGIN_LABELS[origin].replace(" ", "&nbsp;")  # a label wraps whole
+                + "</td>"
             )
-        return "&nbsp;&nbsp; ".join(items)
+        # Two columns: entries line up however narrow the panel, none left alone on a line.
+        rows = ("<tr>" + "".join(items[i : i + 2]) + "</tr>" for i in range(0, len(items), 2))
+        return '<table cellspacing="0" cellpadding="1">' + "".join(rows) + "</table>"

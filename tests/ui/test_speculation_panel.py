@@ -65,3 +65,20 @@ def test_the_legend_names_the_pairs_drafter_only(qtbot: QtBot) -> None:
     live.reset_pair()
     assert "MTP" not in panel.legend.text()
     assert "prompt&nbsp;lookup" in panel.legend.text()  # the other origins stay
+
+
+def test_the_legend_lines_up_in_two_rows_at_the_panels_narrowest(qtbot: QtBot) -> None:
+    from app.engine.live import LiveStats
+
+    panel = _panel(qtbot)
+    live = LiveStats()
+    live.subscribe(panel.show_live)
+    live.reset_pair(own_head=True)  # the longest drafter's name
+    panel.resize(panel.minimumSizeHint().width(), 700)
+    panel.show()
+    qtbot.waitExposed(panel)
+    legend = panel.legend
+    line = legend.fontMetrics().lineSpacing()
+    # Two rows of two, none alone on a line (a flowed legend took three rows here).
+    assert legend.width() >= legend.minimumSizeHint().width()
+    assert legend.heightForWidth(legend.width()) < 3 * line
