@@ -84,6 +84,7 @@ SUPPORTED = (
     "MiMo-V2-Flash, Nemotron-H"
 )
 _PREFIX = "mtp."
+_EMBEDDING, _INPUT = "embedding", "input"  # what a head zeroes at position 0
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ class Filing:
     pattern: str | None = None  # its blocks' kinds, where the model mixes them (Nemotron-H)
     one_plus: bool = False  # norms stored as w and applied as 1 + w (Qwen3.5's checkpoints)
     sliding: bool = False  # its block attends within the model's window (MiMo-V2-Flash's)
+    # What is zeroed at position 0, as vLLM's layer of the family does: the token's
+    # embedding (DeepSeek-V3's and GLM's next-n layers) or fc's output (MiMo's).
+    first_zeroed: str | None = None
     first_only: bool = False  # of several layers, the first drafts at every depth
 
 
@@ -130,9 +134,17 @@ def filing(config: dict[str, Any]) -> Filing:
     family = str(config.get("model_type", ""))
     if family in NEXT_N:
         layers = int(config.get("text_config", config)["num_hidden_layers"])
-        return Filing(f"model.layers.{layers}.", _NEXT_N_NAMES, numbered=True)
+        return Filing(
+            f"model.layers.{layers}.", _NEXT_N_NAMES, numbered=True, first_zeroed=_EMBEDDING
+        )
     if family == _MIMO:
-        return Filing("model.mtp_layers.0.", _MIMO_NAMES, hidden_first=True, before_norm=True)
+        return Filing(
+            "model.mtp_layers.0.",
+            _MIMO_NAMES,
+            hidden_first=True,
+            before_norm=True,
+            first_zeroed=_INPUT,
+        )
     if family == _MIMO_V2:
         return Filing("model.mtp.layers.0.", _MIMO_V2_NAMES, sliding=True, first_only=True)
     if family == _NEMOTRON:
@@ -236,6 +248,7 @@ class MTPHead(nn.Module):
         family = getattr(target, "model_type", "")
         filed = filing({"model_type": family, "num_hidden_layers": args.num_hidden_layers})
         self.hidden_first, self.before_norm = filed.hidden_first, filed.before_norm
+        self.first_zeroed = filed.first_zeroed
         self.fc = nn.Linear(2 * size, size, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(size, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(size, eps=eps)
@@ -264,7 +277,11 @@ class MTPHead(nn.Module):
     def __call__(self, embedded: mx.array, hidden: mx.array, cache: Sequence[Any]) -> mx.array:
         """The head's output states (after its norm) for ``(1, n, size)`` token embeddings
         and the hidden states beside them, read into ``cache`` at its offset."""
+        if self.first_zeroed == _EMBEDDING:
+            embedded = _first_zeroed(embedded, cache[0])
         x = self.fc(self._input(embedded, hidden))
+        if self.first_zeroed == _INPUT:
+            x = _first_zeroed(x, cache[0])
         mask = create_attention_mask(
             x, attending(cache[0]), window_size=self._window, return_array=self._array_mask
         )
@@ -273,6 +290,16 @@ class MTPHead(nn.Module):
             x = layer(x, mask=mask, cache=next(caches) if cached else None)
         out: mx.array = self.norm(x)
         return out
+
+
+def _first_zeroed(x: mx.array, cache: Any) -> mx.array:
+    """``(batch, n, size)`` rows read into ``cache`` at its offset (each sequence's, in a
+    batch), the row at position 0 zeroed."""
+    start = attending(cache).offset
+    if isinstance(start, int):
+        return x if start > 0 else x.at[:, :1].multiply(0)
+    positions = start.reshape(-1, 1) + mx.arange(x.shape[1])
+    return mx.where((positions == 0)[..., None], mx.zeros_like(x), x)
 
 
 def _eps(args: Any) -> float:

@@ -149,8 +149,9 @@ def _wired(target: Any, swapped: bool = False) -> dict[str, mx.array]:
 
 
 def _predicts(target: Any, head: MTPHead, hidden: mx.array) -> mx.array:
+    """The head's predictions past position 0 (whose input some families zero)."""
     states = head(embed(target, TOKENS), hidden, head.make_cache())
-    return mx.argmax(logits(target, states), axis=-1)
+    return mx.argmax(logits(target, states), axis=-1)[:, 1:]
 
 
 def test_a_hand_wired_head_predicts_right_only_when_wired_as_the_reference(
@@ -160,13 +161,14 @@ def test_a_hand_wired_head_predicts_right_only_when_wired_as_the_reference(
     head = load_head(folder, target, next_n_config(target.model_type))
     no_cache = [None] * len(target.layers)
     hidden, want = hidden_and_logits(target, TOKENS, no_cache, head.before_norm)
-    assert mx.array_equal(_predicts(target, head, hidden), mx.argmax(want, axis=-1))
+    right = mx.argmax(want, axis=-1)[:, 1:]
+    assert mx.array_equal(_predicts(target, head, hidden), right)
     # The other side of the final norm, or the halves of fc's input swapped, miss.
     other, _ = hidden_and_logits(target, TOKENS, no_cache, not head.before_norm)
-    assert not mx.array_equal(_predicts(target, head, other), mx.argmax(want, axis=-1))
+    assert not mx.array_equal(_predicts(target, head, other), right)
     swapped = head_of(target, next_n_config(target.model_type))
     swapped.load_weights(list(_wired(target, swapped=True).items()))
-    assert not mx.array_equal(_predicts(target, swapped, hidden), mx.argmax(want, axis=-1))
+    assert not mx.array_equal(_predicts(target, swapped, hidden), right)
 
 
 # DeepSeek-V3's 61 layers take seconds a reply here: one k for it.
@@ -319,3 +321,39 @@ def test_mimo_v2_flashs_head_attends_within_the_models_window() -> None:
     # The first row is read by the positions within the window after it, and no others.
     assert not mx.allclose(before[:, :window], changed[:, :window])
     assert mx.array_equal(before[:, window:], changed[:, window:])
+
+
+@pytest.mark.parametrize(
+    ("family", "zeroed"),
+    [("deepseek_v3", "embedding"), ("glm4_moe", "embedding"), ("mimo", "input"),
+     ("mimo_v2_flash", None), ("nemotron_h", None)],
+)  # fmt: skip
+def test_a_heads_input_at_position_0_is_zeroed_as_vllms_layer_of_its_family_does(
+    family: str, zeroed: str | None
+) -> None:
+    target = _model(family)
+    head = head_of(target, next_n_config(family))
+    head.load_weights(list(_random_head(target).items()))
+    mx.random.seed(2)
+    hidden = mx.random.normal((1, TOKENS.shape[1], target.args.hidden_size))
+    other_token = TOKENS.at[0, 0].add(1)  # position 0's token, then its state, changed
+    other_state = hidden.at[:, 0].add(1.0)
+
+    def reads(tokens: mx.array, states: mx.array, cache: list[Any]) -> mx.array:
+        return head(embed(target, tokens), states, cache)
+
+    same = reads(TOKENS, hidden, head.make_cache())
+    token_read = not mx.allclose(same, reads(other_token, hidden, head.make_cache()))
+    state_read = not mx.allclose(same, reads(TOKENS, other_state, head.make_cache()))
+    reads_at_0 = {"embedding": (False, True), "input": (False, False), None: (True, True)}
+    assert (token_read, state_read) == reads_at_0[zeroed]
+
+    # Past position 0 every input counts: the same rows read after one already there.
+    def after_one() -> list[Any]:
+        cache = head.make_cache()
+        reads(TOKENS[:, :1], hidden[:, :1], cache)
+        return cache
+
+    assert not mx.allclose(
+        reads(TOKENS, hidden, after_one()), reads(other_token, hidden, after_one())
+    )

@@ -105,6 +105,17 @@ _GEMMA_BLOCK_TENSORS = {
 }
 
 
+# Qwen3's mixtures of experts (Qwen3-30B-A3B, Qwen3-Coder): the experts stacked, as
+# mlx-lm's SwitchGLU holds them.
+_QWEN3_MOE_BLOCK_TENSORS = {
+    **{k: v for k, v in _BLOCK_TENSORS.items() if k not in _DENSE_MLP},
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+    "ffn_up_exps": "mlp.switch_mlp.up_proj",
+    "ffn_down_exps": "mlp.switch_mlp.down_proj",
+}
+
+
 # Qwen3.5's layers: Gated DeltaNet (linear_attn) or gated attention, each then an MLP.
 # The last two map whole tails: ssm_a has no suffix, and ssm_dt.bias is dt_bias.
 _QWEN35_BLOCK_TENSORS = {
@@ -211,6 +222,9 @@ _ARCHS = {
     "llama": _Arch("llama", "LlamaForCausalLM", _BLOCK_TENSORS, True, 0.0, 10_000.0),
     "qwen2": _Arch("qwen2", "Qwen2ForCausalLM", _BLOCK_TENSORS, False, 0.0, 1_000_000.0),
     "qwen3": _Arch("qwen3", "Qwen3ForCausalLM", _BLOCK_TENSORS, False, 0.0, 1_000_000.0),
+    "qwen3moe": _Arch(
+        "qwen3_moe", "Qwen3MoeForCausalLM", _QWEN3_MOE_BLOCK_TENSORS, False, 0.0, 1_000_000.0
+    ),
     # Gemma's RMSNorm multiplies by 1 + w; llama.cpp stores 1 + w to multiply by it.
     "gemma3": _Arch(
         "gemma3_text", "Gemma3ForCausalLM", _GEMMA_BLOCK_TENSORS, False, 1.0, 1_000_000.0
@@ -695,6 +709,8 @@ def _model_config(
         config["rope_scaling"] = rope_scaling
     if arch.model_type in ("llama", "qwen2"):
         config["hidden_act"] = "silu"
+    if arch.model_type == "qwen3_moe":
+        config.update(_qwen3_moe_layers(meta, p))
     # Any layer's: a hybrid's first may have no attention or MLP.
     if arch.model_type in _ATTENTION_BIAS:
         config["attention_bias"] = any(n.endswith(".attn_q.bias") for n in names)
@@ -764,13 +780,23 @@ def _mlp_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
         "num_experts": _int(experts),
         "num_experts_per_tok": _int(meta.require(prefix + "expert_used_count")),
         "moe_intermediate_size": _int(meta.require(prefix + "expert_feed_forward_length")),
-        "shared_expert_intermediate_size": _int(
-            meta.require(prefix + "expert_shared_feed_forward_length")
-        ),
     }
+    # Qwen2MoeModel writes it for a shared expert only (Qwen3's mixtures have none).
+    if (shared := meta.get(prefix + "expert_shared_feed_forward_length")) is not None:
+        sizes["shared_expert_intermediate_size"] = _int(shared)
     if (width := meta.get(prefix + "feed_forward_length")) is not None:
         sizes["intermediate_size"] = _int(width)
     return sizes
+
+
+def _qwen3_moe_layers(meta: _Metadata, prefix: str) -> dict[str, Any]:
+    """A Qwen3 mixture's routing: every layer's (llama.cpp's qwen3moe has no dense one), the
+    chosen experts' weights renormalized (llama.cpp: always, unless the file says)."""
+    return {
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": bool(meta.get(prefix + "expert_weights_norm", True)),
+    }
 
 
 def _glm_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:
