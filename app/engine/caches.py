@@ -21,6 +21,7 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import (
     ArraysCache,
     CacheList,
+    ChunkedKVCache,
     RotatingKVCache,
     _BaseCache,
     make_prompt_cache,
@@ -141,6 +142,25 @@ class WindowKVCache(_BaseCache):
         return int(self.keys.nbytes + self.values.nbytes)
 
 
+class ChunkKVCache(ChunkedKVCache):
+    """Llama 4's chunked-attention layer: mlx-lm's cache, which keeps the newest chunk's
+    worth of rows and, asked to give back more than it holds, gave back what it held.
+    It goes back only where the rows of the chunk a next token reads are still held."""
+
+    def __init__(self, chunk_size: int) -> None:
+        super().__init__(chunk_size)  # type: ignore[no-untyped-call]
+
+    def can_go_back(self, n: int) -> bool:
+        at = self.offset - n
+        return n <= 0 or (at >= 0 and self.start_position <= at - at % self.chunk_size)
+
+    def trim(self, n: int) -> int:
+        n = min(n, self.offset)
+        if not self.can_go_back(n):
+            raise ValueError(f"a chunked layer holds rows from {self.start_position}, not {n} back")
+        return int(super().trim(n))  # type: ignore[no-untyped-call]
+
+
 def new_cache(model: nn.Module, forwards: int = FORWARDS) -> list[Any]:
     """``model``'s cache as mlx-lm makes it, plain windows and recurrent states made to go back.
 
@@ -155,6 +175,8 @@ def _exact(c: Any, forwards: int) -> Any:
         return WindowKVCache(c.max_size)
     if type(c) is ArraysCache:
         return RecurrentCache(len(c.cache), forwards=forwards)
+    if type(c) is ChunkedKVCache:
+        return ChunkKVCache(c.chunk_size)
     if isinstance(c, CacheList):
         c.caches = tuple(_exact(x, forwards) for x in c.caches)
     return c
@@ -181,6 +203,11 @@ def refusal(model: nn.Module) -> str | None:
     return recurrent.refusal(model, cache)
 
 
+# Layers that hold a bounded stretch of rows, and every kind that says how far it goes back.
+_HOLDING = (WindowKVCache, ChunkKVCache)
+_GOING_BACK = (*_HOLDING, RecurrentCache)
+
+
 def rewind(cache: Sequence[Any], n: int) -> bool:
     """Gives back the newest ``n`` rows of every layer, or changes nothing.
 
@@ -192,7 +219,7 @@ def rewind(cache: Sequence[Any], n: int) -> bool:
     if n <= 0:
         return True
     layers = list(leaves(cache))
-    if not all(c.can_go_back(n) for c in layers if isinstance(c, WindowKVCache | RecurrentCache)):
+    if not all(c.can_go_back(n) for c in layers if isinstance(c, _GOING_BACK)):
         return False
     if not can_rewind(cache):
         return False
@@ -215,7 +242,7 @@ def reachable(cache: Sequence[Any], offset: int) -> int:
     for c in layers:
         if isinstance(c, RecurrentCache):
             at = min(at, c.reachable(at))
-        elif isinstance(c, WindowKVCache) and not c.can_go_back(c.offset - at):
+        elif isinstance(c, _HOLDING) and not c.can_go_back(c.offset - at):
             return 0
     return at
 
@@ -235,7 +262,7 @@ class Layout:
 
     layers: int  # every layer's cache (a CacheList's parts each)
     growing: int  # those whose keys and values grow with the context
-    windows: tuple[int, ...]  # each sliding-window layer's window
+    windows: tuple[int, ...]  # each sliding-window layer's window (a chunked layer's chunk)
     state: int  # bytes of one request's recurrent states (a marked copy holds as much again)
 
 
@@ -248,7 +275,11 @@ def layout(model: nn.Module) -> Layout:
     cache = new_cache(model)
     layers = list(leaves(cache))
     states = [c for c in layers if isinstance(c, RecurrentCache)]
-    windows = tuple(c.window for c in layers if isinstance(c, WindowKVCache))
+    windows = tuple(
+        c.window if isinstance(c, WindowKVCache) else c.chunk_size
+        for c in layers
+        if isinstance(c, _HOLDING)
+    )
     if states:
         model(mx.array([[0]]), cache=cache)  # shapes only
     growing = len(layers) - len(states) - len(windows)

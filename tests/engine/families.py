@@ -49,7 +49,7 @@ def cache_of(model: nn.Module, prompt: list[int]) -> list[Any]:
 
 
 WINDOW = 16  # the sliding window of the tiny windowed families
-FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss", "mimo_v2_flash")
+FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss", "mimo_v2_flash", "llama4")
 
 
 def window_config(family: str) -> dict[str, Any]:
@@ -69,6 +69,20 @@ def window_config(family: str) -> dict[str, Any]:
         )
     elif family == "mimo_v2_flash":
         config.update(mimo_v2_flash_config(config))
+    elif family == "llama4":  # Llama 4: attention within chunks in 3 of 4 layers, experts
+        text = {
+            **config,
+            "model_type": "llama4_text",
+            "attention_chunk_size": WINDOW,
+            "attention_bias": False,
+            "interleave_moe_layer_step": 2,
+            "intermediate_size_mlp": 128,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 1,
+            "rope_scaling": None,
+            "use_qk_norm": True,
+        }
+        return {**config, "text_config": text}
     else:
         config.update(
             num_local_experts=4,
@@ -116,7 +130,7 @@ def _silence_the_end(weights: Path, eos: int) -> None:
     """Zeroes the end token's output row, so that replies run long enough to pass the window."""
     params = mx.load(str(weights))
     assert isinstance(params, dict)
-    for name in ("lm_head.weight", "model.embed_tokens.weight"):
+    for name in ("lm_head.weight", "model.embed_tokens.weight", "language_model.lm_head.weight"):
         if name in params:
             params[name][eos] = 0.0
     mx.save_safetensors(str(weights), params, metadata={"format": "mlx"})

@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 
 from app.engine import Finished, GenerationParams, Message, load_pair
-from app.engine.caches import WindowKVCache, new_cache, rewind
+from app.engine.caches import ChunkKVCache, WindowKVCache, new_cache, rewind
 from app.engine.decoder import Decoder
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair
@@ -60,13 +60,21 @@ def test_a_follow_up_and_an_edit_reuse_the_caches_and_stay_exact(pair, batch: bo
         assert list(end.token_ids) == plain_greedy(pair, prompt, 48)
 
 
-def test_a_window_goes_back_exactly_only_within_its_slack(pair) -> None:
-    cache = new_cache(pair.target.model)
-    windows = [c for c in cache if isinstance(c, WindowKVCache)]
-    assert windows  # the family's sliding layers are made exact to rewind
-    pair.target.model(mx.arange(3 * WINDOW + windows[0].slack)[None], cache=cache)
+def test_a_bounded_layer_goes_back_exactly_only_as_far_as_it_holds(pair) -> None:
+    model = pair.target.model
+    cache = new_cache(model)
+    bounded = [c for c in cache if isinstance(c, WindowKVCache | ChunkKVCache)]
+    assert bounded  # the family's sliding or chunked layers are made exact to rewind
+    first = bounded[0]
+    if isinstance(first, WindowKVCache):  # its slack past the window
+        model(mx.arange(3 * WINDOW + first.slack)[None], cache=cache)
+        reach = first.slack
+    else:  # back to its chunk's start, once a forward let the older rows go
+        model(mx.arange(3 * WINDOW + 5)[None], cache=cache)
+        model(mx.array([[7]]), cache=cache)
+        reach = first.offset % first.chunk_size
     before = [c.offset for c in cache]
-    assert not rewind(cache, windows[0].slack + 1)  # refused whole: nothing changed
+    assert not rewind(cache, reach + 1)  # refused whole: nothing changed
     assert [c.offset for c in cache] == before
-    assert rewind(cache, windows[0].slack)
-    assert [c.offset for c in cache] == [o - windows[0].slack for o in before]
+    assert rewind(cache, reach)
+    assert [c.offset for c in cache] == [o - reach for o in before]

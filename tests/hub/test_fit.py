@@ -236,11 +236,11 @@ def test_a_heads_cache_counts_the_mtp_layers_it_runs_not_all_its_checkpoint_has(
     assert head_cache_bytes(config, 1024) == layer + 1024 * config["hidden_size"] * 2
 
 
-@pytest.mark.parametrize("family", ["gemma3_text", "gpt_oss", "mimo_v2_flash"])
+@pytest.mark.parametrize("family", ["gemma3_text", "gpt_oss", "mimo_v2_flash", "llama4"])
 def test_a_sliding_window_layer_counts_the_rows_its_cache_holds_not_the_context(
     family: str,
 ) -> None:
-    from app.engine.caches import WindowKVCache, new_cache, prefill
+    from app.engine.caches import ChunkKVCache, WindowKVCache, new_cache, prefill
     from app.engine.loader import config_model
     from tests.engine.families import WINDOW, window_config
 
@@ -259,5 +259,5 @@ def test_a_sliding_window_layer_counts_the_rows_its_cache_holds_not_the_context(
     prefill(model, cache, list(range(1, 1300)))
     for token in range(40):
         model(mx.array([[token]]), cache=cache)
-    windows = [c for c in cache if isinstance(c, WindowKVCache)]
+    windows = [c for c in cache if isinstance(c, WindowKVCache | ChunkKVCache)]
     assert windows and all(c.keys is not None and c.keys.shape[2] <= held for c in windows)
