@@ -49,6 +49,7 @@ class WindowKVCache(_BaseCache):
         self.offset = 0  # tokens read, as for mlx-lm's caches
         self._start = 0  # buffer rows [_start, _end) hold the newest tokens
         self._end = 0
+        self._read = 0  # buffer row from which the newest forward's queries read
 
     def _seen(self) -> int:
         """Earlier rows a new token attends to (the window less itself)."""
@@ -82,10 +83,17 @@ class WindowKVCache(_BaseCache):
         self.values[..., self._end : self._end + n, :] = values
         self._end += n
         self.offset += n
-        lo = self._end - seen - n
-        out = self.keys[..., lo : self._end, :], self.values[..., lo : self._end, :]
+        self._read = self._end - seen - n
+        out = self.keys_and_values()
         self._start = max(self._start, self._end - (self.window - 1 + self.slack))
         return out
+
+    def keys_and_values(self) -> tuple[mx.array, mx.array]:
+        """The rows the newest forward's queries read: what layers sharing this one's keys
+        (Gemma 3n's last ones) attend to."""
+        assert self.keys is not None and self.values is not None
+        rows = slice(self._read, self._end)
+        return self.keys[..., rows, :], self.values[..., rows, :]
 
     def make_mask(self, n: int, window_size: int | None = None, return_array: bool = False) -> Any:
         seen = self._seen()

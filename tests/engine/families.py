@@ -49,7 +49,7 @@ def cache_of(model: nn.Module, prompt: list[int]) -> list[Any]:
 
 
 WINDOW = 16  # the sliding window of the tiny windowed families
-FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss", "mimo_v2_flash", "llama4")
+FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss", "mimo_v2_flash", "llama4", "gemma3n")
 
 
 def window_config(family: str) -> dict[str, Any]:
@@ -81,6 +81,24 @@ def window_config(family: str) -> dict[str, Any]:
             "num_experts_per_tok": 1,
             "rope_scaling": None,
             "use_qk_norm": True,
+        }
+        return {**config, "text_config": text}
+    elif family == "gemma3n":  # Gemma 3n: its last layers read the keys of earlier ones
+        text = {
+            **config,
+            "model_type": "gemma3n_text",
+            "num_kv_shared_layers": 2,
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
+            "vocab_size_per_layer_input": config["vocab_size"],
+            "hidden_size_per_layer_input": 16,
+            "rope_local_base_freq": 10000.0,
+            "final_logit_softcapping": 30.0,
+            "activation_sparsity_pattern": [0.0] * 4,
+            "altup_num_inputs": 2,
+            "altup_coef_clip": 120.0,
+            "altup_correct_scale": True,
+            "altup_active_idx": 0,
+            "laurel_rank": 8,
         }
         return {**config, "text_config": text}
     else:
