@@ -57,7 +57,11 @@ def _mergeable(layer: list[Any]) -> bool:
         return all(c.offset > 0 for c in layer)
     if kind is HiddenRows:
         return True
-    return kind is RecurrentCache and all(s is not None for c in layer for s in c.cache)
+    if kind is not RecurrentCache or any(s is None for c in layer for s in c.cache):
+        return False
+    # States of one shape (LongCat's last tokens are fewer while a prompt is shorter).
+    slots = zip(*(c.cache for c in layer), strict=True)
+    return all(len({s.shape for s in slot}) == 1 for slot in slots)
 
 
 def joint_forward(

@@ -334,3 +334,18 @@ def test_kimi_k3s_one_token_steps_go_back_where_metal_would_compile_them(
     model(prompt, cache=fresh)
     model(mx.array([[20]]), cache=fresh)
     assert mx.allclose(got, model(mx.array([[7]]), cache=fresh), rtol=1e-5, atol=1e-5)
+
+
+def test_requests_whose_states_differ_in_shape_step_side_by_side(
+    tiny: TinyModels, tmp_path
+) -> None:
+    # LongCat's state is its last tokens: fewer while a prompt is a token long.
+    target, copy, _ = hybrid_pair(tmp_path, "longcat_flash_ngram", tiny.target)
+    pair = load_pair(target, copy)
+    assert pair.draft is not None
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    prompts = [[5], [3, 9, 27, 81, 243, 100, 7, 50]]
+    params = GenerationParams(temperature=0, drafting=DraftSetting.of(4))
+    turns = take_turns([decoder.generate(p, params) for p in prompts], 12)
+    for prompt, reply in zip(prompts, turns.replies, strict=True):
+        assert reply == plain_greedy(pair, prompt, 12)[: len(reply)]
