@@ -266,32 +266,35 @@ def back_to(cache: Sequence[Any], offset: int) -> None:
 
 @dataclass(frozen=True)
 class Layout:
-    """What one request's caches in a model hold, by kind of layer."""
+    """What one request's caches in a model hold, by layer: a layer with keys and values
+    (its parts in a ``CacheList`` together) holds them for every token or for a window."""
 
-    layers: int  # every layer's cache (a CacheList's parts each)
-    growing: int  # those whose keys and values grow with the context
+    growing: int  # layers whose keys and values grow with the context
     windows: tuple[int, ...]  # each sliding-window layer's window (a chunked layer's chunk)
     state: int  # bytes of one request's recurrent states (a marked copy holds as much again)
 
 
 def layout(model: nn.Module) -> Layout:
-    """``model``'s caches by kind.
+    """``model``'s caches by kind. Layers that keep no cache of their own (an MLP's, or
+    Gemma 3n's that read an earlier layer's keys) count for nothing.
 
     The states' shapes come from one token's forward that is never evaluated:
     ``model`` may be built from its config alone, its weights never made.
     """
     cache = new_cache(model)
-    layers = list(leaves(cache))
-    states = [c for c in layers if isinstance(c, RecurrentCache)]
-    windows = tuple(
-        c.window if isinstance(c, WindowKVCache) else c.chunk_size
-        for c in layers
-        if isinstance(c, _HOLDING)
-    )
+    states = [c for c in leaves(cache) if isinstance(c, RecurrentCache)]
+    growing, windows = 0, []
+    for layer in cache:
+        parts = list(leaves([layer]))
+        held = [c for c in parts if isinstance(c, _HOLDING)]
+        if held:
+            c = held[0]
+            windows.append(c.window if isinstance(c, WindowKVCache) else c.chunk_size)
+        elif any(not isinstance(c, RecurrentCache) for c in parts):
+            growing += 1
     if states:
         model(mx.array([[0]]), cache=cache)  # shapes only
-    growing = len(layers) - len(states) - len(windows)
-    return Layout(len(layers), growing, windows, sum(c.nbytes for c in states))
+    return Layout(growing, tuple(windows), sum(c.nbytes for c in states))
 
 
 def prefill(

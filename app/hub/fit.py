@@ -241,7 +241,9 @@ def request_cache_bytes(
         rows = [tokens] * caches.growing + [
             WindowKVCache.rows_held(w, tokens) for w in caches.windows
         ]
-        kv = sum(kv_cache_bytes(config, n) for n in rows) // caches.layers
+        # kv_cache_bytes counts every layer of the config; each layer here holds its part.
+        layers = _int(_text_section(config), "num_hidden_layers") or 1
+        kv = sum(kv_cache_bytes(config, n) for n in rows) // layers
     forwards = FORWARDS if drafts else TARGET_FORWARDS
     copies = 1 + MARKS + forwards + (ROWS_KEPT if steps_kept() else 0)
     return kv, caches.state * copies

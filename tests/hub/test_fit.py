@@ -236,7 +236,7 @@ def test_a_heads_cache_counts_the_mtp_layers_it_runs_not_all_its_checkpoint_has(
     assert head_cache_bytes(config, 1024) == layer + 1024 * config["hidden_size"] * 2
 
 
-@pytest.mark.parametrize("family", ["gemma3_text", "gpt_oss", "mimo_v2_flash", "llama4"])
+@pytest.mark.parametrize("family", ["gemma3_text", "gpt_oss", "mimo_v2_flash", "llama4", "gemma3n"])
 def test_a_sliding_window_layer_counts_the_rows_its_cache_holds_not_the_context(
     family: str,
 ) -> None:
@@ -250,7 +250,8 @@ def test_a_sliding_window_layer_counts_the_rows_its_cache_holds_not_the_context(
     tokens = 4096
     held = WindowKVCache.rows_held(WINDOW, tokens)
     assert held < tokens
-    row = kv_cache_bytes(config, 1) // caches.layers  # a layer's keys and values of a token
+    layers = config.get("text_config", config)["num_hidden_layers"]
+    row = kv_cache_bytes(config, 1) // layers  # a layer's keys and values of a token
     kv, _ = request_cache_bytes(config, tokens)
     assert kv == row * (caches.growing * tokens + len(caches.windows) * held)
     # What a window's cache holds, a long prompt read and a reply begun, is within that.
@@ -261,3 +262,13 @@ def test_a_sliding_window_layer_counts_the_rows_its_cache_holds_not_the_context(
         model(mx.array([[token]]), cache=cache)
     windows = [c for c in cache if isinstance(c, WindowKVCache | ChunkKVCache)]
     assert windows and all(c.keys is not None and c.keys.shape[2] <= held for c in windows)
+
+
+def test_layers_that_keep_no_keys_of_their_own_count_for_nothing() -> None:
+    from tests.engine.families import hybrid_config
+
+    # Nemotron-H's layers: Mamba2, attention, Mamba2, an MLP; one of four keeps keys.
+    config = hybrid_config("nemotron_h")
+    assert config["hybrid_override_pattern"] == "M*M-"
+    kv, _ = request_cache_bytes(config, 1024)
+    assert kv == kv_cache_bytes(config, 1024) // 4

@@ -47,7 +47,7 @@ def test_the_fit_counts_attention_layers_and_recurrent_states(hybrid) -> None:
     config = json.loads((target / "config.json").read_text())
     caches = cache_layout(config)
     assert caches is not None
-    assert (caches.layers, caches.growing, caches.windows) == (4, 2, ())  # attention every 2nd
+    assert (caches.growing, caches.windows) == (2, ())  # attention every 2nd of 4 layers
     state = caches.state
     assert state > 0
     fit = memory_fit(target, None, context_length=1024, available=10**12)
