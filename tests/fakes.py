@@ -317,6 +317,30 @@ def converted(own: str, x: np.ndarray, args: Any) -> np.ndarray:
     return x
 
 
+# mlx-lm's names of a Mamba2 mixer's and an attention block's tensors within a layer (Granite
+# 4's, Falcon-H1's), and llama.cpp's tensor and suffix for each.
+MAMBA2_AND_ATTENTION = {
+    "mamba.in_proj.weight": (gguf.MODEL_TENSOR.SSM_IN, "weight"),
+    "mamba.conv1d.weight": (gguf.MODEL_TENSOR.SSM_CONV1D, "weight"),
+    "mamba.conv1d.bias": (gguf.MODEL_TENSOR.SSM_CONV1D, "bias"),
+    "mamba.dt_bias": (gguf.MODEL_TENSOR.SSM_DT, "bias"),
+    "mamba.A_log": (gguf.MODEL_TENSOR.SSM_A, None),
+    "mamba.D": (gguf.MODEL_TENSOR.SSM_D, None),
+    "mamba.norm.weight": (gguf.MODEL_TENSOR.SSM_NORM, "weight"),
+    "mamba.out_proj.weight": (gguf.MODEL_TENSOR.SSM_OUT, "weight"),
+    "self_attn.q_proj.weight": (gguf.MODEL_TENSOR.ATTN_Q, "weight"),
+    "self_attn.k_proj.weight": (gguf.MODEL_TENSOR.ATTN_K, "weight"),
+    "self_attn.v_proj.weight": (gguf.MODEL_TENSOR.ATTN_V, "weight"),
+    "self_attn.o_proj.weight": (gguf.MODEL_TENSOR.ATTN_OUT, "weight"),
+}
+
+
+def block_tensor_name(tensor: Any, bid: int, suffix: str | None) -> str:
+    """llama.cpp's name of block ``bid``'s ``tensor`` (a gguf MODEL_TENSOR), with ``suffix``."""
+    base = gguf.TENSOR_NAMES[tensor].format(bid=bid)
+    return base if suffix is None else f"{base}.{suffix}"
+
+
 def add_mamba2_keys(
     w: gguf.GGUFWriter, conv: int, state: int, groups: int, heads: int, head_dim: int
 ) -> None:

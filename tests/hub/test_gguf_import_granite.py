@@ -22,8 +22,10 @@ from app.testing.tiny import model_config
 from tests.conftest import TinyModels
 from tests.engine.families import hybrid_config
 from tests.fakes import (
+    MAMBA2_AND_ATTENTION,
     add_mamba2_keys,
     assert_drafts_for_itself,
+    block_tensor_name,
     converted,
     finish_gguf,
     imported_as,
@@ -37,18 +39,7 @@ T = gguf.MODEL_TENSOR
 _LAYER = {
     "input_layernorm.weight": (T.ATTN_NORM, "weight"),
     "post_attention_layernorm.weight": (T.FFN_NORM, "weight"),
-    "mamba.in_proj.weight": (T.SSM_IN, "weight"),
-    "mamba.conv1d.weight": (T.SSM_CONV1D, "weight"),
-    "mamba.conv1d.bias": (T.SSM_CONV1D, "bias"),
-    "mamba.dt_bias": (T.SSM_DT, "bias"),
-    "mamba.A_log": (T.SSM_A, None),
-    "mamba.D": (T.SSM_D, None),
-    "mamba.norm.weight": (T.SSM_NORM, "weight"),
-    "mamba.out_proj.weight": (T.SSM_OUT, "weight"),
-    "self_attn.q_proj.weight": (T.ATTN_Q, "weight"),
-    "self_attn.k_proj.weight": (T.ATTN_K, "weight"),
-    "self_attn.v_proj.weight": (T.ATTN_V, "weight"),
-    "self_attn.o_proj.weight": (T.ATTN_OUT, "weight"),
+    **MAMBA2_AND_ATTENTION,
     "block_sparse_moe.router.layer.weight": (T.FFN_GATE_INP, "weight"),
     "block_sparse_moe.switch_mlp.gate_proj.weight": (T.FFN_GATE_EXP, "weight"),
     "block_sparse_moe.switch_mlp.up_proj.weight": (T.FFN_UP_EXP, "weight"),
@@ -75,11 +66,6 @@ def _config(moe: bool) -> dict[str, Any]:
     if not moe:
         config.update(num_local_experts=0)
     return config
-
-
-def _name(tensor: T, bid: int, suffix: str | None) -> str:
-    base = gguf.TENSOR_NAMES[tensor].format(bid=bid)
-    return base if suffix is None else f"{base}.{suffix}"
 
 
 def write_granite(path: Path, model: Any, tokenizer: Path) -> Path:
@@ -116,12 +102,12 @@ def write_granite(path: Path, model: Any, tokenizer: Path) -> Path:
         b = int(bid)
         if own == "shared_mlp.input_linear.weight":  # split into gate and up rows
             gate, up = np.split(x, 2)
-            tensors[_name(T.FFN_GATE_SHEXP, b, "weight")] = gate
-            tensors[_name(T.FFN_UP_SHEXP, b, "weight")] = up
+            tensors[block_tensor_name(T.FFN_GATE_SHEXP, b, "weight")] = gate
+            tensors[block_tensor_name(T.FFN_UP_SHEXP, b, "weight")] = up
             continue
         x = converted(own.split(".", 1)[1], x, args)
         tensor, suffix = _LAYER[own]
-        tensors[_name(tensor, b, suffix)] = x
+        tensors[block_tensor_name(tensor, b, suffix)] = x
     finish_gguf(w, tensors)
     return path
 
@@ -188,7 +174,7 @@ def test_granite_3_imports_with_the_same_logits(
         x = converted(own, np.array(value, dtype=np.float32), args)  # Q/K permuted
         expert = name.rsplit(".switch_mlp.", 1)[-1].removesuffix(".weight")
         if expert in split:
-            tensors[_name(split[expert], int(name.split(".")[2]), "weight")] = x
+            tensors[block_tensor_name(split[expert], int(name.split(".")[2]), "weight")] = x
             continue
         name = name.replace(".switch_mlp.down_proj.", ".output_linear.")
         mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))

@@ -302,6 +302,17 @@ _ARCHS = {
         10_000.0,
         mamba2=True,
     ),
+    # Rope rotates halves (llama.cpp's NEOX kind): no Q/K rows were reordered.
+    "falcon-h1": _Arch(
+        "falcon_h1",
+        "FalconH1ForCausalLM",
+        mamba2.FALCON_H1_BLOCK_TENSORS,
+        False,
+        0.0,
+        100_000_000_000.0,
+        mamba2=True,
+        top=mamba2.FALCON_H1_TOP_TENSORS,
+    ),
     # Mamba2 alone (Mamba-Codestral), filed as Nemotron-H's Mamba2 layers are.
     "mamba2": _Arch(
         "mamba2",
@@ -694,6 +705,8 @@ def _model_config(
             config.update(short_conv.config(meta, p, kv_heads, names))
         if arch.model_type == "granitemoehybrid":
             config.update(mamba2.config(meta, p, kv_heads, names))
+        if arch.model_type == "falcon_h1":
+            config.update(mamba2.falcon_h1_config(meta, p, names))
         if arch.model_type == "nemotron_h":
             config.update(mamba2.nemotron_config(meta, p, kv_heads, names, n_layers))
             if mtp := _mtp_layers(tensors, n_layers):

@@ -69,6 +69,26 @@ BLOCK_TENSORS = {
     "ffn_down": "mlp.down_proj",
 }
 
+# Falcon-H1's layers: attention and Mamba2 side by side, then an MLP. llama.cpp folds its
+# multipliers into the weights (FalconH1Model.modify_tensors), as mlx-lm's sanitize does.
+FALCON_H1_TOP_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.final_layernorm.weight",
+    "output.weight": "lm_head.weight",
+}
+FALCON_H1_BLOCK_TENSORS = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "pre_ff_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    **{k: v for k, v in BLOCK_TENSORS.items() if k.startswith("ssm")},
+    "ffn_gate": "feed_forward.gate_proj",
+    "ffn_up": "feed_forward.up_proj",
+    "ffn_down": "feed_forward.down_proj",
+}
+
 NEMOTRON_TOP_TENSORS = {
     "token_embd.weight": "backbone.embeddings.weight",
     "output_norm.weight": "backbone.norm_f.weight",
@@ -220,6 +240,30 @@ def config(
             meta.require(prefix + "expert_shared_feed_forward_length")
         )
     return config
+
+
+def falcon_h1_config(meta: _Metadata, prefix: str, names: set[str]) -> dict[str, Any]:
+    """Falcon-H1's config beside the common keys: the Mamba2 sizes (its channels need not
+    be a multiple of the width), and every multiplier one, as llama.cpp folded them."""
+    heads = _int(meta.require(prefix + "ssm.time_step_rank"))
+    inner = _int(meta.require(prefix + "ssm.inner_size"))
+    if heads <= 0 or inner % heads:
+        raise ValueError(f"{inner} Mamba2 channels do not split into {heads} heads")
+    folded = ("attention_in", "attention_out", "embedding", "key", "lm_head", "ssm_in", "ssm_out")
+    return {
+        "mamba_d_ssm": inner,
+        "mamba_n_heads": heads,
+        "mamba_d_head": inner // heads,
+        "mamba_d_state": _int(meta.require(prefix + "ssm.state_size")),
+        "mamba_d_conv": _int(meta.require(prefix + "ssm.conv_kernel")),
+        "mamba_n_groups": _int(meta.get(prefix + "ssm.group_count", 1)),
+        "mamba_proj_bias": any(n.endswith(".ssm_in.bias") for n in names),
+        "mamba_conv_bias": any(n.endswith(".ssm_conv1d.bias") for n in names),
+        "mamba_rms_norm": any(n.endswith(".ssm_norm.weight") for n in names),
+        **{f"{m}_multiplier": 1.0 for m in folded},
+        "mlp_multipliers": [1.0, 1.0],
+        "ssm_multipliers": [1.0] * 5,
+    }
 
 
 def nemotron_config(
