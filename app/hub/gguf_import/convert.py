@@ -213,7 +213,7 @@ class _Arch:
     hybrid: str | None = None  # the Gated DeltaNet family, "qwen3_5" or "qwen3_next" (.hybrid)
     next_n: bool = False  # MTP layers filed as the model's next layers (DeepSeek-V3's way)
     short_conv: bool = False  # LFM2's short convolutions among attention (.short_conv)
-    mamba2: bool = False  # Granite 4's and Nemotron-H's Mamba2 layers (.mamba2)
+    mamba2: bool = False  # Mamba2 layers, or Mamba's (.mamba2)
     top: Mapping[str, str] | None = None  # the tensors outside the layers, where not _TOP_TENSORS
     stack: str = "model.layers"  # where the layers' tensors are filed
 
@@ -313,18 +313,25 @@ _ARCHS = {
         mamba2=True,
         top=mamba2.FALCON_H1_TOP_TENSORS,
     ),
-    # Mamba2 alone (Mamba-Codestral), filed as Nemotron-H's Mamba2 layers are.
-    "mamba2": _Arch(
-        "mamba2",
-        "Mamba2ForCausalLM",
-        mamba2.NEMOTRON_BLOCK_TENSORS,
-        False,
-        0.0,
-        10_000.0,
-        mamba2=True,
-        top=mamba2.NEMOTRON_TOP_TENSORS,
-        stack="backbone.layers",
-    ),
+    # Mamba (v1) and Mamba2 alone (Falcon-Mamba, Mamba-Codestral), filed as mlx-lm's
+    # classes file them (Mamba2's layers as Nemotron-H's are).
+    **{
+        name: _Arch(
+            name,
+            hf_class,
+            blocks,
+            False,
+            0.0,
+            10_000.0,
+            mamba2=True,
+            top=mamba2.NEMOTRON_TOP_TENSORS,
+            stack="backbone.layers",
+        )
+        for name, hf_class, blocks in (
+            ("mamba", "MambaForCausalLM", mamba2.MAMBA_BLOCK_TENSORS),
+            ("mamba2", "Mamba2ForCausalLM", mamba2.NEMOTRON_BLOCK_TENSORS),
+        )
+    },
     "lfm2": _Arch(
         "lfm2",
         "Lfm2ForCausalLM",
@@ -672,9 +679,10 @@ def _model_config(
         "tie_word_embeddings": "output.weight" not in names,
         "torch_dtype": dtype,
     }
-    if arch.model_type == "mamba2":  # no attention to read
+    alone = {"mamba2": mamba2.alone_config, "mamba": mamba2.mamba_config}.get(arch.model_type)
+    if alone is not None:  # no attention to read
         try:
-            return _named(meta, {**common, **mamba2.alone_config(meta, p, names, n_layers)})
+            return _named(meta, {**common, **alone(meta, p, names, n_layers)})
         except (TypeError, ValueError) as exc:
             raise ModelError(f"{label}: malformed model metadata ({first_line(exc)})") from exc
     try:

@@ -1,5 +1,6 @@
-"""Mamba2 layers among attention: Granite 4 and Nemotron-H (llama.cpp's granitehybrid,
-nemotron_h and nemotron_h_moe), and alone (mamba2).
+"""Mamba2 layers among attention: Granite 4, Falcon-H1 and Nemotron-H (llama.cpp's
+granitehybrid, falcon-h1, nemotron_h and nemotron_h_moe), and alone (mamba2); and Mamba
+(v1) layers alone (mamba: Falcon-Mamba, state-spaces' Mamba).
 
 llama.cpp's converter (``Mamba2Model`` and ``GraniteHybridModel``) edits the
 Mamba2 layers' tensors on the way in; the helpers here undo it, so that the
@@ -89,6 +90,18 @@ FALCON_H1_BLOCK_TENSORS = {
     "ffn_down": "feed_forward.down_proj",
 }
 
+# Mamba (v1) layers (MambaModel): dt_proj whole, its weight and bias, and x_proj.
+MAMBA_BLOCK_TENSORS = {
+    "attn_norm": "norm",
+    "ssm_in": "mixer.in_proj",
+    "ssm_conv1d": "mixer.conv1d",
+    "ssm_x": "mixer.x_proj",
+    "ssm_dt": "mixer.dt_proj",
+    "ssm_a": "mixer.A_log",
+    "ssm_d": "mixer.D",
+    "ssm_out": "mixer.out_proj",
+}
+
 NEMOTRON_TOP_TENSORS = {
     "token_embd.weight": "backbone.embeddings.weight",
     "output_norm.weight": "backbone.norm_f.weight",
@@ -124,10 +137,13 @@ def _owns(name: str, *tails: str) -> bool:
 
 
 def hf_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """A Mamba2 tensor's shape in the checkpoint, from the one llama.cpp wrote."""
+    """A Mamba2 (or Mamba) tensor's shape in the checkpoint, from the one llama.cpp wrote.
+    Mamba2's A and D got an axis of 1; Mamba's A is (channels, state) as it was."""
     if _owns(name, "conv1d.weight") and len(shape) == 2:
         return (shape[0], 1, shape[1])
-    if _owns(name, "A_log", "D", "norm.weight") and len(shape) == 2:
+    if _owns(name, "A_log", "D") and len(shape) == 2 and shape[1] == 1:
+        return (shape[0],)
+    if _owns(name, "norm.weight") and len(shape) == 2:
         return (shape[0] * shape[1],)
     return shape
 
@@ -336,5 +352,23 @@ def alone_config(meta: _Metadata, prefix: str, names: set[str], layers: int) -> 
         "layer_norm_epsilon": _f32(meta.get(prefix + "attention.layer_norm_rms_epsilon", 1e-5)),
         "time_step_limit": [0.0, float("inf")],
         "time_step_rank": "auto",
+        "max_position_embeddings": _int(meta.get(prefix + "context_length", 2**20)),
+    }
+
+
+def mamba_config(meta: _Metadata, prefix: str, names: set[str], layers: int) -> dict[str, Any]:
+    """A model of Mamba (v1) layers alone, as MambaModel writes it: no attention, a context of
+    2**20, and Falcon-Mamba's RMS norms of dt, B and C said by ``ssm.dt_b_c_rms``."""
+    return {
+        "hidden_size": _int(meta.require(prefix + "embedding_length")),
+        "num_hidden_layers": layers,
+        "intermediate_size": _int(meta.require(prefix + "ssm.inner_size")),
+        "state_size": _int(meta.require(prefix + "ssm.state_size")),
+        "conv_kernel": _int(meta.require(prefix + "ssm.conv_kernel")),
+        "time_step_rank": _int(meta.require(prefix + "ssm.time_step_rank")),
+        "use_bias": any(n.endswith(".ssm_in.bias") for n in names),
+        "use_conv_bias": any(n.endswith(".ssm_conv1d.bias") for n in names),
+        # Its norms of dt, B and C keep mlx-lm's epsilon, Falcon-Mamba's (the file has none).
+        "use_bcdt_rms": bool(meta.get(prefix + "ssm.dt_b_c_rms", False)),
         "max_position_embeddings": _int(meta.get(prefix + "context_length", 2**20)),
     }
