@@ -286,10 +286,9 @@ def layout(model: nn.Module) -> Layout:
     growing, windows = 0, []
     for layer in cache:
         parts = list(leaves([layer]))
-        held = [c for c in parts if isinstance(c, _HOLDING)]
-        if held:
-            c = held[0]
-            windows.append(c.window if isinstance(c, WindowKVCache) else c.chunk_size)
+        held = next((c for c in parts if isinstance(c, _HOLDING)), None)
+        if held is not None:
+            windows.append(held.window if isinstance(held, WindowKVCache) else held.chunk_size)
         elif any(not isinstance(c, RecurrentCache) for c in parts):
             growing += 1
     if states:

@@ -110,14 +110,11 @@ class Filing:
 
 # A next-n layer's own modules, by their names in MTPHead (its decoder layer's are
 # layers.0's); what else it repeats of the model (embedding, output head) is the target's.
-_NEXT_N_NAMES = {
-    "eh_proj": "fc",
-    "enorm": "pre_fc_norm_embedding",
-    "hnorm": "pre_fc_norm_hidden",
-    "shared_head.norm": "norm",
-}
+# MiMo-V2-Flash's and Nemotron-H's heads read their inputs through the same three.
+_NEXT_N_INPUTS = {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding", "hnorm": "pre_fc_norm_hidden"}
+_NEXT_N_NAMES = {**_NEXT_N_INPUTS, "shared_head.norm": "norm"}
 _MIMO_V2_NAMES = {
-    **{k: v for k, v in _NEXT_N_NAMES.items() if k != "shared_head.norm"},
+    **_NEXT_N_INPUTS,
     "final_layernorm": "norm",
     "pre_mlp_layernorm": "layers.0.post_attention_layernorm",
 }
@@ -150,7 +147,7 @@ def filing(config: dict[str, Any]) -> Filing:
     if family == _NEMOTRON:
         pattern = _nemotron_pattern(config)
         last = f"layers.{max(len(pattern), 1) - 1}.final_layernorm"
-        names = {f"layers.0.{k}": v for k, v in _NEXT_N_NAMES.items() if k != "shared_head.norm"}
+        names = {f"layers.0.{k}": v for k, v in _NEXT_N_INPUTS.items()}
         return Filing(_PREFIX, names | {last: "norm"}, layer_prefix="", pattern=pattern)
     return Filing(one_plus=True)
 

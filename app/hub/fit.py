@@ -241,9 +241,7 @@ def request_cache_bytes(
         rows = [tokens] * caches.growing + [
             WindowKVCache.rows_held(w, tokens) for w in caches.windows
         ]
-        # kv_cache_bytes counts every layer of the config; each layer here holds its part.
-        layers = _int(_text_section(config), "num_hidden_layers") or 1
-        kv = sum(kv_cache_bytes(config, n) for n in rows) // layers
+        kv = sum(_layer_kv_bytes(config, n) for n in rows)
     forwards = FORWARDS if drafts else TARGET_FORWARDS
     copies = 1 + MARKS + forwards + (ROWS_KEPT if steps_kept() else 0)
     return kv, caches.state * copies
@@ -255,10 +253,14 @@ def head_cache_bytes(config: dict[str, Any], tokens: int) -> int:
     in the target's files, counted with them)."""
     from app.engine.mtp import head_layers
 
-    layers = head_layers(config)
-    section = _text_section(config)
-    per_layer = kv_cache_bytes(config, tokens) // max(1, _int(section, "num_hidden_layers") or 1)
-    return layers * per_layer + tokens * (_int(section, "hidden_size") or 0) * 2
+    hidden = _int(_text_section(config), "hidden_size") or 0
+    return head_layers(config) * _layer_kv_bytes(config, tokens) + tokens * hidden * 2
+
+
+def _layer_kv_bytes(config: dict[str, Any], tokens: int) -> int:
+    """One attention layer's keys and values at ``tokens``: :func:`kv_cache_bytes` counts
+    every layer the config names."""
+    return kv_cache_bytes(config, tokens) // (_int(_text_section(config), "num_hidden_layers") or 1)
 
 
 def memory_fit(

@@ -207,11 +207,13 @@ class _Ssm:
     conv_bias: bool
 
 
-def _ssm(meta: _Metadata, prefix: str, names: set[str]) -> _Ssm:
+def _ssm(meta: _Metadata, prefix: str, names: set[str], widths: bool = True) -> _Ssm:
+    """The sizes; ``widths``: the channels a whole number of widths (all but Falcon-H1's,
+    whose config names its channels and no ``expand``)."""
     heads = _int(meta.require(prefix + "ssm.time_step_rank"))
     inner = _int(meta.require(prefix + "ssm.inner_size"))
     hidden = _int(meta.require(prefix + "embedding_length"))
-    if heads <= 0 or inner % heads or inner % hidden:
+    if heads <= 0 or inner % heads or (widths and inner % hidden):
         raise ValueError(f"{inner} Mamba2 channels do not split into {heads} heads, width {hidden}")
     return _Ssm(
         heads,
@@ -261,20 +263,17 @@ def config(
 def falcon_h1_config(meta: _Metadata, prefix: str, names: set[str]) -> dict[str, Any]:
     """Falcon-H1's config beside the common keys: the Mamba2 sizes (its channels need not
     be a multiple of the width), and every multiplier one, as llama.cpp folded them."""
-    heads = _int(meta.require(prefix + "ssm.time_step_rank"))
-    inner = _int(meta.require(prefix + "ssm.inner_size"))
-    if heads <= 0 or inner % heads:
-        raise ValueError(f"{inner} Mamba2 channels do not split into {heads} heads")
+    s = _ssm(meta, prefix, names, widths=False)
     folded = ("attention_in", "attention_out", "embedding", "key", "lm_head", "ssm_in", "ssm_out")
     return {
-        "mamba_d_ssm": inner,
-        "mamba_n_heads": heads,
-        "mamba_d_head": inner // heads,
-        "mamba_d_state": _int(meta.require(prefix + "ssm.state_size")),
-        "mamba_d_conv": _int(meta.require(prefix + "ssm.conv_kernel")),
-        "mamba_n_groups": _int(meta.get(prefix + "ssm.group_count", 1)),
-        "mamba_proj_bias": any(n.endswith(".ssm_in.bias") for n in names),
-        "mamba_conv_bias": any(n.endswith(".ssm_conv1d.bias") for n in names),
+        "mamba_d_ssm": s.heads * s.head_dim,
+        "mamba_n_heads": s.heads,
+        "mamba_d_head": s.head_dim,
+        "mamba_d_state": s.state,
+        "mamba_d_conv": s.conv,
+        "mamba_n_groups": s.groups,
+        "mamba_proj_bias": s.in_bias,
+        "mamba_conv_bias": s.conv_bias,
         "mamba_rms_norm": any(n.endswith(".ssm_norm.weight") for n in names),
         **{f"{m}_multiplier": 1.0 for m in folded},
         "mlp_multipliers": [1.0, 1.0],
