@@ -246,40 +246,6 @@ def _smaller_vocabulary(dest: Path, src: Sources) -> Path:
     return build_model(dest, config, tokenizer_from=src.target, seed=7)
 
 
-def deepseek_v4_config(eos_token_id: Any, **extra: Any) -> dict[str, Any]:
-    """A tiny DeepSeek-V4 model's config: its compressed sparse attention cannot go back."""
-    return {
-        "model_type": "deepseek_v41",
-        "vocab_size": 384,
-        "hidden_size": 16,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "head_dim": 16,
-        "q_lora_rank": 16,
-        "qk_rope_head_dim": 8,
-        "o_groups": 2,
-        "o_lora_rank": 8,
-        "moe_intermediate_size": 16,
-        "n_routed_experts": 2,
-        "num_experts_per_tok": 1,
-        "sliding_window": 16,
-        "compress_ratios": [0, 4],
-        "index_n_heads": 2,
-        "index_head_dim": 16,
-        "index_topk": 8,
-        "hc_mult": 2,
-        **extra,
-        "eos_token_id": eos_token_id,
-    }
-
-
-def _deepseek_v4(folder: Path) -> None:
-    from app.testing.tiny import build_model
-
-    eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
-    build_model(folder, deepseek_v4_config(eos), tokenizer_from=folder, seed=5)
-
-
 def _nested(depth: int) -> str:
     return '{"model_type": ' + "[" * depth + "]" * depth + "}"
 
@@ -514,14 +480,6 @@ FOLDERS: tuple[Entry, ...] = (
         load=None,
         check=None,
         pair="vocabulary sizes differ (384 vs 320)",
-    ),
-    Entry(
-        "unrewindable-draft",
-        _mutated(_deepseek_v4),
-        None,
-        load=None,
-        check=None,
-        pair="its compressed sparse attention (DeepSeek-V4) layers cannot go back",
     ),
     # Odd but usable: nothing may hang or fail on them.
     Entry("link-loops-inside", _mutated(_inner_loops), None, load=None, check=None),

@@ -231,7 +231,6 @@ SAMPLE = {
     "unknown-home-folder": 1,
     "wrong-shape": 1,
     "tokenizer-of-no-known-kind": 1,
-    "unrewindable-draft": 2,
 }
 SAMPLED = [e for e in FOLDERS if e.id in SAMPLE]
 

@@ -27,8 +27,9 @@ from mlx_lm.models.cache import (
     make_prompt_cache,
 )
 
-from app.engine import attention, recurrent
+from app.engine import attention, recurrent, sparse
 from app.engine.recurrent import FORWARDS, RecurrentCache, leaves
+from app.engine.sparse import SparseCache
 
 # Rows a window keeps beyond itself: the most a round or a pad gives back
 # (16 drafts verified padded to 32 rows, a prompt chunk's pad under 64).
@@ -187,16 +188,12 @@ def _exact(c: Any, forwards: int) -> Any:
         return ChunkKVCache(c.chunk_size)
     if isinstance(c, CacheList):
         c.caches = tuple(_exact(x, forwards) for x in c.caches)
-    return c
+    return sparse.exact(c, SLACK) or c
 
 
 def can_rewind(cache: Sequence[Any]) -> bool:
     """Whether ``cache`` (fresh from :func:`new_cache`) can give back rejected rows."""
     return all(type(c) is not RotatingKVCache and c.is_trimmable() for c in leaves(cache))
-
-
-# Caches that cannot give rows back, by the layers that keep them (else by class name).
-_CACHE_KINDS = {"LayerCache": "compressed sparse attention (DeepSeek-V4)"}
 
 
 def refusal(model: nn.Module) -> str | None:
@@ -206,14 +203,13 @@ def refusal(model: nn.Module) -> str | None:
         if type(c) is RotatingKVCache:
             return "its sliding-window layers that keep their first rows cannot go back"
         if not c.is_trimmable():
-            kind = _CACHE_KINDS.get(type(c).__name__, type(c).__name__)
-            return f"its {kind} layers cannot go back"
+            return f"its layers' caches ({type(c).__name__}) cannot go back"
     return recurrent.refusal(model, cache)
 
 
 # Layers that hold a bounded stretch of rows, and every kind that says how far it goes back.
 _HOLDING = (WindowKVCache, ChunkKVCache)
-_GOING_BACK = (*_HOLDING, RecurrentCache)
+_GOING_BACK = (*_HOLDING, SparseCache, RecurrentCache)
 
 
 def rewind(cache: Sequence[Any], n: int) -> bool:
@@ -250,7 +246,7 @@ def reachable(cache: Sequence[Any], offset: int) -> int:
     for c in layers:
         if isinstance(c, RecurrentCache):
             at = min(at, c.reachable(at))
-        elif isinstance(c, _HOLDING) and not c.can_go_back(c.offset - at):
+        elif isinstance(c, _GOING_BACK) and not c.can_go_back(c.offset - at):
             return 0
     return at
 

@@ -18,7 +18,7 @@ from typing import Literal, cast
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.engine import attention, recurrent, wide
+from app.engine import attention, recurrent, sparse, wide
 from app.engine.caches import refusal
 from app.engine.sampling import Draws, contexts_for, log_probs, penalize
 from app.engine.types import AcceptRule, DraftSetting, GenerationParams, Origin
@@ -105,6 +105,7 @@ def prepare(target: nn.Module, draft: nn.Module | None) -> str | None:
             attention.install(model)
             wide.install(model)
             recurrent.install(model)
+            sparse.install(model)
     return refusal(target)
 
 

@@ -43,6 +43,8 @@ _HEADROOM_BYTES = 2 * _GIB
 _METAL_SHARE = 0.75
 # Activations, the sampler's buffers and allocator slack on top of weights and KV.
 _OVERHEAD = 0.10
+# Layers with more than one attention, each with its own cache (mlx-lm's classes fix the count).
+_ATTENTIONS_PER_LAYER = {"longcat_flash": 2, "longcat_flash_ngram": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,18 +173,23 @@ def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int
         dtype_bytes: Bytes per cached value; 2 for float16 and bfloat16.
 
     Returns:
-        ``2 (K and V) × layers × KV heads × head size × tokens × dtype_bytes``; for
+        ``2 (K and V) × attention layers × KV heads × head size × tokens × dtype_bytes``
+        (LongCat-Flash's layers have two attentions each); for
         multi-head latent attention (DeepSeek-V3, GLM-4.7-Flash, Kimi-Linear), whose
         cache holds a token's latent and its rope key, ``layers × (kv_lora_rank +
         qk_rope_head_dim) × tokens × dtype_bytes``, and with sparse attention
         (DeepSeek-V3.2, GLM-5) its indexer's key and a value as wide (mlx-lm keeps zeros
-        there), ``2 × index_head_dim`` more.
+        there), ``2 × index_head_dim`` more; DeepSeek-V4's windows and compressed groups
+        as :func:`_sparse_kv_bytes` counts them.
 
     Raises:
         ModelError: The config lacks the layer count or the attention shape.
     """
     section = _text_section(config)
-    layers = _int(section, "num_hidden_layers")
+    if isinstance(section.get("compress_ratios"), list):
+        return _sparse_kv_bytes(section, context_length, dtype_bytes)
+    attentions = _ATTENTIONS_PER_LAYER.get(str(section.get("model_type")), 1)
+    layers = (_layers(section) or 0) * attentions
     latent = _int(section, "kv_lora_rank")
     if layers and latent:
         rope = _int(section, "qk_rope_head_dim") or 0
@@ -195,6 +202,25 @@ def kv_cache_bytes(config: dict[str, Any], context_length: int, dtype_bytes: int
     if not layers or not head_dim or not kv_heads:
         raise ModelError("config.json does not give the attention shape (layers, heads, head size)")
     return 2 * layers * kv_heads * head_dim * max(0, context_length) * dtype_bytes
+
+
+def _sparse_kv_bytes(section: dict[str, Any], tokens: int, dtype_bytes: int) -> int:
+    """DeepSeek-V4's layers: each a window of one key-value row a token (its slack and a
+    prompt chunk too), and where a layer compresses, a latent per ``ratio`` tokens with, in
+    index layers, an index key (:class:`~app.engine.sparse.SparseCache`)."""
+    from app.engine.caches import WindowKVCache
+
+    width, index = _int(section, "head_dim") or 0, _int(section, "index_head_dim") or 0
+    window = WindowKVCache.rows_held(_int(section, "sliding_window") or 128, tokens) * width
+    layers = _layers(section) or 0
+    ratios = list(section["compress_ratios"])[:layers]
+    sources = set(section.get("kv_source_layer_ids") or ())
+    indexed = sources & set(section.get("index_source_layer_ids") or ())
+    rows = layers * window
+    for i, ratio in enumerate(ratios):
+        if ratio and i in sources:
+            rows += max(0, tokens) // ratio * (width + (index if i in indexed else 0))
+    return rows * dtype_bytes
 
 
 def cache_layout(config: dict[str, Any]) -> Layout | None:
@@ -260,7 +286,7 @@ def head_cache_bytes(config: dict[str, Any], tokens: int) -> int:
 def _layer_kv_bytes(config: dict[str, Any], tokens: int) -> int:
     """One attention layer's keys and values at ``tokens``: :func:`kv_cache_bytes` counts
     every layer the config names."""
-    return kv_cache_bytes(config, tokens) // (_int(_text_section(config), "num_hidden_layers") or 1)
+    return kv_cache_bytes(config, tokens) // (_layers(_text_section(config)) or 1)
 
 
 def memory_fit(
@@ -384,6 +410,12 @@ def _text_section(config: dict[str, Any]) -> dict[str, Any]:
         merged.setdefault("num_attention_heads", 8)
         merged.setdefault("num_key_value_heads", 4)
     return merged
+
+
+def _layers(section: dict[str, Any]) -> int | None:
+    """The model's layer count, under the name its config gives it (LongCat-Flash's
+    ``num_layers``)."""
+    return _int(section, "num_hidden_layers") or _int(section, "num_layers")
 
 
 def _int(section: dict[str, Any], key: str) -> int | None:

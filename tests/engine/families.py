@@ -49,7 +49,15 @@ def cache_of(model: nn.Module, prompt: list[int]) -> list[Any]:
 
 
 WINDOW = 16  # the sliding window of the tiny windowed families
-FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss", "mimo_v2_flash", "llama4", "gemma3n")
+FAMILIES = (
+    "gemma3_text",
+    "gemma4_text",
+    "gpt_oss",
+    "mimo_v2_flash",
+    "llama4",
+    "gemma3n",
+    "deepseek_v41",
+)
 
 
 def window_config(family: str) -> dict[str, Any]:
@@ -69,6 +77,8 @@ def window_config(family: str) -> dict[str, Any]:
         )
     elif family == "mimo_v2_flash":
         config.update(mimo_v2_flash_config(config))
+    elif family == "deepseek_v41":
+        return deepseek_v4_config(config)
     elif family == "llama4":  # Llama 4: attention within chunks in 3 of 4 layers, experts
         text = {
             **config,
@@ -109,6 +119,38 @@ def window_config(family: str) -> dict[str, Any]:
             layer_types=["sliding_attention", "full_attention"],
         )
     return config
+
+
+def deepseek_v4_config(base: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeek-V4: every layer a sliding window; its layers 1-3 compress their keys (4 rows a
+    group, 1 in layer 2) and 1 and 3 index them, layer 1 choosing candidate blocks."""
+    keep = ("vocab_size", "eos_token_id", "bos_token_id", "tie_word_embeddings")
+    return {
+        **{k: base[k] for k in keep if k in base},
+        "model_type": "deepseek_v41",
+        "hidden_size": 32,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 2,
+        "head_dim": 16,
+        "q_lora_rank": 16,
+        "qk_rope_head_dim": 8,
+        "o_groups": 2,
+        "o_lora_rank": 8,
+        "moe_intermediate_size": 16,
+        "n_routed_experts": 2,
+        "num_experts_per_tok": 1,
+        "sliding_window": WINDOW,
+        "compress_ratios": [0, 4, 1, 4],
+        "kv_source_layer_ids": [1, 2, 3],
+        "index_source_layer_ids": [1, 3],
+        "candidate_source_layer_id": 1,
+        "candidate_topk_blocks": 2,
+        "candidate_block_size": 2,
+        "index_n_heads": 2,
+        "index_head_dim": 16,
+        "index_topk": 4,
+        "hc_mult": 2,
+    }
 
 
 def mimo_v2_flash_config(base: dict[str, Any]) -> dict[str, Any]:

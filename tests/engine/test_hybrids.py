@@ -197,16 +197,18 @@ def test_every_hybrid_family_here_is_rewound(pairs) -> None:
     assert refusal(pairs[0].target.model) is None
 
 
-def test_a_cache_that_cannot_give_rows_back_is_refused_by_its_layers_kind() -> None:
-    from mlx_lm.models.deepseek_v41 import LayerCache
+def test_a_cache_that_cannot_give_rows_back_is_refused_by_its_kind() -> None:
+    from mlx_lm.models.cache import _BaseCache
 
-    class Compressed(nn.Module):  # DeepSeek-V4's layers: a window and compressed groups
+    class PagedCache(_BaseCache):  # a kind of cache mlx-lm adds after this release
+        def is_trimmable(self) -> bool:
+            return False
+
+    class Model(nn.Module):
         def make_cache(self) -> list[Any]:
-            return [LayerCache(8)]
+            return [PagedCache()]
 
-    assert refusal(Compressed()) == (
-        "its compressed sparse attention (DeepSeek-V4) layers cannot go back"
-    )
+    assert refusal(Model()) == "its layers' caches (PagedCache) cannot go back"
 
 
 def test_a_recurrent_family_not_known_to_go_back_is_refused_by_its_name() -> None:

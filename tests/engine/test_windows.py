@@ -12,6 +12,7 @@ from app.engine.caches import ChunkKVCache, WindowKVCache, new_cache, rewind
 from app.engine.decoder import Decoder
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair
+from app.engine.sparse import SparseCache
 from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
 from tests.engine.families import FAMILIES, WINDOW, plain_greedy, window_pair
@@ -63,10 +64,10 @@ def test_a_follow_up_and_an_edit_reuse_the_caches_and_stay_exact(pair, batch: bo
 def test_a_bounded_layer_goes_back_exactly_only_as_far_as_it_holds(pair) -> None:
     model = pair.target.model
     cache = new_cache(model)
-    bounded = [c for c in cache if isinstance(c, WindowKVCache | ChunkKVCache)]
+    bounded = [c for c in cache if isinstance(c, WindowKVCache | ChunkKVCache | SparseCache)]
     assert bounded  # the family's sliding or chunked layers are made exact to rewind
     first = bounded[0]
-    if isinstance(first, WindowKVCache):  # its slack past the window
+    if isinstance(first, WindowKVCache | SparseCache):  # its slack past the window
         model(mx.arange(3 * WINDOW + first.slack)[None], cache=cache)
         reach = first.slack
     else:  # back to its chunk's start, once a forward let the older rows go

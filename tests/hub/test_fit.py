@@ -56,11 +56,52 @@ def test_an_mla_models_kv_cache_is_what_its_cache_holds(family: str, per_token: 
     assert kv_cache_bytes(config, 40, dtype_bytes=4) == _held(cache) == 2 * per_token * 40 * 4
 
 
-def _held(cache: list[Any]) -> int:
-    """What the tokens read fill of a cache's buffers."""
-    from mlx_lm.models.cache import CacheList
+@pytest.mark.parametrize("family", ["longcat_flash", "longcat_flash_ngram"])
+def test_longcat_flash_counts_its_two_attentions_a_layer(family: str) -> None:
+    from mlx_lm.models.cache import make_prompt_cache
 
-    kv = [c for layer in cache for c in (layer.caches if isinstance(layer, CacheList) else [layer])]
+    from app.engine.loader import config_model
+    from tests.engine.families import hybrid_config
+
+    # LongCat-Flash's own config names these; the n-gram model's class fills them in.
+    flash = {"attention_method": "MLA", "zero_expert_type": "identity", "attention_bias": False}
+    config = {**hybrid_config("longcat_flash_ngram"), **flash, "model_type": family}
+    del config["num_hidden_layers"]  # its configs name num_layers
+    model = config_model(config)
+    cache = make_prompt_cache(model)
+    model(mx.zeros((1, 40), dtype=mx.int32), cache=cache)
+    assert kv_cache_bytes(config, 40, dtype_bytes=4) == _held(cache) == 2 * 2 * (16 + 8) * 40 * 4
+    kv, _ = request_cache_bytes(config, 40)
+    assert kv == kv_cache_bytes(config, 40)
+
+
+def test_deepseek_v4_counts_its_windows_and_compressed_groups() -> None:
+    from app.engine.caches import new_cache, prefill
+    from app.engine.loader import config_model
+    from app.engine.rounds import prepare
+    from app.engine.sparse import SparseCache
+    from tests.engine.families import window_config
+
+    config = window_config("deepseek_v41")
+    model = config_model(config)
+    prepare(model, None)
+    cache = new_cache(model)
+    prefill(model, cache, list(range(1, 41)))
+    parts = [(c._rows, c.compress_kv, c.index_k) for c in cache if isinstance(c, SparseCache)]
+    held = sum(a.nbytes for layer in parts for a in layer if a is not None)
+    assert kv_cache_bytes(config, 40, dtype_bytes=4) == held
+    # Past the window only the groups grow: 2 indexed layers of 4 rows a group (a latent and
+    # an index key, 16 wide each) and one of a row a group (a latent), 2 bytes a value.
+    grown = kv_cache_bytes(config, 40_000) - kv_cache_bytes(config, 20_000)
+    assert grown == (2 * 20_000 // 4 * (16 + 16) + 20_000 * 16) * 2
+
+
+def _held(cache: list[Any]) -> int:
+    """What the tokens read fill of a cache's key and value buffers."""
+    from mlx_lm.models.cache import CacheList, KVCache
+
+    layers = [layer.caches if isinstance(layer, CacheList) else [layer] for layer in cache]
+    kv: list[Any] = [c for caches in layers for c in caches if isinstance(c, KVCache)]
     return sum(int(a[..., : c.offset, :].nbytes) for c in kv for a in (c.keys, c.values))
 
 
