@@ -104,13 +104,11 @@ batch)  # one forward of 1-8 sequences x 1-16 rows, batched and packed
     bench "batch-${pair%%:*}" 280 --synthetic "$pair" --batch-profile
   done
   ;;
-open)  # what the summary still lacks, one device call: about 570 s
-  BUDGET=250 sh "$0" hybrid "$out"
-  BUDGET=300 sh "$0" hstreams "$out"
+open)  # what the summary still lacks, one device call: whether plain steps run in spells
+  sh "$0" spells "$out"
   ;;
-open2)  # a second call: the MTP head's streams, 8b:1b's streams at miss 0.1
-  BUDGET=250 sh "$0" mtpstreams "$out"
-  BUDGET=280 streams streams-8b-1b-miss0.1 8b:1b --miss 0.1
+open2)  # a second call: whether configurations of one process still spread
+  sh "$0" fresh "$out"
   ;;
 *)
   echo "unknown part '$part' (see the case statement in $0)" >&2
