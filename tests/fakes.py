@@ -177,7 +177,8 @@ def text_model_writer(
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("tiny")
     w.add_block_count(blocks)
-    w.add_context_length(args.max_position_embeddings)
+    # gpt-oss's args leave it out (its config names 131072).
+    w.add_context_length(getattr(args, "max_position_embeddings", 131_072))
     w.add_embedding_length(args.hidden_size)
     w.add_feed_forward_length(args.intermediate_size)
     w.add_head_count(args.num_attention_heads)

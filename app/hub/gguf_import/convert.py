@@ -116,6 +116,19 @@ _QWEN3_MOE_BLOCK_TENSORS = {
 }
 
 
+# gpt-oss's: attention with biases and sinks (a whole tail: llama.cpp names them .weight), then
+# a mixture of experts with biases, as mlx-lm's gpt_oss sanitize leaves them.
+_GPT_OSS_BLOCK_TENSORS = {
+    **{k: v for k, v in _BLOCK_TENSORS.items() if k not in (*_DENSE_MLP, "ffn_norm")},
+    "post_attention_norm": "post_attention_layernorm",
+    "attn_sinks.weight": "self_attn.sinks",
+    "ffn_gate_inp": "mlp.router",
+    "ffn_gate_exps": "mlp.experts.gate_proj",
+    "ffn_up_exps": "mlp.experts.up_proj",
+    "ffn_down_exps": "mlp.experts.down_proj",
+}
+
+
 # Qwen3.5's layers: Gated DeltaNet (linear_attn) or gated attention, each then an MLP.
 # The last two map whole tails: ssm_a has no suffix, and ssm_dt.bias is dt_bias.
 _QWEN35_BLOCK_TENSORS = {
@@ -225,6 +238,8 @@ _ARCHS = {
     "qwen3moe": _Arch(
         "qwen3_moe", "Qwen3MoeForCausalLM", _QWEN3_MOE_BLOCK_TENSORS, False, 0.0, 1_000_000.0
     ),
+    # Rope rotates halves (llama.cpp's NEOX kind): no Q/K rows were reordered.
+    "gpt-oss": _Arch("gpt_oss", "GptOssForCausalLM", _GPT_OSS_BLOCK_TENSORS, False, 0.0, 150_000.0),
     # Gemma's RMSNorm multiplies by 1 + w; llama.cpp stores 1 + w to multiply by it.
     "gemma3": _Arch(
         "gemma3_text", "Gemma3ForCausalLM", _GEMMA_BLOCK_TENSORS, False, 1.0, 1_000_000.0
@@ -732,6 +747,8 @@ def _model_config(
         config["hidden_act"] = "silu"
     if arch.model_type == "qwen3_moe":
         config.update(_qwen3_moe_layers(meta, p))
+    if arch.model_type == "gpt_oss":
+        config.update(_gpt_oss_layers(meta, p, n_layers, rope_scaling))
     # Any layer's: a hybrid's first may have no attention or MLP.
     if arch.model_type in _ATTENTION_BIAS:
         config["attention_bias"] = any(n.endswith(".attn_q.bias") for n in names)
@@ -783,6 +800,13 @@ def _sizes(meta: _Metadata, prefix: str, arch: _Arch) -> dict[str, Any]:
         return short_conv.sizes(meta, prefix)
     if arch.model_type == "nemotron_h":  # a width a layer: with .mamba2
         return {}
+    if arch.model_type == "gpt_oss":  # GptOssModel's: its experts' count and width
+        width = meta.get(prefix + "expert_feed_forward_length")
+        return {
+            "num_local_experts": _int(meta.require(prefix + "expert_count")),
+            "num_experts_per_tok": _int(meta.require(prefix + "expert_used_count")),
+            "intermediate_size": _int(width or meta.require(prefix + "feed_forward_length")),
+        }
     if arch.model_type == "granitemoe":  # GraniteMoeModel's: the experts' width, no shared one
         width = _int(meta.require(prefix + "feed_forward_length"))
         return {"intermediate_size": width, **_granite_experts(meta, prefix, required=True)}
@@ -818,6 +842,24 @@ def _qwen3_moe_layers(meta: _Metadata, prefix: str) -> dict[str, Any]:
         "mlp_only_layers": [],
         "norm_topk_prob": bool(meta.get(prefix + "expert_weights_norm", True)),
     }
+
+
+def _gpt_oss_layers(
+    meta: _Metadata, prefix: str, layers: int, rope_scaling: dict[str, Any] | None
+) -> dict[str, Any]:
+    """gpt-oss's sliding window, in every other layer from the first (llama.cpp sets that
+    pattern, its files do not), and its yarn rope with llama.cpp's betas unless named."""
+    config: dict[str, Any] = {
+        "sliding_window": _int(meta.require(prefix + "attention.sliding_window")),
+        "layer_types": [("sliding_attention", "full_attention")[i % 2] for i in range(layers)],
+    }
+    if rope_scaling is not None and rope_scaling["rope_type"] == "yarn":
+        config["rope_scaling"] = {
+            **rope_scaling,
+            "beta_fast": _f32(meta.get(prefix + "rope.scaling.yarn_beta_fast", 32.0)),
+            "beta_slow": _f32(meta.get(prefix + "rope.scaling.yarn_beta_slow", 1.0)),
+        }
+    return config
 
 
 def _glm_sizes(meta: _Metadata, prefix: str) -> dict[str, Any]:

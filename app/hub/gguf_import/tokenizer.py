@@ -96,6 +96,17 @@ _TEKKEN_SPLIT = (
 )
 
 
+# OpenAI's o200k (gpt-oss), as llama.cpp's GPT4O regex has it: Tekken's words, each with an
+# English contraction, and digits three at a time.
+_GPT4O_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
 # tokenizer.ggml.pre values that llama.cpp reads with GPT-2's regex; a file without the key
 # gets it too. Any other name not below is refused, as llama.cpp refuses it: a wrong split
 # would tokenize every prompt differently from the model's training, silently.
@@ -129,6 +140,7 @@ _PRE_SPLITS: dict[str, str | tuple[str, ...]] = {
     "deepseek-llm": _DEEPSEEK_LLM_SPLITS,
     "deepseek-coder": _DEEPSEEK_CODER_SPLITS,
     "tekken": _TEKKEN_SPLIT,
+    "gpt-4o": _GPT4O_SPLIT,
 }
 
 
