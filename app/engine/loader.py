@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -485,7 +487,8 @@ def load_model(
     stamp = _stamp(path)
     try:
         # Lazily: the weights are read below a group at a time, so progress can move.
-        loaded = load(str(path), lazy=True, return_config=True)
+        with _types_transformers_lacks():
+            loaded = load(str(path), lazy=True, return_config=True)
         model, tokenizer, config = cast(tuple[Any, Any, dict[str, Any]], loaded)
         _read_weights(model, progress or (lambda _done, _total: None))
     except Exception as exc:  # mlx-lm raises many kinds for broken folders
@@ -495,6 +498,19 @@ def load_model(
 
         fuse_projections(model)
     return LoadedModel(path, model, tokenizer, config, fused=fuse, stamp=stamp)
+
+
+@contextlib.contextmanager
+def _types_transformers_lacks() -> Iterator[None]:
+    """Quiets transformers' warning, as it reads a folder's tokenizer, that it does not know
+    the model's type (DeepSeek-V4's ``deepseek_v41``): mlx-lm builds the model, not it."""
+    logger = logging.getLogger("transformers.configuration_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _read_weights(model: nn.Module, progress: BytesRead) -> None:

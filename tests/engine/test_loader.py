@@ -150,3 +150,28 @@ def test_loading_reports_the_bytes_of_weights_read_per_model(
     assert fractions == sorted(fractions) and seen[0] == loader.LoadProgress(
         0, 3, "Checking the pair"
     )
+
+
+def test_a_model_type_transformers_lacks_loads_without_its_warning(
+    tiny: TinyModels, tmp_path: Path
+) -> None:
+    import logging
+
+    from app.testing.tiny import build_model
+    from tests.engine.families import window_config
+
+    folder = build_model(tmp_path / "v4", window_config("deepseek_v41"), tokenizer_from=tiny.target)
+    said: list[logging.LogRecord] = []
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record)
+
+    handler = Heard()
+    logger = logging.getLogger("transformers.configuration_utils")
+    logger.addHandler(handler)
+    try:
+        load_model(folder)
+    finally:
+        logger.removeHandler(handler)
+    assert not [r for r in said if "deepseek_v41" in r.getMessage()]
