@@ -150,6 +150,7 @@ def deepseek_v4_config(base: dict[str, Any]) -> dict[str, Any]:
         "index_head_dim": 16,
         "index_topk": 4,
         "hc_mult": 2,
+        "hc_sinkhorn_iters": 3,  # 20 in its configs: the tiny model's steps would crawl
     }
 
 
