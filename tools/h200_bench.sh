@@ -81,13 +81,15 @@ mtp)  # "The target's own MTP head": depth 1-8 and Auto, then the 0.8B draft at 
 mtpstreams)  # the MTP head's streams
   streams streams-27b-mtp qwen3.6-27b:mtp --ks 4,auto
   ;;
-spells)  # whether the hybrid 27B's plain steps (JSON rounds: ms each) run in spells by graph setting
+spells)  # whether plain steps run in spells, by graph setting: run 39b's pair and configurations
+  # (mlx-lm's plain loop, k = 2, Auto at miss 0.28), then each reply's steps (tools/round_spells.py)
   for env in "" "MLX_CUDA_GRAPH_CACHE_SIZE=400 MLX_MAX_OPS_PER_BUFFER=20" "MLX_USE_CUDA_GRAPHS=0"; do
     name=spells-$(echo "${env:-app}" | tr ' =' '-_')
-    echo "== $name: $env tandem bench --synthetic $hybrid --ks 0 --impls tandem --max-tokens 256"
+    echo "== $name: $env tandem bench --synthetic $hybrid --miss 0.28 --ks 2,auto --impls plain,tandem"
     env $env timeout 150 $tandem bench --synthetic $hybrid --bits 4 --dtype bfloat16 \
-      --miss 0 --ks 0 --impls tandem --temps 0 --max-tokens 256 --warmup 64 --repeats 3 \
-      --json "$out/$name.json" 2> "$out/$name.err" | tail -3
+      --miss 0.28 --ks 2,auto --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 \
+      --repeats 3 --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
+    python3 tools/round_spells.py "$out/$name.json"
   done
   ;;
 fresh)  # whether configurations of one process still spread with --fresh-shapes
