@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,13 @@ import mlx.nn as nn
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
+from app.engine import GenerationParams, Message
+from app.engine.decoder import Decoder, take_turns
 from app.engine.fuse import fuse
+from app.engine.generate import encode_chat
 from app.engine.loader import ModelPair, config_model
 from app.engine.recurrent import REWOUND
+from app.engine.types import DraftSetting
 from app.testing.tiny import build_model, model_config
 
 
@@ -39,6 +44,22 @@ def plain_greedy(pair: ModelPair, prompt: list[int], n: int) -> list[int]:
             break
         out.append(int(token))
     return out
+
+
+def batch_replies(
+    pair: ModelPair, chats: Sequence[list[Message]], tokens: int
+) -> list[tuple[list[int], list[int]]]:
+    """Each chat's prompt and reply, the chats replied to at once (greedy) by one decoder of
+    ``pair``, drafting at k 1, 4 and Auto in turn."""
+    assert pair.draft is not None
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    prompts = [encode_chat(pair.target.tokenizer, m) for m in chats]
+    ks = [(1, 4, None)[i % 3] for i in range(len(prompts))]
+    gens = [
+        decoder.generate(p, GenerationParams(temperature=0, drafting=DraftSetting.of(k)))
+        for p, k in zip(prompts, ks, strict=True)
+    ]
+    return list(zip(prompts, take_turns(gens, tokens).replies, strict=True))
 
 
 def cache_of(model: nn.Module, prompt: list[int]) -> list[Any]:

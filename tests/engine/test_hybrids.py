@@ -31,7 +31,13 @@ from app.engine.merged import merged_forward
 from app.engine.recurrent import DEPTH, RecurrentCache, install, leaves
 from app.engine.types import DraftSetting
 from tests.conftest import TinyModels
-from tests.engine.families import HYBRIDS, hybrid_config, hybrid_pair, plain_greedy
+from tests.engine.families import (
+    HYBRIDS,
+    batch_replies,
+    hybrid_config,
+    hybrid_pair,
+    plain_greedy,
+)
 
 TOKENS = 24
 
@@ -109,16 +115,8 @@ def test_requests_of_a_batch_with_different_acceptance_are_plain_greedy(pairs, m
         return merged_forward(model, tokens, caches)
 
     monkeypatch.setattr(merged_module, "merged_forward", counted)
-    decoder = Decoder(other.target.model, other.draft.model)
-    tok = other.target.tokenizer
     chats = [SHORT, LONG, [Message("user", "Name three colours.")]]
-    prompts = [encode_chat(tok, m) for m in chats]
-    gens = [
-        decoder.generate(p, GenerationParams(temperature=0, drafting=DraftSetting.of(k)))
-        for p, k in zip(prompts, (1, 4, None), strict=True)
-    ]
-    turns = take_turns(gens, TOKENS)
-    for prompt, reply in zip(prompts, turns.replies, strict=True):
+    for prompt, reply in batch_replies(other, chats, TOKENS):
         want = _plain(other, prompt)
         assert reply[: len(want)] == want
     # The requests' steps and verifications ran as one forward, where their caches merge

@@ -15,14 +15,13 @@ import pytest
 
 from app.engine import Finished, GenerationParams, Message, load_pair
 from app.engine.caches import new_cache, prefill, rewind
-from app.engine.decoder import Decoder, take_turns
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair
 from app.engine.rounds import prepare
 from app.engine.sparse import SparseCache
 from app.testing.tiny import build_model
 from tests.conftest import TinyModels
-from tests.engine.families import WINDOW, plain_greedy, window_pair
+from tests.engine.families import WINDOW, batch_replies, plain_greedy, window_pair
 
 TOKENS = 40
 LONG = [Message("user", "Summarise the following text in one sentence. " * 3)]
@@ -68,19 +67,8 @@ def test_a_draft_that_is_sometimes_wrong_leaves_the_reply_plain_greedy(noisy, pa
 
 
 def test_requests_of_a_batch_are_plain_greedy(noisy) -> None:
-    from app.engine.types import DraftSetting
-
-    assert noisy.draft is not None
-    decoder = Decoder(noisy.target.model, noisy.draft.model)
-    tok = noisy.target.tokenizer
     chats = [LONG, [Message("user", "Hi")], [Message("user", "Name three colours.")]]
-    prompts = [encode_chat(tok, m) for m in chats]
-    gens = [
-        decoder.generate(p, GenerationParams(temperature=0, drafting=DraftSetting.of(k)))
-        for p, k in zip(prompts, (1, 4, None), strict=True)
-    ]
-    turns = take_turns(gens, TOKENS)
-    for prompt, reply in zip(prompts, turns.replies, strict=True):
+    for prompt, reply in batch_replies(noisy, chats, TOKENS):
         want = plain_greedy(noisy, prompt, TOKENS)
         assert reply[: len(want)] == want
 
