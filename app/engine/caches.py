@@ -210,6 +210,8 @@ def refusal(model: nn.Module) -> str | None:
 # Layers that hold a bounded stretch of rows, and every kind that says how far it goes back.
 _HOLDING = (WindowKVCache, ChunkKVCache)
 _GOING_BACK = (*_HOLDING, SparseCache, RecurrentCache)
+# Kinds that keep what a marked point needs, to go back there past their newest rows.
+_MARKING = (RecurrentCache, SparseCache)
 
 
 def rewind(cache: Sequence[Any], n: int) -> bool:
@@ -233,9 +235,10 @@ def rewind(cache: Sequence[Any], n: int) -> bool:
 
 
 def mark(cache: Sequence[Any]) -> None:
-    """Keeps the recurrent states at this point, for a later :func:`back_to` (an edit, a retry)."""
+    """Keeps the recurrent states and sparse layers' rows at this point, for a later
+    :func:`back_to` (an edit, a retry)."""
     for c in leaves(cache):
-        if isinstance(c, RecurrentCache):
+        if isinstance(c, _MARKING):
             c.mark()
 
 
@@ -244,7 +247,7 @@ def reachable(cache: Sequence[Any], offset: int) -> int:
     layers = list(leaves(cache))
     at = min(offset, *(c.offset for c in layers)) if layers else offset
     for c in layers:
-        if isinstance(c, RecurrentCache):
+        if isinstance(c, _MARKING):
             at = min(at, c.reachable(at))
         elif isinstance(c, _GOING_BACK) and not c.can_go_back(c.offset - at):
             return 0
@@ -254,7 +257,7 @@ def reachable(cache: Sequence[Any], offset: int) -> int:
 def back_to(cache: Sequence[Any], offset: int) -> None:
     """Cuts every layer of ``cache`` back to ``offset`` rows, which :func:`reachable` gave."""
     for c in leaves(cache):
-        if isinstance(c, RecurrentCache):
+        if isinstance(c, _MARKING):
             c.back_to(offset)
         else:
             c.trim(c.offset - offset)

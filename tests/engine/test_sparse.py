@@ -14,7 +14,7 @@ import mlx.core as mx
 import pytest
 
 from app.engine import Finished, GenerationParams, Message, load_pair
-from app.engine.caches import new_cache, prefill, rewind
+from app.engine.caches import back_to, mark, new_cache, prefill, reachable, rewind
 from app.engine.generate import encode_chat, new_decoder, stream_reply
 from app.engine.loader import ModelPair
 from app.engine.rounds import prepare
@@ -125,3 +125,22 @@ def test_without_its_compressors_noted_a_compressing_layer_does_not_go_back(nois
     model(mx.array([[1, 2, 3, 4, 5, 6]]), cache=cache)
     assert not rewind(cache, 3)
     assert [c.offset for c in _layers(cache)] == [6] * len(cache)
+
+
+@pytest.mark.parametrize("prompt", [3, 42], ids=["in-a-group", "past-the-window"])
+def test_a_marked_point_is_gone_back_to_past_the_rows_held(noisy, prompt: int) -> None:
+    model = noisy.target.model
+    prepare(model, None)
+    tokens = list(range(5, 5 + prompt))
+    cache = new_cache(model)
+    prefill(model, cache, tokens)
+    mark(cache)  # a prompt's end: where a retry comes back to
+    first = _layers(cache)[0]
+    prefill(model, cache, list(range(100, 100 + 2 * (WINDOW + first.slack))))
+    assert reachable(cache, prompt + 1) == prompt  # past the rows held: the mark
+    back_to(cache, prompt)
+    fresh = new_cache(model)
+    prefill(model, fresh, tokens)
+    got = model(mx.array([[9, 8, 7, 6, 5]]), cache=cache)
+    assert mx.allclose(got, model(mx.array([[9, 8, 7, 6, 5]]), cache=fresh), atol=1e-4)
+    assert reachable(cache, prompt + 3) == prompt + 3  # and rows held go back as ever
