@@ -27,9 +27,8 @@ from mlx_lm.models.cache import (
     make_prompt_cache,
 )
 
-from app.engine import attention, recurrent, sparse
+from app.engine import attention, recurrent
 from app.engine.recurrent import FORWARDS, RecurrentCache, leaves
-from app.engine.sparse import SparseCache
 
 # Rows a window keeps beyond itself: the most a round or a pad gives back
 # (16 drafts verified padded to 32 rows, a prompt chunk's pad under 64).
@@ -188,7 +187,15 @@ def _exact(c: Any, forwards: int) -> Any:
         return ChunkKVCache(c.chunk_size)
     if isinstance(c, CacheList):
         c.caches = tuple(_exact(x, forwards) for x in c.caches)
-    return sparse.exact(c, SLACK) or c
+    if (type(c).__module__, type(c).__name__) == (DEEPSEEK_V4, "LayerCache"):
+        from app.engine.sparse import SparseCache  # imports that module, present here
+
+        return SparseCache(c.window_size, SLACK)
+    return c
+
+
+# DeepSeek-V4's module, imported only where a model of it is loaded (another mlx-lm may lack it).
+DEEPSEEK_V4 = "mlx_lm.models.deepseek_v41"
 
 
 def can_rewind(cache: Sequence[Any]) -> bool:
@@ -209,9 +216,17 @@ def refusal(model: nn.Module) -> str | None:
 
 # Layers that hold a bounded stretch of rows, and every kind that says how far it goes back.
 _HOLDING = (WindowKVCache, ChunkKVCache)
-_GOING_BACK = (*_HOLDING, SparseCache, RecurrentCache)
-# Kinds that keep what a marked point needs, to go back there past their newest rows.
-_MARKING = (RecurrentCache, SparseCache)
+
+
+def _goes_back(c: Any) -> bool:
+    """Whether a layer says how far it goes back: a window, a chunk, a recurrent state, a
+    sparse attention's (by its method: a check a layer a round, as cheap as a type's)."""
+    return hasattr(c, "can_go_back")
+
+
+def _marks(c: Any) -> bool:
+    """Whether a layer keeps what a marked point needs, to go back there past its newest rows."""
+    return hasattr(c, "back_to")
 
 
 def rewind(cache: Sequence[Any], n: int) -> bool:
@@ -225,7 +240,7 @@ def rewind(cache: Sequence[Any], n: int) -> bool:
     if n <= 0:
         return True
     layers = list(leaves(cache))
-    if not all(c.can_go_back(n) for c in layers if isinstance(c, _GOING_BACK)):
+    if not all(c.can_go_back(n) for c in layers if _goes_back(c)):
         return False
     if not can_rewind(cache):
         return False
@@ -238,7 +253,7 @@ def mark(cache: Sequence[Any]) -> None:
     """Keeps the recurrent states and sparse layers' rows at this point, for a later
     :func:`back_to` (an edit, a retry)."""
     for c in leaves(cache):
-        if isinstance(c, _MARKING):
+        if _marks(c):
             c.mark()
 
 
@@ -247,9 +262,9 @@ def reachable(cache: Sequence[Any], offset: int) -> int:
     layers = list(leaves(cache))
     at = min(offset, *(c.offset for c in layers)) if layers else offset
     for c in layers:
-        if isinstance(c, _MARKING):
+        if _marks(c):
             at = min(at, c.reachable(at))
-        elif isinstance(c, _GOING_BACK) and not c.can_go_back(c.offset - at):
+        elif _goes_back(c) and not c.can_go_back(c.offset - at):
             return 0
     return at
 
@@ -257,7 +272,7 @@ def reachable(cache: Sequence[Any], offset: int) -> int:
 def back_to(cache: Sequence[Any], offset: int) -> None:
     """Cuts every layer of ``cache`` back to ``offset`` rows, which :func:`reachable` gave."""
     for c in leaves(cache):
-        if isinstance(c, _MARKING):
+        if _marks(c):
             c.back_to(offset)
         else:
             c.trim(c.offset - offset)

@@ -18,8 +18,8 @@ from typing import Literal, cast
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.engine import attention, recurrent, sparse, wide
-from app.engine.caches import refusal
+from app.engine import attention, recurrent, wide
+from app.engine.caches import DEEPSEEK_V4, refusal
 from app.engine.sampling import Draws, contexts_for, log_probs, penalize
 from app.engine.types import AcceptRule, DraftSetting, GenerationParams, Origin
 
@@ -105,7 +105,10 @@ def prepare(target: nn.Module, draft: nn.Module | None) -> str | None:
             attention.install(model)
             wide.install(model)
             recurrent.install(model)
-            sparse.install(model)
+            if type(model).__module__ == DEEPSEEK_V4:
+                from app.engine import sparse  # its module only where its models run
+
+                sparse.install(model)
     return refusal(target)
 
 
