@@ -144,3 +144,16 @@ def test_a_marked_point_is_gone_back_to_past_the_rows_held(noisy, prompt: int) -
     got = model(mx.array([[9, 8, 7, 6, 5]]), cache=cache)
     assert mx.allclose(got, model(mx.array([[9, 8, 7, 6, 5]]), cache=fresh), atol=1e-4)
     assert reachable(cache, prompt + 3) == prompt + 3  # and rows held go back as ever
+
+
+def test_the_engine_imports_deepseek_v4s_module_only_for_its_models() -> None:
+    import subprocess
+    import sys
+
+    # Another mlx-lm may lack it: the app must start and serve other models all the same.
+    code = (
+        "import sys, app.engine.generate, app.engine.caches, app.engine.rounds; "
+        "print('mlx_lm.models.deepseek_v41' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
