@@ -26,7 +26,11 @@ from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from app.ui import reasoning
+
 COPY_SCHEME = "copy"
+# Heads a reply's reasoning; a line of chrome, coloured by no token.
+REASONING_LABEL = "Thinking"
 LIGHT_STYLE = "default"
 DARK_STYLE = "github-dark"
 
@@ -69,19 +73,52 @@ class Rendered:
     hidden: tuple[tuple[int, int], ...] = field(default=())
 
 
-def render_markdown(text: str, theme: Theme | None = None, first_code_index: int = 0) -> Rendered:
+def render_markdown(
+    text: str, theme: Theme | None = None, first_code_index: int = 0, thinking: bool = False
+) -> Rendered:
     """Renders CommonMark with GFM tables and strikethrough to QTextDocument HTML.
 
     Raw HTML in ``text`` is shown as text. Single newlines break lines, as chat
     replies expect. Images show as links, so the view never loads a file or URL.
+    A reasoning model's thoughts (:mod:`app.ui.reasoning`) show set in, muted, under
+    :data:`REASONING_LABEL`, their markup hidden.
 
     Args:
         text: The Markdown source.
         theme: Colours and fonts; light defaults when ``None``.
         first_code_index: Index of this text's first code block among all the
             code blocks of the document, for unique Copy links.
+        thinking: Whether ``text`` continues reasoning begun before it (no label then).
     """
     theme = theme or Theme()
+    if not reasoning.has_reasoning(text, thinking):
+        return _render(text, theme, first_code_index)
+    html_parts: list[str] = []
+    code: list[str] = []
+    hidden: list[tuple[int, int]] = []
+    opened = not thinking  # a label where reasoning starts, not where it goes on
+    for part in reasoning.parts(text, thinking):
+        if part.kind == "markup":
+            hidden.append((part.start, part.end))
+            opened = True
+            continue
+        source = text[part.start : part.end]
+        if not source.strip():
+            continue
+        rendered = _render(source, theme, first_code_index + len(code))
+        code += rendered.code_blocks
+        hidden += [(a + part.start, b + part.start) for a, b in rendered.hidden]
+        if part.kind == "reasoning":
+            label = f"<p><b>{REASONING_LABEL}</b></p>" if opened else ""
+            style = f"color:{theme.muted}; font-style:italic"
+            html_parts.append(f'<blockquote style="{style}">{label}{rendered.html}</blockquote>')
+        else:
+            html_parts.append(rendered.html)
+        opened = False
+    return Rendered("\n".join(html_parts), tuple(code), tuple(sorted(hidden)))
+
+
+def _render(text: str, theme: Theme, first_code_index: int) -> Rendered:
     env: dict[str, Any] = {"theme": theme, "code": [], "first": first_code_index}
     md = _parser()
     tokens = md.parse(text, env)
@@ -173,12 +210,16 @@ class BlockSplitter:
     Inside a fence not closed yet, every line ends a provisional cut
     (:attr:`in_fence` is then true): the text so far renders as a code block once
     :meth:`close_fence` closes it, and renders again from the same place later.
+    A cut inside a model's reasoning says so (:attr:`thinking_at_cut`): the part
+    after it renders as reasoning going on.
     """
 
     def __init__(self) -> None:
         self._partial = ""
         self._offset = 0  # source offset where ``_partial`` starts
         self._fence: str | None = None
+        self._thinking = False  # whether the lines fed end inside reasoning
+        self.thinking_at_cut = False  # whether the text after the last cut starts inside it
 
     @property
     def in_fence(self) -> bool:
@@ -202,6 +243,7 @@ class BlockSplitter:
         cut = None
         for line in lines:
             self._offset += len(line) + 1
+            self._thinking = reasoning.thinking_after(line, self._thinking)
             stripped = line.strip()
             if self._fence is not None:
                 char = self._fence[0]
@@ -213,6 +255,8 @@ class BlockSplitter:
                 cut = self._offset
             elif not stripped:
                 cut = self._offset
+            if cut == self._offset:
+                self.thinking_at_cut = self._thinking
         return cut
 
 

@@ -25,7 +25,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextEdit
 
 from app.engine.types import Origin, Segment
-from app.ui.markdown import BlockSplitter, Theme, align, render_markdown
+from app.ui.markdown import REASONING_LABEL, BlockSplitter, Theme, align, render_markdown
 from app.ui.transcript_style import (
     ARROW_TEXT,
     COPY_MESSAGE_SCHEME,
@@ -76,6 +76,7 @@ class StreamedReply:
     splitter: BlockSplitter = field(default_factory=BlockSplitter)
     tail_code: int | None = None  # first code block of a provisional render of the tail
     reading: bool = False  # a note of how far the prompt is read stands in for its text
+    thinking: bool = False  # whether the text not yet rendered starts inside reasoning
 
 
 class TranscriptWriter:
@@ -152,7 +153,9 @@ class TranscriptWriter:
         cursor.removeSelectedText()
         cursor.setBlockFormat(QTextBlockFormat())  # the block took the format of the last one
         if source.strip():
-            rendered = render_markdown(closed, self.theme(), len(self.code_blocks))
+            rendered = render_markdown(
+                closed, self.theme(), len(self.code_blocks), thinking=reply.thinking
+            )
             self.code_blocks.extend(rendered.code_blocks)
             start = reply.tail_pos
             plain = self._insert_html(cursor, rendered.html, keep_first_format=True)
@@ -171,6 +174,7 @@ class TranscriptWriter:
         if not provisional:
             reply.tail_src = cut
             reply.tail = rest
+            reply.thinking = reply.splitter.thinking_at_cut
 
     def insert_footer(self, cursor: QTextCursor, footer: Footer) -> None:
         """Adds the small line of links under a message."""
@@ -273,7 +277,7 @@ class TranscriptWriter:
         positions: list[int] = []
         block = first
         while block.isValid() and block.position() < end:
-            if not is_code_header(block):
+            if not is_code_header(block) and block.text() != REASONING_LABEL:
                 text = block.text()[: max(end - block.position(), 0)]
                 if parts:
                     parts.append("\n")

@@ -682,3 +682,44 @@ def test_ctrl_return_submits_the_edit_as_typed(qtbot: QtBot) -> None:
     assert clicked.args == [1, "Hello there"]
     view.show_messages([_message(1, "user", "Hello there")])  # another view: no editor
     assert not view.editor.isVisible() and view.editing_message is None
+
+
+# Reasoning
+
+
+def _quoted(view: TranscriptView, text: str) -> bool:
+    """Whether the block holding ``text`` is set in (a blockquote's indent) and italic."""
+    position = _position(view, text)
+    block = view.document().findBlock(position)
+    return block.blockFormat().leftMargin() > 0 and _format(view, position).fontItalic()
+
+
+def test_a_models_reasoning_streams_set_in_under_one_label_its_tags_hidden(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.begin_reply()
+    pieces = ["<think>\nFirst ", "thought.\n\n", "Second ", "thought.\n", "</think>\n\n", "Four."]
+    for piece in pieces:
+        view.append_segments([(D, piece)])
+    # Cut inside the reasoning: its second part renders as reasoning going on, unlabelled.
+    assert _quoted(view, "First thought.") and _quoted(view, "Second thought.")
+    assert view.toPlainText().count("Thinking") == 1
+    view.end_reply(message_id=1)
+    text = view.toPlainText()
+    assert "<think>" not in text and "</think>" not in text
+    assert text.count("Thinking") == 1
+    assert _quoted(view, "Second thought.") and not _quoted(view, "Four.")
+    assert _backgrounds(view, "Four.") == [ORIGIN_COLORS[D]] * 5  # colours still land
+    assert _backgrounds(view, "Thinking") == [None] * 8
+
+
+def test_a_reply_whose_prompt_opened_its_reasoning_and_gpt_oss_channels(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    harmony = (
+        "<|channel|>analysis<|message|>Add them.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Four."
+    )
+    opened = "Add them.\n</think>\n\nFour."  # the prompt ended with "<think>\n"
+    view.show_messages([_message(1, "assistant", opened), _message(2, "assistant", harmony)])
+    text = view.toPlainText()
+    assert text.count("Thinking") == 2 and "<|" not in text and "</think>" not in text
+    assert _quoted(view, "Add them.") and not _quoted(view, "Four.")

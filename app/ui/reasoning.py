@@ -1,0 +1,82 @@
+"""Where a reply thinks before it answers: its reasoning told apart from its answer.
+
+Qt-free. Reasoning models write their thoughts first, marked up by their chat
+format: ``<think>`` … ``</think>`` (Qwen3 / 3.5 / 3.6, DeepSeek-R1, GLM), or
+gpt-oss's harmony channels (``<|channel|>analysis<|message|>`` … ``<|end|>``, then
+``<|start|>assistant<|channel|>final<|message|>`` before the answer). Newer Qwen
+templates open ``<think>`` in the prompt, so such a reply holds only the closing
+tag: text before a closing tag with no opening one is reasoning too.
+
+:func:`parts` cuts a reply's source into reasoning, markup and answer; the
+transcript renders each part and hides the markup.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["reasoning", "markup", "answer"]
+
+# An opening or closing tag, or harmony's other markup: "<|start|>assistant" before a
+# channel, a channel with its name, "<|return|>". Group 1: an opener; 2: a closer.
+_MARK = re.compile(
+    r"(<think>|<\|channel\|>(?:analysis|commentary)[^<]*<\|message\|>)"
+    r"|(</think>|<\|end\|>)"
+    r"|<\|start\|>assistant|<\|channel\|>final[^<]*<\|message\|>|<\|return\|>"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A run of a reply's source, ``[start, end)``, and what it is."""
+
+    kind: Kind
+    start: int
+    end: int
+
+
+def parts(text: str, thinking: bool = False) -> list[Part]:
+    """``text`` cut into its reasoning, the markup around it and its answer, in order.
+
+    Args:
+        text: A reply's source, or the part of it from some point on.
+        thinking: Whether ``text`` starts inside reasoning (its opening came before).
+            A closing tag with no opening tag before it says so too.
+
+    Returns:
+        One answer part for text with no reasoning in it; empty parts are left out.
+    """
+    marks = list(_MARK.finditer(text))
+    if not thinking and marks and marks[0].group(2) is not None:
+        thinking = True  # the prompt opened it
+    out: list[Part] = []
+    at = 0
+    for m in marks:
+        if m.start() > at:
+            out.append(Part("reasoning" if thinking else "answer", at, m.start()))
+        out.append(Part("markup", m.start(), m.end()))
+        if m.group(1) is not None:
+            thinking = True
+        elif m.group(2) is not None:
+            thinking = False
+        at = m.end()
+    if at < len(text):
+        out.append(Part("reasoning" if thinking else "answer", at, len(text)))
+    return out
+
+
+def thinking_after(text: str, thinking: bool = False) -> bool:
+    """Whether ``text``, started inside reasoning where ``thinking``, ends inside it."""
+    for m in _MARK.finditer(text):
+        if m.group(1) is not None:
+            thinking = True
+        elif m.group(2) is not None:
+            thinking = False
+    return thinking
+
+
+def has_reasoning(text: str, thinking: bool = False) -> bool:
+    """Whether ``text`` holds any reasoning or its markup (or starts inside reasoning)."""
+    return thinking or _MARK.search(text) is not None

@@ -1,0 +1,50 @@
+"""A reasoning model's thoughts told apart from its answer, in each chat format."""
+
+from __future__ import annotations
+
+from app.ui.reasoning import parts, thinking_after
+
+
+def _cut(text: str, thinking: bool = False) -> list[tuple[str, str]]:
+    return [(p.kind, text[p.start : p.end]) for p in parts(text, thinking)]
+
+
+def test_think_tags_mark_the_reasoning_and_are_markup() -> None:
+    text = "<think>\nIt is 2 + 2.\n</think>\n\nFour."
+    assert _cut(text) == [
+        ("markup", "<think>"),
+        ("reasoning", "\nIt is 2 + 2.\n"),
+        ("markup", "</think>"),
+        ("answer", "\n\nFour."),
+    ]
+
+
+def test_a_closing_tag_alone_means_the_prompt_opened_the_reasoning() -> None:
+    # Newer Qwen templates end the prompt with "<think>\n".
+    assert _cut("It is 2 + 2.\n</think>\n\nFour.") == [
+        ("reasoning", "It is 2 + 2.\n"),
+        ("markup", "</think>"),
+        ("answer", "\n\nFour."),
+    ]
+
+
+def test_gpt_oss_harmony_channels() -> None:
+    text = (
+        "<|channel|>analysis<|message|>User wants 4.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Four."
+    )
+    assert _cut(text) == [
+        ("markup", "<|channel|>analysis<|message|>"),
+        ("reasoning", "User wants 4."),
+        ("markup", "<|end|>"),
+        ("markup", "<|start|>assistant"),
+        ("markup", "<|channel|>final<|message|>"),
+        ("answer", "Four."),
+    ]
+
+
+def test_a_part_that_goes_on_inside_reasoning() -> None:
+    assert _cut("more thoughts", thinking=True) == [("reasoning", "more thoughts")]
+    assert thinking_after("<think>\nfirst", False)
+    assert not thinking_after("done</think>\n", True)
+    assert _cut("No reasoning here.") == [("answer", "No reasoning here.")]
