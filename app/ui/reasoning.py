@@ -49,7 +49,7 @@ def parts(text: str, thinking: bool = False) -> list[Part]:
         One answer part for text with no reasoning in it; empty parts are left out.
     """
     marks = list(_MARK.finditer(text))
-    if not thinking and marks and marks[0].group(2) is not None:
+    if not thinking and opened_before(text):
         thinking = True  # the prompt opened it
     out: list[Part] = []
     at = 0
@@ -65,6 +65,12 @@ def parts(text: str, thinking: bool = False) -> list[Part]:
     if at < len(text):
         out.append(Part("reasoning" if thinking else "answer", at, len(text)))
     return out
+
+
+def opened_before(text: str) -> bool:
+    """Whether ``text``'s first mark closes reasoning: the prompt, or text before, opened it."""
+    first = _MARK.search(text)
+    return first is not None and first.group(2) is not None
 
 
 def thinking_after(text: str, thinking: bool = False) -> bool:

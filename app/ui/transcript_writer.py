@@ -26,6 +26,7 @@ from PySide6.QtWidgets import QTextEdit
 
 from app.engine.types import Origin, Segment
 from app.ui.markdown import REASONING_LABEL, BlockSplitter, Theme, align, render_markdown
+from app.ui.reasoning import opened_before
 from app.ui.transcript_style import (
     ARROW_TEXT,
     COPY_MESSAGE_SCHEME,
@@ -144,6 +145,11 @@ class TranscriptWriter:
         length = cut - reply.tail_src
         chunk, rest = split_segments(reply.tail, length)
         source = "".join(t for _, t in chunk)
+        if reply.tail_src and not reply.thinking and not provisional and opened_before(source):
+            # Its prompt opened the reasoning that this part closes: what was rendered
+            # before it is reasoning too, so the reply renders again from its start.
+            self._render_from_start(reply, cut)
+            return
         closed = reply.splitter.close_fence(source)
         chunk = [*chunk, (None, closed[len(source) :])] if closed != source else chunk
         cursor = QTextCursor(doc)
@@ -175,6 +181,27 @@ class TranscriptWriter:
             reply.tail_src = cut
             reply.tail = rest
             reply.thinking = reply.splitter.thinking_at_cut
+
+    def _render_from_start(self, reply: StreamedReply, cut: int) -> None:
+        """Renders the reply's source up to ``cut`` whole in place of what was rendered of it;
+        the text after ``cut`` stays plain, as streamed."""
+        cursor = QTextCursor(self._view.document())
+        cursor.beginEditBlock()
+        cursor.setPosition(reply.start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.setBlockFormat(header_format())
+        del self.code_blocks[reply.code_start :]
+        head, rest = split_segments(reply.segments, cut)
+        source = "".join(t for _, t in head)
+        self.insert_message(cursor, "assistant", source, head, Footer("assistant"), self.theme())
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        reply.tail_pos = cursor.position()
+        for origin, text in rest:
+            cursor.insertText(text, origin_format(origin, self.colour))
+        cursor.endEditBlock()
+        reply.tail_src, reply.tail, reply.tail_code = cut, rest, None
+        reply.thinking = reply.splitter.thinking_at_cut
 
     def insert_footer(self, cursor: QTextCursor, footer: Footer) -> None:
         """Adds the small line of links under a message."""

@@ -723,3 +723,20 @@ def test_a_reply_whose_prompt_opened_its_reasoning_and_gpt_oss_channels(qtbot: Q
     text = view.toPlainText()
     assert text.count("Thinking") == 2 and "<|" not in text and "</think>" not in text
     assert _quoted(view, "Add them.") and not _quoted(view, "Four.")
+
+
+def test_thoughts_the_prompt_opened_turn_into_thoughts_when_their_closing_tag_streams(
+    qtbot: QtBot,
+) -> None:
+    view = _view(qtbot)
+    view.begin_reply()
+    for piece in ["First thought.\n\n", "Second ", "thought.\n", "</think>\n\n", "Four", "."]:
+        view.append_segments([(D, piece)])
+    # Rendered as an answer until the tag came; then the reply rendered again from its start.
+    assert _quoted(view, "First thought.") and _quoted(view, "Second thought.")
+    assert view.toPlainText().count("Thinking") == 1 and "</think>" not in view.toPlainText()
+    view.append_segments([(D, "\n\nMore answer.\n\n")])
+    assert not _quoted(view, "More answer.")
+    view.end_reply(message_id=1)
+    assert _quoted(view, "First thought.") and not _quoted(view, "Four.")
+    assert _backgrounds(view, "Four.") == [ORIGIN_COLORS[D]] * 5
