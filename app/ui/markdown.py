@@ -74,7 +74,11 @@ class Rendered:
 
 
 def render_markdown(
-    text: str, theme: Theme | None = None, first_code_index: int = 0, thinking: bool = False
+    text: str,
+    theme: Theme | None = None,
+    first_code_index: int = 0,
+    thinking: bool = False,
+    begins: bool = True,
 ) -> Rendered:
     """Renders CommonMark with GFM tables and strikethrough to QTextDocument HTML.
 
@@ -89,15 +93,16 @@ def render_markdown(
         first_code_index: Index of this text's first code block among all the
             code blocks of the document, for unique Copy links.
         thinking: Whether ``text`` continues reasoning begun before it (no label then).
+        begins: Whether ``text`` begins the reply, where a ``<think>`` may open reasoning.
     """
     theme = theme or Theme()
-    if not reasoning.has_reasoning(text, thinking):
+    if not reasoning.has_reasoning(text, thinking, begins):
         return _render(text, theme, first_code_index)
     html_parts: list[str] = []
     code: list[str] = []
     hidden: list[tuple[int, int]] = []
     opened = not thinking  # a label where reasoning starts, not where it goes on
-    for part in reasoning.parts(text, thinking):
+    for part in reasoning.parts(text, thinking, begins):
         if part.kind == "markup":
             hidden.append((part.start, part.end))
             opened = True
@@ -242,8 +247,9 @@ class BlockSplitter:
         self._partial = lines.pop()
         cut = None
         for line in lines:
+            begins = self._offset == 0
             self._offset += len(line) + 1
-            self._thinking = reasoning.thinking_after(line, self._thinking)
+            self._thinking = reasoning.thinking_after(line, self._thinking, begins)
             stripped = line.strip()
             if self._fence is not None:
                 char = self._fence[0]

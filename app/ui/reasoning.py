@@ -21,9 +21,12 @@ Kind = Literal["reasoning", "markup", "answer"]
 
 # An opening or closing tag, or harmony's other markup: "<|start|>assistant" before a
 # channel, a channel with its name, "<|return|>". Group 1: an opener; 2: a closer.
+# "<think>" opens only where a reply begins, and "</think>" closes only before a blank
+# line or the end, as reasoning models write them: an answer that shows the tags (in
+# code, or inline) keeps them as text.
 _MARK = re.compile(
-    r"(<think>|<\|channel\|>(?:analysis|commentary)[^<]*<\|message\|>)"
-    r"|(</think>|<\|end\|>)"
+    r"(\A\s*<think>|<\|channel\|>(?:analysis|commentary)[^<]*<\|message\|>)"
+    r"|(</think>(?=[ \t]*(?:\n[ \t]*\n|\n?[ \t]*\Z))|<\|end\|>)"
     r"|<\|start\|>assistant|<\|channel\|>final[^<]*<\|message\|>|<\|return\|>"
 )
 
@@ -37,19 +40,25 @@ class Part:
     end: int
 
 
-def parts(text: str, thinking: bool = False) -> list[Part]:
+def _marks(text: str, begins: bool) -> list[re.Match[str]]:
+    """The marks of ``text``; a ``<think>`` only where ``text`` ``begins`` the reply."""
+    return [m for m in _MARK.finditer(text) if begins or not m.group(1) or "<think>" not in m[1]]
+
+
+def parts(text: str, thinking: bool = False, begins: bool = True) -> list[Part]:
     """``text`` cut into its reasoning, the markup around it and its answer, in order.
 
     Args:
         text: A reply's source, or the part of it from some point on.
         thinking: Whether ``text`` starts inside reasoning (its opening came before).
             A closing tag with no opening tag before it says so too.
+        begins: Whether ``text`` begins the reply (where ``<think>`` may open).
 
     Returns:
         One answer part for text with no reasoning in it; empty parts are left out.
     """
-    marks = list(_MARK.finditer(text))
-    if not thinking and opened_before(text):
+    marks = _marks(text, begins)
+    if not thinking and marks and marks[0].group(2) is not None:
         thinking = True  # the prompt opened it
     out: list[Part] = []
     at = 0
@@ -67,15 +76,15 @@ def parts(text: str, thinking: bool = False) -> list[Part]:
     return out
 
 
-def opened_before(text: str) -> bool:
+def opened_before(text: str, begins: bool = True) -> bool:
     """Whether ``text``'s first mark closes reasoning: the prompt, or text before, opened it."""
-    first = _MARK.search(text)
-    return first is not None and first.group(2) is not None
+    marks = _marks(text, begins)
+    return bool(marks) and marks[0].group(2) is not None
 
 
-def thinking_after(text: str, thinking: bool = False) -> bool:
+def thinking_after(text: str, thinking: bool = False, begins: bool = True) -> bool:
     """Whether ``text``, started inside reasoning where ``thinking``, ends inside it."""
-    for m in _MARK.finditer(text):
+    for m in _marks(text, begins):
         if m.group(1) is not None:
             thinking = True
         elif m.group(2) is not None:
@@ -83,6 +92,6 @@ def thinking_after(text: str, thinking: bool = False) -> bool:
     return thinking
 
 
-def has_reasoning(text: str, thinking: bool = False) -> bool:
+def has_reasoning(text: str, thinking: bool = False, begins: bool = True) -> bool:
     """Whether ``text`` holds any reasoning or its markup (or starts inside reasoning)."""
-    return thinking or _MARK.search(text) is not None
+    return thinking or bool(_marks(text, begins))

@@ -145,7 +145,8 @@ class TranscriptWriter:
         length = cut - reply.tail_src
         chunk, rest = split_segments(reply.tail, length)
         source = "".join(t for _, t in chunk)
-        if reply.tail_src and not reply.thinking and not provisional and opened_before(source):
+        later = reply.tail_src > 0
+        if later and not reply.thinking and not provisional and opened_before(source, False):
             # Its prompt opened the reasoning that this part closes: what was rendered
             # before it is reasoning too, so the reply renders again from its start.
             self._render_from_start(reply, cut)
@@ -160,7 +161,11 @@ class TranscriptWriter:
         cursor.setBlockFormat(QTextBlockFormat())  # the block took the format of the last one
         if source.strip():
             rendered = render_markdown(
-                closed, self.theme(), len(self.code_blocks), thinking=reply.thinking
+                closed,
+                self.theme(),
+                len(self.code_blocks),
+                thinking=reply.thinking,
+                begins=not reply.tail_src,
             )
             self.code_blocks.extend(rendered.code_blocks)
             start = reply.tail_pos

@@ -5,8 +5,8 @@ from __future__ import annotations
 from app.ui.reasoning import parts, thinking_after
 
 
-def _cut(text: str, thinking: bool = False) -> list[tuple[str, str]]:
-    return [(p.kind, text[p.start : p.end]) for p in parts(text, thinking)]
+def _cut(text: str, thinking: bool = False, begins: bool = True) -> list[tuple[str, str]]:
+    return [(p.kind, text[p.start : p.end]) for p in parts(text, thinking, begins)]
 
 
 def test_think_tags_mark_the_reasoning_and_are_markup() -> None:
@@ -48,3 +48,12 @@ def test_a_part_that_goes_on_inside_reasoning() -> None:
     assert thinking_after("<think>\nfirst", False)
     assert not thinking_after("done</think>\n", True)
     assert _cut("No reasoning here.") == [("answer", "No reasoning here.")]
+
+
+def test_an_answer_that_shows_the_tags_keeps_them_as_text() -> None:
+    text = "Models write:\n```\n<think>\nplan\n</think>\n```\nor `</think>` inline."
+    assert _cut(text) == [("answer", text)]
+    # Nor does a later part of a reply open reasoning with a "<think>" of its own.
+    assert _cut("<think>\nnot a reply's start\n\n", begins=False) == [
+        ("answer", "<think>\nnot a reply's start\n\n")
+    ]

@@ -740,3 +740,14 @@ def test_thoughts_the_prompt_opened_turn_into_thoughts_when_their_closing_tag_st
     view.end_reply(message_id=1)
     assert _quoted(view, "First thought.") and not _quoted(view, "Four.")
     assert _backgrounds(view, "Four.") == [ORIGIN_COLORS[D]] * 5
+
+
+def test_an_answer_that_quotes_the_tags_in_code_is_no_reasoning(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.begin_reply()
+    pieces = ["Reasoning models write:\n\n", "```\n<think>\n", "plan\n</think>\n```\n\n", "Done."]
+    for piece in pieces:
+        view.append_segments([(None, piece)])
+    view.end_reply(message_id=1)
+    assert "Thinking" not in view.toPlainText()
+    assert "</think>" in view.toPlainText() and not _quoted(view, "Done.")
