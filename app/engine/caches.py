@@ -28,7 +28,7 @@ from mlx_lm.models.cache import (
 )
 
 from app.engine import attention, recurrent
-from app.engine.recurrent import FORWARDS, RecurrentCache, leaves
+from app.engine.recurrent import FORWARDS, Marked, RecurrentCache, leaves
 
 # Rows a window keeps beyond itself: the most a round or a pad gives back
 # (16 drafts verified padded to 32 rows, a prompt chunk's pad under 64).
@@ -214,19 +214,10 @@ def refusal(model: nn.Module) -> str | None:
     return recurrent.refusal(model, cache)
 
 
-# Layers that hold a bounded stretch of rows, and every kind that says how far it goes back.
+# Layers that hold a bounded stretch of rows, and every kind that says how far it goes back:
+# those, and the ones that go back to marked points (recurrent states, DeepSeek-V4's layers).
 _HOLDING = (WindowKVCache, ChunkKVCache)
-
-
-def _goes_back(c: Any) -> bool:
-    """Whether a layer says how far it goes back: a window, a chunk, a recurrent state, a
-    sparse attention's (by its method: a check a layer a round, as cheap as a type's)."""
-    return hasattr(c, "can_go_back")
-
-
-def _marks(c: Any) -> bool:
-    """Whether a layer keeps what a marked point needs, to go back there past its newest rows."""
-    return hasattr(c, "back_to")
+_GOING_BACK = (*_HOLDING, Marked)
 
 
 def rewind(cache: Sequence[Any], n: int) -> bool:
@@ -240,7 +231,7 @@ def rewind(cache: Sequence[Any], n: int) -> bool:
     if n <= 0:
         return True
     layers = list(leaves(cache))
-    if not all(c.can_go_back(n) for c in layers if _goes_back(c)):
+    if not all(c.can_go_back(n) for c in layers if isinstance(c, _GOING_BACK)):
         return False
     if not can_rewind(cache):
         return False
@@ -253,7 +244,7 @@ def mark(cache: Sequence[Any]) -> None:
     """Keeps the recurrent states and sparse layers' rows at this point, for a later
     :func:`back_to` (an edit, a retry)."""
     for c in leaves(cache):
-        if _marks(c):
+        if isinstance(c, Marked):
             c.mark()
 
 
@@ -262,9 +253,9 @@ def reachable(cache: Sequence[Any], offset: int) -> int:
     layers = list(leaves(cache))
     at = min(offset, *(c.offset for c in layers)) if layers else offset
     for c in layers:
-        if _marks(c):
+        if isinstance(c, Marked):
             at = min(at, c.reachable(at))
-        elif _goes_back(c) and not c.can_go_back(c.offset - at):
+        elif isinstance(c, _GOING_BACK) and not c.can_go_back(c.offset - at):
             return 0
     return at
 
@@ -272,7 +263,7 @@ def reachable(cache: Sequence[Any], offset: int) -> int:
 def back_to(cache: Sequence[Any], offset: int) -> None:
     """Cuts every layer of ``cache`` back to ``offset`` rows, which :func:`reachable` gave."""
     for c in leaves(cache):
-        if _marks(c):
+        if isinstance(c, Marked):
             c.back_to(offset)
         else:
             c.trim(c.offset - offset)

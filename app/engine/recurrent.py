@@ -34,7 +34,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -58,6 +58,7 @@ FORWARDS = ROWS_KEPT + 1
 TARGET_FORWARDS = 2
 
 _local = threading.local()
+S = TypeVar("S")  # what a marked point keeps
 
 
 def _active() -> RecurrentCache | None:
@@ -112,9 +113,68 @@ class _Forward:
         )
 
 
-class RecurrentCache(ArraysCache):
+class Marked(Generic[S]):
+    """A cache that goes back past its newest rows to marked points (a prompt's end, for a
+    retry or an edit), keeping what it needs at each of its :data:`MARKS` newest.
+
+    A subclass says how far it goes back alone (``can_go_back``, ``trim``, which calls
+    :meth:`_forget_past`), what a point needs (``_kept``) and how it returns there
+    (``_restore``).
+    """
+
+    offset: int
+    _marks: list[tuple[int, S]]  # (offset, what it needs), oldest first
+
+    def can_go_back(self, n: int) -> bool:
+        raise NotImplementedError
+
+    def trim(self, n: int) -> int:
+        raise NotImplementedError
+
+    def _kept(self) -> S:
+        """What going back to this offset needs."""
+        raise NotImplementedError
+
+    def _restore(self, kept: S | None, offset: int) -> None:
+        """Returns to ``offset`` from what was ``kept`` there (None: back to nothing read)."""
+        raise NotImplementedError
+
+    def _forget_past(self) -> None:
+        """Lets go of the marks past the offset: the rows there may be read anew."""
+        self._marks = [m for m in self._marks if m[0] <= self.offset]
+
+    def mark(self) -> None:
+        """Keeps what this offset needs, so that :meth:`back_to` can return here later."""
+        kept = self._kept()
+        self._marks = [*(m for m in self._marks if m[0] != self.offset), (self.offset, kept)]
+        self._marks = self._marks[-MARKS:]
+
+    def reachable(self, offset: int) -> int:
+        """The greatest offset at most ``offset`` this cache can go back to (0: from scratch)."""
+        if offset >= self.offset:
+            return self.offset
+        if self.can_go_back(self.offset - offset):
+            return offset
+        return max((m for m, _ in self._marks if m <= offset), default=0)
+
+    def back_to(self, offset: int) -> None:
+        """Goes back to ``offset``, which :meth:`reachable` gave."""
+        if offset == self.offset:
+            return
+        if self.can_go_back(self.offset - offset):
+            self.trim(self.offset - offset)
+            return
+        kept = next((k for m, k in self._marks if m == offset), None)
+        if kept is None and offset:
+            raise ValueError(f"nothing kept at row {offset}")
+        self._restore(kept, offset)
+        self.offset = offset
+        self._forget_past()
+
+
+class RecurrentCache(ArraysCache, Marked[list[Any]]):
     """An ``ArraysCache`` that can give back its newest rows: those of its newest
-    ``forwards`` forwards, up to :data:`DEPTH` rows."""
+    ``forwards`` forwards, up to :data:`DEPTH` rows, and go back to marked points."""
 
     def __init__(self, size: int, depth: int = DEPTH, forwards: int = FORWARDS) -> None:
         super().__init__(size)
@@ -124,7 +184,7 @@ class RecurrentCache(ArraysCache):
         self._forwards: deque[_Forward] = deque()  # closed, newest last
         self._held = 0  # their rows
         self._open: _Forward | None = None
-        self._marks: list[tuple[int, list[Any]]] = []  # (offset, slots), oldest first
+        self._marks: list[tuple[int, list[Any]]] = []  # (offset, slots)
 
     def __getitem__(self, idx: int) -> Any:
         _local.active = self
@@ -258,40 +318,17 @@ class RecurrentCache(ArraysCache):
             self._held -= forward.rows - keep
             forward.rows, left = keep, 0
         self.offset -= n
-        self._marks = [m for m in self._marks if m[0] <= self.offset]
+        self._forget_past()
         return n
 
-    def mark(self) -> None:
-        """Keeps the state at this offset, so that :meth:`back_to` can return here later."""
+    def _kept(self) -> list[Any]:
         self._close()
-        self._marks = [m for m in self._marks if m[0] != self.offset]
-        self._marks = [*self._marks, (self.offset, list(self.cache))][-MARKS:]
+        return list(self.cache)
 
-    def reachable(self, offset: int) -> int:
-        """The greatest offset at most ``offset`` this cache can go back to (0: from scratch)."""
-        if offset >= self.offset:
-            return self.offset
-        if self.can_go_back(self.offset - offset):
-            return offset
-        return max((m for m, _ in self._marks if m <= offset), default=0)
-
-    def back_to(self, offset: int) -> None:
-        """Goes back to ``offset``, which :meth:`reachable` gave."""
-        if offset == self.offset:
-            return
-        if self.can_go_back(self.offset - offset):
-            self.trim(self.offset - offset)
-            return
-        state = next((s for m, s in self._marks if m == offset), None)
-        if state is None:
-            if offset:
-                raise ValueError(f"no state kept at row {offset}")
-            state = [None] * len(self.cache)
+    def _restore(self, kept: list[Any] | None, offset: int) -> None:
         self._forwards.clear()
         self._held = 0
-        self.cache = list(state)
-        self.offset = offset
-        self._marks = [m for m in self._marks if m[0] <= offset]
+        self.cache = list(kept) if kept is not None else [None] * len(self.cache)
 
     def marked_bytes(self) -> int:
         """Bytes the marked states hold beyond the current one."""

@@ -24,7 +24,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.deepseek_v41 import Compressor, LayerCache
 
-from app.engine.recurrent import MARKS, wrapped
+from app.engine.recurrent import Marked, wrapped
 
 _local = threading.local()
 
@@ -39,7 +39,7 @@ def exact(cache: Any, slack: int) -> SparseCache | None:
     return SparseCache(cache.window_size, slack) if type(cache) is LayerCache else None
 
 
-class SparseCache(LayerCache):
+class SparseCache(LayerCache, Marked["_Mark"]):
     """A DeepSeek-V4 layer's cache that gives back rows exactly (see the module's notes)."""
 
     # mlx-lm's class starts these as None, unannotated, so mypy takes them for None alone.
@@ -55,7 +55,7 @@ class SparseCache(LayerCache):
         self.ratio = 0  # the layer's compression, told by its compressor (0: none seen)
         self._rows: mx.array | None = None  # the window and up to `slack` rows before it
         self._projected: tuple[mx.array, mx.array] | None = None  # the open group's and before
-        self._marks: list[_Mark] = []  # oldest first
+        self._marks: list[tuple[int, _Mark]] = []
 
     def update_window(self, kv: mx.array) -> mx.array:
         before = 0 if self.window is None else self.window.shape[1]
@@ -112,12 +112,7 @@ class SparseCache(LayerCache):
         assert self._rows is not None
         self._rows = self._rows[:, : self._rows.shape[1] - n]
         self.window = self._rows[:, -min(self.window_size, at) :] if at else None
-        if self.ratio:
-            groups = at // self.ratio
-            if self.compress_kv is not None:
-                self.compress_kv = self.compress_kv[:, :groups] if groups else None
-            if self.index_k is not None:
-                self.index_k = self.index_k[:, :groups] if groups else None
+        self._keep_groups(at)
         if self._projected is not None:
             kv, gate = self._projected
             start = kv.shape[1] - (self.offset - (at - at % self.ratio))
@@ -125,51 +120,33 @@ class SparseCache(LayerCache):
             self.pending_kv, self.pending_gate = kv[:, start:end], gate[:, start:end]
             self._projected = (kv[:, :end], gate[:, :end])
         self.offset = at
+        self._forget_past()
         return n
 
-    def mark(self) -> None:
-        """Keeps what this offset's rows need beyond the closed groups (which later rows only
-        add to), so that :meth:`back_to` can return here: the window's and open group's rows."""
-        kept = _Mark(self.offset, self._rows, self._projected, self.pending_kv, self.pending_gate)
-        self._marks = [*(m for m in self._marks if m.offset != self.offset), kept][-MARKS:]
+    def _kept(self) -> _Mark:
+        """The window's and the open group's rows (later rows only add closed groups)."""
+        return _Mark(self._rows, self._projected, self.pending_kv, self.pending_gate)
 
-    def reachable(self, offset: int) -> int:
-        """The greatest offset at most ``offset`` this cache can go back to (0: from scratch)."""
-        if offset >= self.offset:
-            return self.offset
-        if self.can_go_back(self.offset - offset):
-            return offset
-        return max((m.offset for m in self._marks if m.offset <= offset), default=0)
-
-    def back_to(self, offset: int) -> None:
-        """Goes back to ``offset``, which :meth:`reachable` gave."""
-        if offset == self.offset:
-            return
-        if self.can_go_back(self.offset - offset):
-            self.trim(self.offset - offset)
-            return
-        kept = next((m for m in self._marks if m.offset == offset), None)
-        if kept is None:
-            if offset:
-                raise ValueError(f"no rows kept at row {offset}")
-            kept = _Mark(0, None, None, None, None)
+    def _restore(self, kept: _Mark | None, offset: int) -> None:
+        kept = kept or _Mark(None, None, None, None)
         self._rows, self._projected = kept.rows, kept.projected
         self.pending_kv, self.pending_gate = kept.pending_kv, kept.pending_gate
         self.window = None if kept.rows is None else kept.rows[:, -self.window_size :]
+        self._keep_groups(offset)
+
+    def _keep_groups(self, offset: int) -> None:
+        """Cuts the closed groups (and their index keys) to those of ``offset`` rows."""
         groups = offset // self.ratio if self.ratio else 0
         if self.compress_kv is not None:
             self.compress_kv = self.compress_kv[:, :groups] if groups else None
         if self.index_k is not None:
             self.index_k = self.index_k[:, :groups] if groups else None
-        self.offset = offset
-        self._marks = [m for m in self._marks if m.offset <= offset]
 
 
 @dataclass(frozen=True, slots=True)
 class _Mark:
-    """A :class:`SparseCache`'s rows at ``offset`` beside its closed groups."""
+    """What a :class:`SparseCache` keeps at a marked point beside its closed groups."""
 
-    offset: int
     rows: mx.array | None
     projected: tuple[mx.array, mx.array] | None
     pending_kv: mx.array | None

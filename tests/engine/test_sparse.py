@@ -157,3 +157,16 @@ def test_the_engine_imports_deepseek_v4s_module_only_for_its_models() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_mark_past_the_rows_given_back_is_let_go(noisy) -> None:
+    model = noisy.target.model
+    prepare(model, None)
+    cache = new_cache(model)
+    prefill(model, cache, list(range(5, 15)))
+    mark(cache)  # at 10
+    prefill(model, cache, [50, 51, 52, 53, 54])
+    assert rewind(cache, 8)  # to 7, before the mark: its rows may be read anew
+    first = _layers(cache)[0]
+    prefill(model, cache, list(range(100, 100 + 2 * (WINDOW + first.slack))))
+    assert reachable(cache, 10) == 0  # the mark held other rows: read from scratch
