@@ -49,7 +49,6 @@ from app.ui.transcript_style import (
     ORIGIN_LABELS,
     ROLE_LABELS,
     bold,
-    header_format,
     is_chrome,
     note_of,
     origin_format,
@@ -331,15 +330,7 @@ class TranscriptView(QTextBrowser):
                 self._writer.insert_footer(cursor, footer)
         else:
             cursor.beginEditBlock()
-            cursor.setPosition(reply.start)
-            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-            cursor.removeSelectedText()
-            cursor.setBlockFormat(header_format())  # the block took the format of the last one
-            del self._writer.code_blocks[reply.code_start :]
-            text = "".join(t for _, t in reply.segments)
-            self._writer.insert_message(
-                cursor, "assistant", text, reply.segments, footer, self._writer.theme()
-            )
+            self._writer.rewrite(cursor, reply, reply.segments, footer)
             cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())

@@ -187,19 +187,26 @@ class TranscriptWriter:
             reply.tail = rest
             reply.thinking = reply.splitter.thinking_at_cut
 
+    def rewrite(
+        self, cursor: QTextCursor, reply: StreamedReply, segments: Sequence[Segment], footer: Footer
+    ) -> None:
+        """Replaces all that is written of ``reply`` with ``segments`` rendered whole and
+        ``footer``, leaving ``cursor`` after them."""
+        cursor.setPosition(reply.start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.setBlockFormat(header_format())  # the block took the format of the last one
+        del self.code_blocks[reply.code_start :]
+        text = "".join(t for _, t in segments)
+        self.insert_message(cursor, "assistant", text, segments, footer, self.theme())
+
     def _render_from_start(self, reply: StreamedReply, cut: int) -> None:
         """Renders the reply's source up to ``cut`` whole in place of what was rendered of it;
         the text after ``cut`` stays plain, as streamed."""
         cursor = QTextCursor(self._view.document())
         cursor.beginEditBlock()
-        cursor.setPosition(reply.start)
-        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-        cursor.removeSelectedText()
-        cursor.setBlockFormat(header_format())
-        del self.code_blocks[reply.code_start :]
         head, rest = split_segments(reply.segments, cut)
-        source = "".join(t for _, t in head)
-        self.insert_message(cursor, "assistant", source, head, Footer("assistant"), self.theme())
+        self.rewrite(cursor, reply, head, Footer("assistant"))
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         reply.tail_pos = cursor.position()
         for origin, text in rest:
