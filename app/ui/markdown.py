@@ -29,8 +29,15 @@ from pygments.util import ClassNotFound
 from app.ui import reasoning
 
 COPY_SCHEME = "copy"
-# Heads a reply's reasoning; a line of chrome, coloured by no token.
+# Heads a reply's reasoning; a line of chrome, coloured by no token. Its link folds the
+# reasoning away and opens it again (the transcript's: :mod:`app.ui.transcript_folds`).
 REASONING_LABEL = "Thinking"
+FOLD_SCHEME = "fold"
+OPEN_MARK, FOLDED_MARK = "▾", "▸"
+# Block states (``QTextBlock.userState``) that bound a reply's reasoning in the document:
+# its label's line, and the first line of an answer after it.
+LABEL_STATE, ANSWER_STATE = 1, 2
+_BLOCK_TAG = re.compile(r"<(p|pre|h[1-6]|li|blockquote|td|th)\b([^>]*)>")
 LIGHT_STYLE = "default"
 DARK_STYLE = "github-dark"
 
@@ -114,13 +121,36 @@ def render_markdown(
         code += rendered.code_blocks
         hidden += [(a + part.start, b + part.start) for a, b in rendered.hidden]
         if part.kind == "reasoning":
-            label = f"<p><b>{REASONING_LABEL}</b></p>" if opened else ""
+            label = _label(theme) if opened else ""
             style = f"color:{theme.muted}; font-style:italic"
             html_parts.append(f'<blockquote style="{style}">{label}{rendered.html}</blockquote>')
         else:
-            html_parts.append(rendered.html)
+            html_parts.append(_in_state(rendered.html, ANSWER_STATE))
         opened = False
     return Rendered("\n".join(html_parts), tuple(code), tuple(sorted(hidden)))
+
+
+def _label(theme: Theme) -> str:
+    """The line that heads reasoning: a link that folds it."""
+    link = f"color:{theme.muted}; text-decoration:none; font-weight:bold"
+    text = f"{OPEN_MARK} {REASONING_LABEL}"
+    href = f"{FOLD_SCHEME}:"
+    return f'<p style="-qt-user-state:{LABEL_STATE}"><a href="{href}" style="{link}">{text}</a></p>'
+
+
+def _in_state(html_text: str, state: int) -> str:
+    """``html_text`` with its first block in the block state ``state``."""
+
+    def add(m: re.Match[str]) -> str:
+        tag, attributes = m.group(1), m.group(2)
+        style = f"-qt-user-state:{state};"
+        if 'style="' in attributes:
+            attributes = attributes.replace('style="', f'style="{style} ', 1)
+        else:
+            attributes += f' style="{style}"'
+        return f"<{tag}{attributes}>"
+
+    return _BLOCK_TAG.sub(add, html_text, count=1)
 
 
 def _render(text: str, theme: Theme, first_code_index: int) -> Rendered:

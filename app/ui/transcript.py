@@ -30,6 +30,7 @@ from PySide6.QtGui import (
     QMouseEvent,
     QPalette,
     QResizeEvent,
+    QTextBlock,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
@@ -40,8 +41,9 @@ from PySide6.QtWidgets import QTextBrowser, QTextEdit, QWidget
 
 from app.engine.types import Segment
 from app.store import StoredMessage
-from app.ui.markdown import COPY_SCHEME
+from app.ui.markdown import COPY_SCHEME, FOLD_SCHEME
 from app.ui.transcript_editing import InPlaceEdit
+from app.ui.transcript_folds import fold_all, is_folded, is_folded_away, is_label, set_folded
 from app.ui.transcript_style import (
     ACTION_SIGNALS,
     BRANCH_DELTAS,
@@ -217,6 +219,7 @@ class TranscriptView(QTextBrowser):
             self._writer.insert_message(cursor, m.role, m.content, segments, footer, theme)
             self._spans[m.id] = (start, cursor.position())
         cursor.endEditBlock()
+        fold_all(self.document())
         self.setTextCursor(cursor)
         self.ensureCursorVisible()
         self._edit.bring_back(messages)
@@ -332,6 +335,7 @@ class TranscriptView(QTextBrowser):
             cursor.beginEditBlock()
             self._writer.rewrite(cursor, reply, reply.segments, footer)
             cursor.endEditBlock()
+            fold_all(self.document(), reply.start)  # its reasoning was read as it came
         if at_bottom:
             bar.setValue(bar.maximum())
 
@@ -342,7 +346,7 @@ class TranscriptView(QTextBrowser):
         spans = []  # each chrome line with the line break before it (after it, first)
         block = doc.begin()
         while block.isValid():
-            if is_chrome(block):
+            if is_chrome(block) or is_folded_away(block):
                 start, end = block.position(), block.position() + block.length() - 1
                 if start > 0:
                     spans.append((start - 1, end))
@@ -391,6 +395,12 @@ class TranscriptView(QTextBrowser):
             it += 1
         return None
 
+    def _toggle_fold(self, block: QTextBlock) -> None:
+        """Folds or opens the reasoning under the label ``block``; not while its reply streams."""
+        streaming = self._reply is not None and block.position() >= self._reply.start
+        if is_label(block) and not streaming:
+            set_folded(block, not is_folded(block))
+
     def _show_marks(self) -> None:
         """The search hit's mark, and the hover state of the branch arrow under the mouse."""
         marks = list(self._marks)
@@ -417,5 +427,7 @@ class TranscriptView(QTextBrowser):
             getattr(self, ACTION_SIGNALS[scheme]).emit(int(path))
         elif scheme in BRANCH_DELTAS and path.isdigit():
             self.branch_requested.emit(int(path), BRANCH_DELTAS[scheme])
+        elif scheme == FOLD_SCHEME:
+            self._toggle_fold(self.textCursor().block())  # a clicked link holds the cursor
         elif scheme not in ACTION_SIGNALS and scheme not in BRANCH_DELTAS:
             self.link_clicked.emit(url)  # shown in replies, never opened here

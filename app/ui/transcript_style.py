@@ -15,7 +15,7 @@ from PySide6.QtGui import (
 
 from app.engine.types import Origin, Reading, Segment, Stats
 from app.store import StoredMessage
-from app.ui.markdown import COPY_SCHEME
+from app.ui.markdown import COPY_SCHEME, LABEL_STATE
 
 ROLE_LABELS = {"user": "You", "assistant": "Tandem", "system": "System"}
 
@@ -76,9 +76,16 @@ TOOLTIPS = {
 }
 
 
+# Marks a message's footer block (its links), which copied text leaves out.
+FOOTER_PROPERTY = QTextFormat.Property.UserProperty.value + 1
+# Marks a message's first block, its role's label.
+HEADER_PROPERTY = QTextFormat.Property.UserProperty.value + 2
+
+
 def header_format() -> QTextBlockFormat:
     fmt = QTextBlockFormat()
     fmt.setTopMargin(10)
+    fmt.setProperty(HEADER_PROPERTY, True)
     return fmt
 
 
@@ -88,13 +95,14 @@ def bold() -> QTextCharFormat:
     return fmt
 
 
-# Marks a message's footer block (its links), which copied text leaves out.
-FOOTER_PROPERTY = QTextFormat.Property.UserProperty.value + 1
-
-
 def is_chrome(block: QTextBlock) -> bool:
-    """Whether ``block`` is links about the text, not text: a footer or a code block's header."""
-    return block.blockFormat().boolProperty(FOOTER_PROPERTY) or is_code_header(block)
+    """Whether ``block`` is links about the text, not text: a footer, a code block's header
+    or the label that folds a reply's reasoning."""
+    return (
+        block.blockFormat().boolProperty(FOOTER_PROPERTY)
+        or is_code_header(block)
+        or block.userState() == LABEL_STATE
+    )
 
 
 def is_code_header(block: QTextBlock) -> bool:

@@ -25,7 +25,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextEdit
 
 from app.engine.types import Origin, Segment
-from app.ui.markdown import REASONING_LABEL, BlockSplitter, Theme, align, render_markdown
+from app.ui.markdown import LABEL_STATE, BlockSplitter, Theme, align, render_markdown
 from app.ui.reasoning import opened_before
 from app.ui.transcript_style import (
     ARROW_TEXT,
@@ -316,7 +316,7 @@ class TranscriptWriter:
         positions: list[int] = []
         block = first
         while block.isValid() and block.position() < end:
-            if not is_code_header(block) and block.text() != REASONING_LABEL:
+            if not is_code_header(block) and block.userState() != LABEL_STATE:
                 text = block.text()[: max(end - block.position(), 0)]
                 if parts:
                     parts.append("\n")

@@ -751,3 +751,89 @@ def test_an_answer_that_quotes_the_tags_in_code_is_no_reasoning(qtbot: QtBot) ->
     view.end_reply(message_id=1)
     assert "Thinking" not in view.toPlainText()
     assert "</think>" in view.toPlainText() and not _quoted(view, "Done.")
+
+
+def _shown(view: TranscriptView, text: str) -> bool:
+    return view.document().findBlock(_position(view, text)).isVisible()
+
+
+def _click_label(qtbot: QtBot, view: TranscriptView, nth: int = 0) -> None:
+    """Clicks the nth reasoning label's link with the mouse, as a user does."""
+    from PySide6.QtCore import Qt
+
+    [pos, *_] = [p for p, _, f in _fragments(view) if f.anchorHref() == "fold:"][nth:]
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(pos + 3)
+    qtbot.mouseClick(
+        view.viewport(), Qt.MouseButton.LeftButton, pos=view.cursorRect(cursor).center()
+    )
+
+
+REASONED = "<think>\nFirst thought.\n\n```\nplan()\n```\n</think>\n\n- Four.\n- Five."
+
+
+def test_stored_reasoning_shows_folded_and_its_label_opens_and_folds_it(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show()
+    view.show_messages(
+        [_message(1, "assistant", REASONED), _message(2, "user", "And?")], {1: (1, 2)}
+    )
+    height, length = view.document().size().height(), view.document().characterCount()
+    label = view.document().findBlock(_position(view, "Thinking"))
+    assert label.text() == "▸ Thinking"
+    assert not _shown(view, "First thought.") and not _shown(view, "plan()")
+    # The answer (a list), the footer and the next message stay.
+    assert _shown(view, "Four.") and _shown(view, "Five.") and _shown(view, "Regenerate")
+    assert _shown(view, "And?")
+    _click_label(qtbot, view)
+    assert _shown(view, "First thought.") and _shown(view, "plan()")
+    assert view.document().findBlock(_position(view, "Thinking")).text() == "▾ Thinking"
+    assert view.document().size().height() > height
+    _click_label(qtbot, view)
+    assert not _shown(view, "First thought.") and view.document().size().height() == height
+    # Only a mark changed: the positions the view keeps of its messages hold.
+    assert view.document().characterCount() == length
+    assert view.highlight_message(2)
+
+
+def test_a_streamed_replys_reasoning_stays_open_until_it_ends(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show()
+    view.begin_reply()
+    for piece in ["<think>\nFirst ", "thought.\n\n", "Second.\n", "</think>\n\n", "Four."]:
+        view.append_segments([(D, piece)])
+    _click_label(qtbot, view)  # while it streams, the label folds nothing
+    assert _shown(view, "First thought.") and _shown(view, "Four.")
+    view.end_reply(message_id=1)
+    assert not _shown(view, "First thought.") and not _shown(view, "Second.")
+    assert _shown(view, "Four.") and _backgrounds(view, "Four.") == [ORIGIN_COLORS[D]] * 5
+
+
+def test_a_reply_stopped_while_thinking_folds_only_its_own_thoughts(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show_messages([_message(1, "assistant", "<think>\nHalf a thought", finish_reason="stop")])
+    view.append_message("user", "Go on")
+    assert not _shown(view, "Half a thought") and _shown(view, "Go on")
+    # A reply that ends with no footer (not saved): the next message's header bounds it.
+    view.begin_reply()
+    view.append_segments([(None, "<think>\nAnother half")])
+    view.end_reply()
+    view.append_message("user", "Still there?")
+    view.show()
+    _click_label(qtbot, view, 1)
+    assert _shown(view, "Another half")
+    _click_label(qtbot, view, 1)
+    assert not _shown(view, "Another half") and _shown(view, "Still there?")
+
+
+def test_copied_text_leaves_out_folded_thoughts_and_the_label(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.show()
+    view.show_messages([_message(1, "assistant", REASONED)])
+    view.selectAll()
+    text = view.createMimeDataFromSelection().text()
+    assert "Four." in text and "First thought." not in text and "Thinking" not in text
+    _click_label(qtbot, view)
+    view.selectAll()
+    text = view.createMimeDataFromSelection().text()
+    assert "Four." in text and "First thought." in text and "Thinking" not in text
