@@ -24,6 +24,7 @@ from app.services import ChatController, EngineService
 from app.store import Store
 from app.ui.chat_list import ChatList
 from app.ui.pair_loading import LOAD_FIRST
+from app.ui.reasoning import answer_of
 from app.ui.stats_popover import StatsPopover
 from app.ui.transcript import TranscriptView
 
@@ -236,7 +237,8 @@ class ChatActions(QObject):
     def _on_copy_requested(self, message_id: int) -> None:
         m = self._store.message(message_id)
         if m is not None:
-            QApplication.clipboard().setText(m.content)
+            said = answer_of(m.content) if m.role == "assistant" else m.content
+            QApplication.clipboard().setText(said)
             self._host.show_status("Message copied.", 3_000)
 
     @Slot(int)

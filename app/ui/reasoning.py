@@ -95,3 +95,16 @@ def thinking_after(text: str, thinking: bool = False, begins: bool = True) -> bo
 def has_reasoning(text: str, thinking: bool = False, begins: bool = True) -> bool:
     """Whether ``text`` holds any reasoning or its markup (or starts inside reasoning)."""
     return thinking or bool(_marks(text, begins))
+
+
+def answer_of(text: str) -> str:
+    """What a reply says to its reader, as Copy takes it: its answer, its markup and
+    thoughts left out; a reply cut off before it answered gives its thoughts."""
+    if not has_reasoning(text):
+        return text
+    cut = parts(text)
+    for kind in ("answer", "reasoning"):
+        said = "".join(text[p.start : p.end] for p in cut if p.kind == kind).strip()
+        if said:
+            return said
+    return ""

@@ -224,6 +224,11 @@ def test_delete_and_copy_a_message(qtbot: QtBot, chat, monkeypatch: pytest.Monke
     monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
     chat.transcript.delete_requested.emit(reply.id)
     assert [m.id for m in chat.store.messages(c.id)] == [user.id]
+    thought = chat.store.add_message(
+        c.id, "assistant", "<think>\nPlan.\n</think>\n\nThe answer.", parent_id=user.id
+    )
+    chat.transcript.copy_requested.emit(thought.id)  # a reasoning reply: its answer only
+    assert QApplication.clipboard().text() == "The answer."
 
 
 def test_the_chat_on_show_follows_the_store_whoever_writes_it(qtbot: QtBot, chat) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.ui.reasoning import parts, thinking_after
+from app.ui.reasoning import answer_of, parts, thinking_after
 
 
 def _cut(text: str, thinking: bool = False, begins: bool = True) -> list[tuple[str, str]]:
@@ -57,3 +57,14 @@ def test_an_answer_that_shows_the_tags_keeps_them_as_text() -> None:
     assert _cut("<think>\nnot a reply's start\n\n", begins=False) == [
         ("answer", "<think>\nnot a reply's start\n\n")
     ]
+
+
+def test_a_replys_answer_leaves_out_its_thoughts_and_markup() -> None:
+    assert answer_of("<think>\nPlan.\n</think>\n\nFour.") == "Four."
+    assert answer_of("Plan.\n</think>\n\nFour.") == "Four."  # the prompt opened it
+    harmony = (
+        "<|channel|>analysis<|message|>Add.<|end|><|start|>assistant<|channel|>final<|message|>4"
+    )
+    assert answer_of(harmony) == "4"
+    assert answer_of("<think>\nHalf a thought") == "Half a thought"  # stopped before answering
+    assert answer_of("  Plain *text*\n") == "  Plain *text*\n"  # no reasoning: as written
