@@ -330,17 +330,6 @@ class RecurrentCache(ArraysCache, Marked[list[Any]]):
         self._held = 0
         self.cache = list(kept) if kept is not None else [None] * len(self.cache)
 
-    def marked_bytes(self) -> int:
-        """Bytes the marked states hold beyond the current one."""
-        seen = {id(a) for a in self.cache}  # the current state's, and each counted once
-        total = 0
-        for _, state in self._marks:
-            for a in state:
-                if a is not None and id(a) not in seen:
-                    seen.add(id(a))
-                    total += a.nbytes
-        return total
-
     @property
     def nbytes(self) -> int:
         arrays: list[Any] = self.cache
