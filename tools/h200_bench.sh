@@ -45,6 +45,16 @@ streams() {  # name, pair, then bench arguments: 4 and 8 requests at once
     --ks 15,auto --max-tokens 128 --fresh-shapes "$@"
 }
 hybrid="qwen3.6-27b:qwen3.5-0.8b"
+spell() {  # name, environment, then bench arguments: run 39b's configurations, each reply's steps
+  name=$1
+  env=$2
+  shift 2
+  echo "== $name: $env tandem bench --synthetic $hybrid --miss 0.28 --ks 2,auto --impls plain,tandem $*"
+  env $env timeout 140 $tandem bench --synthetic $hybrid --bits 4 --dtype bfloat16 \
+    --miss 0.28 --ks 2,auto --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 \
+    --repeats 3 --json "$out/$name.json" "$@" > "$out/$name.txt" 2> "$out/$name.err"
+  python3 tools/round_spells.py "$out/$name.json"
+}
 case "$part" in
 one-8b)  # "One request on the H200"
   one one-8b-1b 8b:1b --miss 0,0.1 --ks 15,auto,auto-uncut
@@ -84,13 +94,11 @@ mtpstreams)  # the MTP head's streams
 spells)  # whether plain steps run in spells, by graph setting: run 39b's pair and configurations
   # (mlx-lm's plain loop, k = 2, Auto at miss 0.28), then each reply's steps (tools/round_spells.py)
   for env in "" "MLX_CUDA_GRAPH_CACHE_SIZE=400 MLX_MAX_OPS_PER_BUFFER=20" "MLX_USE_CUDA_GRAPHS=0"; do
-    name=spells-$(echo "${env:-app}" | tr ' =' '-_')
-    echo "== $name: $env tandem bench --synthetic $hybrid --miss 0.28 --ks 2,auto --impls plain,tandem"
-    env $env timeout 150 $tandem bench --synthetic $hybrid --bits 4 --dtype bfloat16 \
-      --miss 0.28 --ks 2,auto --impls plain,tandem --temps 0 --max-tokens 128 --warmup 32 \
-      --repeats 3 --json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.err"
-    python3 tools/round_spells.py "$out/$name.json"
+    spell "spells-$(echo "${env:-app}" | tr ' =' '-_')" "$env"
   done
+  ;;
+spells-fresh)  # the same with the app's graphs, each reply's prompt new (no cache taken over)
+  spell spells-fresh "" --fresh-shapes
   ;;
 fresh)  # whether configurations of one process still spread with --fresh-shapes
   for shapes in replayed fresh; do
@@ -108,6 +116,9 @@ batch)  # one forward of 1-8 sequences x 1-16 rows, batched and packed
   ;;
 open)  # what the summary still lacks, one device call: whether plain steps run in spells
   sh "$0" spells "$out"
+  ;;
+open1b)  # a warm call right after: the same without a cache taken over
+  sh "$0" spells-fresh "$out"
   ;;
 open2)  # a second call: whether configurations of one process still spread
   sh "$0" fresh "$out"
