@@ -114,11 +114,12 @@ batch)  # one forward of 1-8 sequences x 1-16 rows, batched and packed
     bench "batch-${pair%%:*}" 280 --synthetic "$pair" --batch-profile
   done
   ;;
-open)  # what the summary still lacks, one device call: whether plain steps run in spells
-  sh "$0" spells "$out"
+plainsteps)  # what a plain step costs, Tandem's against mlx-lm's, within rounds (the spells)
+  timeout "${BUDGET:-400}" python3 tools/plain_step_probe.py qwen3.6-27b --bits 4 --dtype bfloat16 \
+    --draft qwen3.5-0.8b --miss 0.28 --rounds 8 --tokens 64 | tee "$out/plainsteps.txt"
   ;;
-open1b)  # a warm call right after: the same without a cache taken over
-  sh "$0" spells-fresh "$out"
+open)  # what the summary still lacks, one device call: a plain step's cost within the spells
+  sh "$0" plainsteps "$out"
   ;;
 open2)  # a second call: whether configurations of one process still spread
   sh "$0" fresh "$out"
