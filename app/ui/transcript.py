@@ -335,7 +335,13 @@ class TranscriptView(QTextBrowser):
             cursor.beginEditBlock()
             self._writer.rewrite(cursor, reply, reply.segments, footer)
             cursor.endEditBlock()
+            top = self.cursorForPosition(QPoint(0, 0)).block()  # what the reader sees first
+            shown = self._block_top(top) - bar.value()
             fold_all(self.document(), reply.start)  # its reasoning was read as it came
+            if not at_bottom:  # the text read stays where it was, or its thoughts' label
+                while not top.isVisible() and top.previous().isValid():
+                    top = top.previous()
+                bar.setValue(round(self._block_top(top) - shown))
         if at_bottom:
             bar.setValue(bar.maximum())
 
@@ -394,6 +400,9 @@ class TranscriptView(QTextBrowser):
                 return cursor
             it += 1
         return None
+
+    def _block_top(self, block: QTextBlock) -> float:
+        return self.document().documentLayout().blockBoundingRect(block).top()
 
     def _toggle_fold(self, block: QTextBlock) -> None:
         """Folds or opens the reasoning under the label ``block``; not while its reply streams."""

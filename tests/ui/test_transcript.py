@@ -837,3 +837,22 @@ def test_copied_text_leaves_out_folded_thoughts_and_the_label(qtbot: QtBot) -> N
     view.selectAll()
     text = view.createMimeDataFromSelection().text()
     assert "Four." in text and "First thought." in text and "Thinking" not in text
+
+
+def test_folding_a_replys_thoughts_as_it_ends_keeps_the_text_read_in_place(qtbot: QtBot) -> None:
+    view = _view(qtbot)
+    view.resize(500, 200)
+    view.show()
+    thoughts = "".join(f"Thought {i}.\n\n" for i in range(30))
+    answer = "".join(f"Answer line {i}.\n\n" for i in range(30))
+    view.begin_reply()
+    view.append_segments([(None, f"<think>\n{thoughts}</think>\n\n{answer}")])
+    line = QTextCursor(view.document().findBlock(_position(view, "Answer line 5.")))
+    bar = view.verticalScrollBar()
+    bar.setValue(bar.value() + view.cursorRect(line).top())  # the reader is at line 5
+    before = view.cursorRect(line).top()
+    assert bar.value() < bar.maximum() - 4
+    view.end_reply(message_id=1)
+    assert not _shown(view, "Thought 3.")
+    line = QTextCursor(view.document().findBlock(_position(view, "Answer line 5.")))
+    assert abs(view.cursorRect(line).top() - before) <= 4
