@@ -20,6 +20,7 @@ from dataclasses import fields
 from typing import Any
 
 from app.engine.types import Origin, Segment, Stats
+from app.store import reasoning
 from app.store.db import Conversation, StoredMessage
 
 FORMAT = "tandem-conversations"
@@ -40,11 +41,22 @@ def to_markdown(conversation: Conversation, branch: Sequence[StoredMessage]) -> 
         quoted = "\n".join(f"> {line}".rstrip() for line in conversation.system_prompt.split("\n"))
         parts.append(f"**System prompt**\n\n{quoted}")
     for m in branch:
-        section = f"{_HEADINGS[m.role]}\n\n{m.content}"
+        content = _folded(m.content) if m.role == "assistant" else m.content
+        section = f"{_HEADINGS[m.role]}\n\n{content}"
         if m.role == "assistant" and (line := _stats_line(m)):
             section += f"\n\n{line}"
         parts.append(section)
     return "\n\n".join(parts) + "\n"
+
+
+def _folded(text: str) -> str:
+    """A reply with its thoughts in a ``<details>`` block (GitHub, Obsidian and others fold
+    it), their markup left out; a reply without thoughts as it is."""
+    if not reasoning.has_reasoning(text):
+        return text
+    thoughts, answer = reasoning.split(text)
+    folded = f"<details><summary>Thinking</summary>\n\n{thoughts}\n\n</details>" if thoughts else ""
+    return "\n\n".join(part for part in (folded, answer) if part)
 
 
 def _stats_line(m: StoredMessage) -> str:

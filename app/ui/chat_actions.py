@@ -22,9 +22,9 @@ from PySide6.QtWidgets import (
 from app.errors import first_line
 from app.services import ChatController, EngineService
 from app.store import Store
+from app.store.reasoning import answer_of
 from app.ui.chat_list import ChatList
 from app.ui.pair_loading import LOAD_FIRST
-from app.ui.reasoning import answer_of
 from app.ui.stats_popover import StatsPopover
 from app.ui.transcript import TranscriptView
 

@@ -26,7 +26,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from app.ui import reasoning
+from app.store import reasoning
 
 COPY_SCHEME = "copy"
 # Heads a reply's reasoning; a line of chrome, coloured by no token. Its link folds the
@@ -91,7 +91,7 @@ def render_markdown(
 
     Raw HTML in ``text`` is shown as text. Single newlines break lines, as chat
     replies expect. Images show as links, so the view never loads a file or URL.
-    A reasoning model's thoughts (:mod:`app.ui.reasoning`) show set in, muted, under
+    A reasoning model's thoughts (:mod:`app.store.reasoning`) show set in, muted, under
     :data:`REASONING_LABEL`, their markup hidden.
 
     Args:

@@ -25,8 +25,8 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextEdit
 
 from app.engine.types import Origin, Segment
+from app.store.reasoning import opened_before
 from app.ui.markdown import LABEL_STATE, BlockSplitter, Theme, align, render_markdown
-from app.ui.reasoning import opened_before
 from app.ui.transcript_style import (
     ARROW_TEXT,
     COPY_MESSAGE_SCHEME,

@@ -51,6 +51,20 @@ def test_markdown_shows_the_branch_on_screen(tmp_path: Path) -> None:
         store.export_markdown(10_000)
 
 
+def test_markdown_folds_a_replys_thoughts_and_hides_their_markup(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation("Sums")
+    store.add_message(c.id, "user", "<think> is how I start")  # a user's text stays as typed
+    store.add_message(c.id, "assistant", "<think>\nAdd them.\n</think>\n\nFour.")
+    store.add_message(c.id, "assistant", "<think>\nHalf a thought")  # stopped while thinking
+    text = store.export_markdown(c.id)
+    assert "**You**\n\n<think> is how I start\n\n" in text
+    folded = "<details><summary>Thinking</summary>\n\nAdd them.\n\n</details>\n\nFour.\n\n"
+    assert f"**Tandem**\n\n{folded}" in text
+    assert text.endswith("<details><summary>Thinking</summary>\n\nHalf a thought\n\n</details>\n")
+    assert "</think>" not in text
+
+
 def test_json_export_has_every_branch(tmp_path: Path) -> None:
     store = Store(tmp_path / "t.sqlite3")
     cid = _branched(store)

@@ -8,7 +8,8 @@ templates open ``<think>`` in the prompt, so such a reply holds only the closing
 tag: text before a closing tag with no opening one is reasoning too.
 
 :func:`parts` cuts a reply's source into reasoning, markup and answer; the
-transcript renders each part and hides the markup.
+transcript renders each part and hides the markup, Copy takes the answer
+(:func:`answer_of`) and the Markdown export folds the thoughts (:func:`split`).
 """
 
 from __future__ import annotations
@@ -97,14 +98,20 @@ def has_reasoning(text: str, thinking: bool = False, begins: bool = True) -> boo
     return thinking or bool(_marks(text, begins))
 
 
+def split(text: str) -> tuple[str, str]:
+    """A reply's thoughts and its answer, each stripped, their markup left out."""
+    cut = parts(text)
+    thoughts, answer = (
+        "".join(text[p.start : p.end] for p in cut if p.kind == kind).strip()
+        for kind in ("reasoning", "answer")
+    )
+    return thoughts, answer
+
+
 def answer_of(text: str) -> str:
     """What a reply says to its reader, as Copy takes it: its answer, its markup and
     thoughts left out; a reply cut off before it answered gives its thoughts."""
     if not has_reasoning(text):
         return text
-    cut = parts(text)
-    for kind in ("answer", "reasoning"):
-        said = "".join(text[p.start : p.end] for p in cut if p.kind == kind).strip()
-        if said:
-            return said
-    return ""
+    thoughts, answer = split(text)
+    return answer or thoughts

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.ui.reasoning import answer_of, parts, thinking_after
+from app.store.reasoning import answer_of, parts, split, thinking_after
 
 
 def _cut(text: str, thinking: bool = False, begins: bool = True) -> list[tuple[str, str]]:
@@ -68,3 +68,8 @@ def test_a_replys_answer_leaves_out_its_thoughts_and_markup() -> None:
     assert answer_of(harmony) == "4"
     assert answer_of("<think>\nHalf a thought") == "Half a thought"  # stopped before answering
     assert answer_of("  Plain *text*\n") == "  Plain *text*\n"  # no reasoning: as written
+
+
+def test_a_replys_thoughts_and_answer_without_markup() -> None:
+    assert split("<think>\n Plan.\n</think>\n\nFour. ") == ("Plan.", "Four.")
+    assert split("No thoughts here.") == ("", "No thoughts here.")
