@@ -86,6 +86,7 @@ def render_markdown(
     first_code_index: int = 0,
     thinking: bool = False,
     begins: bool = True,
+    foldable: bool = True,
 ) -> Rendered:
     """Renders CommonMark with GFM tables and strikethrough to QTextDocument HTML.
 
@@ -101,6 +102,8 @@ def render_markdown(
             code blocks of the document, for unique Copy links.
         thinking: Whether ``text`` continues reasoning begun before it (no label then).
         begins: Whether ``text`` begins the reply, where a ``<think>`` may open reasoning.
+        foldable: Whether the reasoning's label is the link that folds it (not while the
+            reply streams: its text after the label is still coming).
     """
     theme = theme or Theme()
     if not reasoning.has_reasoning(text, thinking, begins):
@@ -121,7 +124,7 @@ def render_markdown(
         code += rendered.code_blocks
         hidden += [(a + part.start, b + part.start) for a, b in rendered.hidden]
         if part.kind == "reasoning":
-            label = _label(theme) if opened else ""
+            label = _label(theme, foldable) if opened else ""
             style = f"color:{theme.muted}; font-style:italic"
             html_parts.append(f'<blockquote style="{style}">{label}{rendered.html}</blockquote>')
         else:
@@ -130,12 +133,14 @@ def render_markdown(
     return Rendered("\n".join(html_parts), tuple(code), tuple(sorted(hidden)))
 
 
-def _label(theme: Theme) -> str:
-    """The line that heads reasoning: a link that folds it."""
+def _label(theme: Theme, foldable: bool) -> str:
+    """The line that heads reasoning: where ``foldable``, a link that folds it."""
+    block = f'<p style="-qt-user-state:{LABEL_STATE}">'
+    if not foldable:
+        return f"{block}<b>{REASONING_LABEL}</b></p>"
     link = f"color:{theme.muted}; text-decoration:none; font-weight:bold"
     text = f"{OPEN_MARK} {REASONING_LABEL}"
-    href = f"{FOLD_SCHEME}:"
-    return f'<p style="-qt-user-state:{LABEL_STATE}"><a href="{href}" style="{link}">{text}</a></p>'
+    return f'{block}<a href="{FOLD_SCHEME}:" style="{link}">{text}</a></p>'
 
 
 def _in_state(html_text: str, state: int) -> str:

@@ -405,9 +405,8 @@ class TranscriptView(QTextBrowser):
         return self.document().documentLayout().blockBoundingRect(block).top()
 
     def _toggle_fold(self, block: QTextBlock) -> None:
-        """Folds or opens the reasoning under the label ``block``; not while its reply streams."""
-        streaming = self._reply is not None and block.position() >= self._reply.start
-        if is_label(block) and not streaming:
+        """Folds or opens the reasoning under the label ``block``."""
+        if is_label(block):
             set_folded(block, not is_folded(block))
 
     def _show_marks(self) -> None:

@@ -21,8 +21,9 @@ _NO_STATE = -1
 
 
 def is_label(block: QTextBlock) -> bool:
-    """Whether ``block`` is the line that heads a reply's reasoning."""
-    return block.userState() == LABEL_STATE
+    """Whether ``block`` is the line that heads a reply's reasoning and folds it (a streaming
+    reply's label does not)."""
+    return block.userState() == LABEL_STATE and block.text()[:1] in (OPEN_MARK, FOLDED_MARK)
 
 
 def is_folded(label: QTextBlock) -> bool:

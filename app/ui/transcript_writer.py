@@ -112,12 +112,14 @@ class TranscriptWriter:
         segments: Sequence[Segment],
         footer: Footer,
         theme: Theme,
+        foldable: bool = True,
     ) -> None:
-        """Fills the header block at ``cursor``, the body and the footer."""
+        """Fills the header block at ``cursor``, the body and the footer; ``foldable``: whether
+        a reply's reasoning label folds it (once the reply has ended)."""
         label = ROLE_LABELS.get(role, role)
         if role == "assistant":
             start = cursor.position()
-            rendered = render_markdown(content, theme, len(self.code_blocks))
+            rendered = render_markdown(content, theme, len(self.code_blocks), foldable=foldable)
             self.code_blocks.extend(rendered.code_blocks)
             # The label leads the fragment: its first block merges into the header block.
             head = f"<p><b>{escape(label)}</b></p>\n"
@@ -166,6 +168,7 @@ class TranscriptWriter:
                 len(self.code_blocks),
                 thinking=reply.thinking,
                 begins=not reply.tail_src,
+                foldable=False,
             )
             self.code_blocks.extend(rendered.code_blocks)
             start = reply.tail_pos
@@ -188,17 +191,22 @@ class TranscriptWriter:
             reply.thinking = reply.splitter.thinking_at_cut
 
     def rewrite(
-        self, cursor: QTextCursor, reply: StreamedReply, segments: Sequence[Segment], footer: Footer
+        self,
+        cursor: QTextCursor,
+        reply: StreamedReply,
+        segments: Sequence[Segment],
+        footer: Footer,
+        ended: bool = True,
     ) -> None:
         """Replaces all that is written of ``reply`` with ``segments`` rendered whole and
-        ``footer``, leaving ``cursor`` after them."""
+        ``footer``, leaving ``cursor`` after them; ``ended``: whether the reply has ended."""
         cursor.setPosition(reply.start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
         cursor.setBlockFormat(header_format())  # the block took the format of the last one
         del self.code_blocks[reply.code_start :]
         text = "".join(t for _, t in segments)
-        self.insert_message(cursor, "assistant", text, segments, footer, self.theme())
+        self.insert_message(cursor, "assistant", text, segments, footer, self.theme(), ended)
 
     def _render_from_start(self, reply: StreamedReply, cut: int) -> None:
         """Renders the reply's source up to ``cut`` whole in place of what was rendered of it;
@@ -206,7 +214,7 @@ class TranscriptWriter:
         cursor = QTextCursor(self._view.document())
         cursor.beginEditBlock()
         head, rest = split_segments(reply.segments, cut)
-        self.rewrite(cursor, reply, head, Footer("assistant"))
+        self.rewrite(cursor, reply, head, Footer("assistant"), ended=False)
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         reply.tail_pos = cursor.position()
         for origin, text in rest:

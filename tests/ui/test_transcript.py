@@ -802,11 +802,14 @@ def test_a_streamed_replys_reasoning_stays_open_until_it_ends(qtbot: QtBot) -> N
     view.begin_reply()
     for piece in ["<think>\nFirst ", "thought.\n\n", "Second.\n", "</think>\n\n", "Four."]:
         view.append_segments([(D, piece)])
-    _click_label(qtbot, view)  # while it streams, the label folds nothing
-    assert _shown(view, "First thought.") and _shown(view, "Four.")
+    # While it streams, its label is no link: the text under it is still coming.
+    assert "fold:" not in [href for _, href in _links(view)]
+    assert view.toPlainText().count("Thinking") == 1
     view.end_reply(message_id=1)
     assert not _shown(view, "First thought.") and not _shown(view, "Second.")
     assert _shown(view, "Four.") and _backgrounds(view, "Four.") == [ORIGIN_COLORS[D]] * 5
+    _click_label(qtbot, view)
+    assert _shown(view, "First thought.")
 
 
 def test_a_reply_stopped_while_thinking_folds_only_its_own_thoughts(qtbot: QtBot) -> None:
