@@ -26,7 +26,7 @@ from PySide6.QtWidgets import QTextEdit
 
 from app.engine.types import Origin, Segment
 from app.store.reasoning import opened_before
-from app.ui.markdown import LABEL_STATE, BlockSplitter, Theme, align, render_markdown
+from app.ui.markdown import BlockSplitter, Theme, align, render_markdown
 from app.ui.transcript_style import (
     ARROW_TEXT,
     COPY_MESSAGE_SCHEME,
@@ -43,7 +43,7 @@ from app.ui.transcript_style import (
     bold,
     branch_arrow_format,
     header_format,
-    is_code_header,
+    is_chrome,
     origin_format,
     split_segments,
 )
@@ -196,17 +196,18 @@ class TranscriptWriter:
         reply: StreamedReply,
         segments: Sequence[Segment],
         footer: Footer,
-        ended: bool = True,
+        foldable: bool = True,
     ) -> None:
         """Replaces all that is written of ``reply`` with ``segments`` rendered whole and
-        ``footer``, leaving ``cursor`` after them; ``ended``: whether the reply has ended."""
+        ``footer``, leaving ``cursor`` after them; ``foldable`` as :meth:`insert_message`'s
+        (false while the reply streams)."""
         cursor.setPosition(reply.start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
         cursor.setBlockFormat(header_format())  # the block took the format of the last one
         del self.code_blocks[reply.code_start :]
         text = "".join(t for _, t in segments)
-        self.insert_message(cursor, "assistant", text, segments, footer, self.theme(), ended)
+        self.insert_message(cursor, "assistant", text, segments, footer, self.theme(), foldable)
 
     def _render_from_start(self, reply: StreamedReply, cut: int) -> None:
         """Renders the reply's source up to ``cut`` whole in place of what was rendered of it;
@@ -214,7 +215,7 @@ class TranscriptWriter:
         cursor = QTextCursor(self._view.document())
         cursor.beginEditBlock()
         head, rest = split_segments(reply.segments, cut)
-        self.rewrite(cursor, reply, head, Footer("assistant"), ended=False)
+        self.rewrite(cursor, reply, head, Footer("assistant"), foldable=False)
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         reply.tail_pos = cursor.position()
         for origin, text in rest:
@@ -324,7 +325,7 @@ class TranscriptWriter:
         positions: list[int] = []
         block = first
         while block.isValid() and block.position() < end:
-            if not is_code_header(block) and block.userState() != LABEL_STATE:
+            if not is_chrome(block):  # a code block's header, a reasoning label
                 text = block.text()[: max(end - block.position(), 0)]
                 if parts:
                     parts.append("\n")
