@@ -116,7 +116,7 @@ batch)  # one forward of 1-8 sequences x 1-16 rows, batched and packed
   ;;
 plainsteps)  # what a plain step costs, Tandem's against mlx-lm's, within rounds (the spells)
   timeout "${BUDGET:-300}" python3 tools/plain_step_probe.py qwen3.6-27b --bits 4 --dtype bfloat16 \
-    --draft qwen3.5-0.8b --miss 0.28 --rounds 6 --tokens 48 | tee "$out/plainsteps.txt"
+    --draft qwen3.5-0.8b --miss 0.28 --rounds 16 --tokens 64 | tee "$out/plainsteps.txt"
   ;;
 open)  # what the summary still lacks, one device call: a plain step's cost within the spells
   sh "$0" plainsteps "$out"

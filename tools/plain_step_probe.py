@@ -3,9 +3,8 @@
 Plain steps on the H200 run in spells that last whole replies and hit mlx-lm's loop too, so
 each round runs every configuration once, in a rotating order, and the ratios are taken
 within a round. Configurations: ``mlx-lm`` (its ``generate_step``), ``tandem`` (the decoder,
-drafting off), ``arrays`` (the same with mlx-lm's own recurrent caches, which cannot go
-back: what the states' bookkeeping costs), and with ``--draft``, ``auto`` (the pair on Auto,
-one decoder kept across rounds as the bench keeps it).
+drafting off), and with ``--draft``, ``auto`` (the pair on Auto, one decoder kept across
+rounds as the bench keeps it), with a line of what Auto did each round.
 
     PYTHONPATH=. python3 tools/plain_step_probe.py qwen3.6-27b --bits 4 --dtype bfloat16 \
         --draft qwen3.5-0.8b --miss 0.28 --rounds 8 --tokens 64
@@ -21,9 +20,7 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step
-from mlx_lm.models.cache import ArraysCache
 
-from app.engine import caches
 from app.engine.decoder import Decoder
 from app.engine.options import DEFAULT_OPTIONS
 from app.engine.rounds import Prefill, Round
@@ -43,7 +40,9 @@ def _mlx_lm(target: Any, prompt: list[int], tokens: int) -> float:
     return _per_token(stamps)
 
 
-def _tandem(decoder: Decoder, prompt: list[int], tokens: int, k: int | None) -> float:
+def _tandem(
+    decoder: Decoder, prompt: list[int], tokens: int, k: int | None, seen: list[Round] | None = None
+) -> float:
     params = GenerationParams(max_tokens=tokens, drafting=DraftSetting.of(k))
     stamps: list[float] = []
     rounds = decoder.generate(prompt, params)
@@ -52,17 +51,33 @@ def _tandem(decoder: Decoder, prompt: list[int], tokens: int, k: int | None) -> 
             continue
         assert isinstance(r, Round)
         stamps += [time.perf_counter()] * len(r.tokens)
+        if seen is not None:
+            seen.append(r)
         if len(stamps) >= tokens:
             break
     rounds.close()
     return _per_token(stamps)
 
 
-def _plain_arrays(c: Any, forwards: int) -> Any:
-    return c if type(c) is ArraysCache else _exact(c, forwards)
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
 
 
-_exact = caches._exact
+def _what_auto_did(rounds: list[Round], decoder: Decoder) -> str:
+    """Auto's reply in a line: its drafting rounds, its plain tokens, the costs it planned with."""
+    drafting = [r for r in rounds if r.k]
+    plain = sum(len(r.tokens) for r in rounds if not r.k)
+    costs = decoder.costs.profile()
+    parts = [f"plain tokens {plain}", f"drafting rounds {len(drafting)}"]
+    if drafting:
+        made = sum(len(r.tokens) for r in drafting)
+        ms = sum(r.seconds for r in drafting) / made
+        k = sum(r.k for r in drafting) / len(drafting)
+        per_round = made / len(drafting)
+        parts.append(f"mean k {k:.1f}, {per_round:.2f} tokens a round, {ms * 1e3:.1f} ms a token")
+    widths = " ".join(f"v{m} {_ms(costs.v(m))}/{_ms(costs.round_seconds(m))}" for m in (2, 3, 4, 5))
+    parts.append(f"planned with: step {_ms(costs.step)} draft {_ms(costs.draft_step)} {widths}")
+    return "; ".join(parts)
 
 
 def main() -> None:
@@ -87,30 +102,26 @@ def main() -> None:
     prompt = syn.prompt(args.shape)
     auto = Decoder(target, draft) if draft is not None else None
 
-    def arrays() -> float:
-        caches._exact = _plain_arrays
-        try:
-            return _tandem(Decoder(target, None), prompt, args.tokens, 0)
-        finally:
-            caches._exact = _exact
-
     configs: dict[str, Callable[[], float]] = {
         "mlx-lm": lambda: _mlx_lm(target, prompt, args.tokens),
         "tandem": lambda: _tandem(Decoder(target, None), prompt, args.tokens, 0),
-        "arrays": arrays,
     }
+    seen: list[Round] = []
     if auto is not None:
-        configs["auto"] = lambda: _tandem(auto, prompt, args.tokens, None)
+        configs["auto"] = lambda: _tandem(auto, prompt, args.tokens, None, seen)
     names = list(configs)
     for name in names:  # warm-up: kernels built, Auto's costs measured
         configs[name]()
     ms: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
+        seen.clear()
         for name in order:
             ms[name].append(configs[name]())
         line = "  ".join(f"{n} {ms[n][-1]:6.2f}" for n in names)
         print(f"round {r + 1}: ms a token  {line}", flush=True)
+        if auto is not None:
+            print(f"  auto: {_what_auto_did(seen, auto)}", flush=True)
     for name in names[1:]:
         ratios = [a / b for a, b in zip(ms[name], ms["mlx-lm"], strict=True)]
         print(

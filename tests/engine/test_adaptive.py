@@ -473,3 +473,17 @@ def test_measure_profile_times_a_plain_step_queued_behind_the_last(
     # waited on would pay for building its graph as well.
     steps = "".join("q" if s == "queued" else "f" for s in seen if s != "wide")
     assert "fq" * 8 in steps
+
+
+def test_the_plain_step_is_measured_afresh_after_many_drafting_rounds() -> None:
+    model = CostModel(profile=_profile(CUDA_70B, 2.0))
+    for _ in range(5):  # a process's first plain steps, in a slow spell
+        model.observe_step(0.050)
+    assert model.profile().step == pytest.approx(0.050)
+    for _ in range(costs.ROUND_STALE + 1):  # Auto drafted since, with no probe
+        model.observe_round(4, 5, 0.060)
+    model.observe_step(0.030)  # a probe, in better times
+    assert model.profile().step == pytest.approx(0.030)
+    model.observe_round(4, 5, 0.060)
+    model.observe_step(0.031)  # the next probe soon after: one median again
+    assert model.profile().step == pytest.approx(0.030)
