@@ -33,6 +33,7 @@ FILE_VERSION = 1
 WARMUP_SAMPLES = 1  # the first forward of a new width builds kernels; it is not counted
 SAMPLES = 1  # counted forwards per width before it counts as measured (rounds refine it)
 WINDOW = 7  # recent samples a running cost is the median of
+PACE_STEPS = 8  # plain steps a plain step's sample averages, at most
 # Rounds a width must have run before its own cost counts at all: the median of
 # three ignores one stalled round, of one or two not.
 ROUND_SAMPLES = 3
@@ -44,6 +45,11 @@ ROUND_PRIOR = 4.0
 # drift on a busy host: a width priced up in a slow spell would otherwise stay
 # priced up, unvisited, for good; now it is tried again and measured afresh.
 ROUND_STALE = 32
+# Plain steps and drafting rounds since a step's or a width's last sample after which
+# its next sample starts it afresh: while Auto decodes plainly the draft's cost goes
+# unsampled, while it drafts the plain step does (but for its rare probes), and a
+# median kept across a spell compares costs of two speeds of the machine.
+COST_STALE = 32
 # Where a new width builds kernels (65-80 ms a width for a 70B on MLX's CUDA
 # backend, where widths 9-16 cost the same within noise), switching widths on noise
 # pays that again and again. Widths count as equal within what a build costs over
@@ -345,11 +351,13 @@ class PlainPace:
     such an average over a two-step probe read 48 ms for a 27B-shaped hybrid's
     33 ms step, and Auto drafted where plain decoding was faster. Two steps or
     more since the first token, to a token with a step queued behind it, are
-    none of these.
+    none of these. The average runs over the last :data:`PACE_STEPS` steps at
+    most: from the first token, a burst's slow start stayed in every later
+    sample (38 ms where steps had come back to 27).
     """
 
     steps: int = 0  # tokens read so far
-    first: float = 0.0  # when the first was read
+    read: deque[float] = field(default_factory=lambda: deque(maxlen=PACE_STEPS + 1))
 
     def token(self, now: float, behind: bool) -> float | None:
         """One more token read at ``now``, ``behind``: whether a step was queued behind it.
@@ -358,11 +366,10 @@ class PlainPace:
             Seconds a step takes, where this token can tell; else None.
         """
         self.steps += 1
-        if self.steps == 1:
-            self.first = now
+        self.read.append(now)
         if self.steps < 3 or not behind:
             return None
-        return (now - self.first) / (self.steps - 1)
+        return (now - self.read[0]) / (len(self.read) - 1)
 
 
 @dataclass
@@ -380,6 +387,7 @@ class Samples:
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     stored: bool = False  # the value came from a stored profile
     weight: int = 0  # samples a stored value stands for
+    last: int = 0  # its owner's clock at the last sample
 
     @property
     def settled(self) -> bool:
@@ -395,10 +403,16 @@ class Samples:
         if self.value is not None and not self.recent:
             self.recent.append(self.value)  # a stored measurement counts as one sample
 
-    def add(self, seconds: float) -> None:
+    def add(self, seconds: float, clock: int | None = None) -> None:
+        """One more sample; with its owner's ``clock``, one after :data:`COST_STALE` ticks
+        without any starts the median afresh."""
         self.seen += 1
         if self.seen <= WARMUP_SAMPLES:
             return
+        if clock is not None:
+            if clock - self.last > COST_STALE:
+                self.recent.clear()
+            self.last = clock
         self.recent.append(seconds)
         self.value = statistics.median_low(self.recent)
 
@@ -438,7 +452,7 @@ class CostModel:
         self._rounds = [Samples() for _ in range(self.widths)]
         self._round_clock = 0  # rounds observed so far
         self._round_last = [0] * self.widths  # the clock at each width's last round
-        self._step_last = 0  # the clock at the last plain step
+        self._clock = 0  # plain steps and drafting rounds observed: what ages a cost
         self._context = 0
         self._build = 0.0
         self._cached: CostProfile | None = None
@@ -475,7 +489,7 @@ class CostModel:
 
     def observe_verify(self, width: int, seconds: float, context: int = 0) -> None:
         if 1 <= width <= self.widths and seconds > 0:
-            self._verify[width - 1].add(seconds)
+            self._verify[width - 1].add(seconds, self._clock)
             self._cached = None
             self._context = max(self._context, context)
             self._maybe_report()
@@ -485,22 +499,26 @@ class CostModel:
 
         Plain steps run from the reply's first token on, so their kernels are
         built: no sample is a warm-up. While Auto drafts, plain steps come from
-        its rare probes only; after :data:`ROUND_STALE` rounds without one, the
-        step is measured afresh. A median over steps of another spell, or of a
-        process's first replies, held a 27B hybrid's step at 39 ms on an H100
-        where plain decoding ran at 22-35 ms, and Auto drafted at 0.73x plain.
+        its rare probes only, each measuring the step afresh (:data:`COST_STALE`):
+        a median over the steps of a process's first replies held a 27B hybrid's
+        step at 39 ms on an H100 where plain decoding ran at 20-38 ms, and Auto
+        drafted at 0.73x plain.
         """
-        if self._round_clock - self._step_last > ROUND_STALE:
-            self._verify[0] = Samples()
-        self._step_last = self._round_clock
+        self._clock += 1
         first = self._verify[0]
         first.seen = max(first.seen, WARMUP_SAMPLES)
         self.observe_verify(1, seconds)
 
     def observe_draft_step(self, seconds: float) -> None:
         if seconds > 0:
-            self._draft.add(seconds)
+            self._draft.add(seconds, self._clock)
             self._cached = None
+
+    @property
+    def draft_stale(self) -> bool:
+        """Whether the draft step is old enough that its next sample measures it afresh:
+        Auto times the next drafting round rather than trust it."""
+        return self._draft.value is not None and self._clock - self._draft.last > COST_STALE
 
     def observe_round(self, k: int, width: int, seconds: float) -> None:
         """A drafting round of ``k`` draft steps and ``width`` rows took ``seconds``.
@@ -523,6 +541,7 @@ class CostModel:
             self._rounds[width - 1] = Samples(seen=WARMUP_SAMPLES)
         self._rounds[width - 1].add(rest)
         self._round_clock += 1
+        self._clock += 1
         self._round_last[width - 1] = self._round_clock
         if (v := self._verify[width - 1].value) is not None:
             self._overhead.add(max(0.0, rest - v))

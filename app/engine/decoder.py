@@ -759,7 +759,8 @@ class Decoder:
         Plain decoding measures the baseline: a warm-up probe, then one that
         counts, then one every ``options.probe_every`` rounds. A drafting
         round is timed part by part where its width is unmeasured, on a try,
-        and one in :data:`TIME_DRAFT_EVERY`.
+        where the draft step is stale (after a plain stretch), and one in
+        :data:`TIME_DRAFT_EVERY`.
         """
         wanted = request.num_draft()
         solo = len(self._open) == 1
@@ -794,7 +795,9 @@ class Decoder:
         missing = plan.width in self.costs.missing()
         timed = missing or plan.explore
         timed |= bool(turn.drafts) and (
-            self._lone % TIME_DRAFT_EVERY == 1 or not self.costs.draft_step
+            self._lone % TIME_DRAFT_EVERY == 1
+            or not self.costs.draft_step
+            or self.costs.draft_stale
         )
         return _Plan([turn], timed)
 

@@ -480,10 +480,33 @@ def test_the_plain_step_is_measured_afresh_after_many_drafting_rounds() -> None:
     for _ in range(5):  # a process's first plain steps, in a slow spell
         model.observe_step(0.050)
     assert model.profile().step == pytest.approx(0.050)
-    for _ in range(costs.ROUND_STALE + 1):  # Auto drafted since, with no probe
+    for _ in range(costs.COST_STALE + 1):  # Auto drafted since, with no probe
         model.observe_round(4, 5, 0.060)
     model.observe_step(0.030)  # a probe, in better times
     assert model.profile().step == pytest.approx(0.030)
     model.observe_round(4, 5, 0.060)
     model.observe_step(0.031)  # the next probe soon after: one median again
     assert model.profile().step == pytest.approx(0.030)
+
+
+def test_a_plain_step_is_timed_over_the_bursts_last_steps() -> None:
+    pace = costs.PlainPace()
+    now, seen = 0.0, []
+    for i in range(40):  # ten slow steps while a spell lasts, then 27 ms steps
+        now += 0.060 if i < 10 else 0.027
+        seen.append(pace.token(now, behind=True))
+    assert seen[:2] == [None, None]  # the first token starts the clock; one step is no pace
+    assert seen[2] == pytest.approx(0.060)
+    assert seen[-1] == pytest.approx(0.027)  # the slow start is past
+
+
+def test_the_draft_step_is_measured_afresh_after_a_plain_stretch() -> None:
+    model = CostModel(profile=_profile(CUDA_70B, 2.0))
+    for _ in range(5):  # drafting in a fast spell
+        model.observe_draft_step(0.002)
+    assert not model.draft_stale
+    for _ in range(costs.COST_STALE + 1):  # Auto decoded plainly since
+        model.observe_step(0.050)
+    assert model.draft_stale  # the next drafting round is timed
+    model.observe_draft_step(0.004)  # in a slow spell
+    assert model.profile().draft_step == pytest.approx(0.004) and not model.draft_stale

@@ -388,6 +388,28 @@ def test_draft_length_changes_mid_reply_and_greedy_stays_exact(models, lookup: b
             assert all(r.k == 5 for r in rounds if r.source == "draft")
 
 
+def test_drafting_after_a_plain_stretch_times_its_first_round(models) -> None:
+    from app.engine.costs import COST_STALE
+    from app.engine.rounds import DraftControl
+
+    pair = models["copy"]
+    control = DraftControl(DraftSetting.fixed(3))
+    decoder = Decoder(pair.target.model, pair.draft.model, options=EngineOptions(probe_every=0))
+    gen = decoder.generate(PROMPT_IDS, GenerationParams(max_tokens=400), control)
+    assert isinstance(next(gen), Prefill)
+    for _ in range(12):  # drafting: the draft step measured
+        _round(gen)
+    control.set(DraftSetting.of(0))
+    for _ in range(COST_STALE + 8):  # a plain stretch: the draft step goes stale
+        _round(gen)
+    control.set(DraftSetting.of(3))
+    after = [_round(gen) for _ in range(4)]
+    gen.close()
+    first = next(r for r in after if r.k)
+    # Its draft step is measured afresh rather than trusted from before the stretch.
+    assert first.timed
+
+
 def test_a_control_that_starts_at_zero_drafts_once_raised(models) -> None:
     from app.engine.rounds import DraftControl
 
