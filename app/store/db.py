@@ -25,6 +25,7 @@ from typing import Any, Final, Literal
 import platformdirs
 
 from app.engine.types import Origin, Role, Segment, Stats
+from app.store.snippets import snippet
 
 APP_NAME = "Tandem"
 SCHEMA_VERSION = 3
@@ -140,7 +141,8 @@ StoreListener = Callable[[StoreChange], None]
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """A message that matches a search; ``snippet`` marks the matched words with «»."""
+    """A message that matches a search; ``snippet`` (:mod:`app.store.snippets`) marks the
+    matched words with «»."""
 
     conversation_id: int
     message_id: int
@@ -602,15 +604,16 @@ class Store:
         if not match or limit <= 0:
             return []
         rows = self._db.execute(
-            "SELECT m.conversation_id, m.id, c.title, "
-            "snippet(messages_fts, 0, '«', '»', '…', 16) "
+            "SELECT m.conversation_id, m.id, c.title, m.content "
             "FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid "
             "JOIN conversations AS c ON c.id = m.conversation_id "
             "WHERE messages_fts MATCH ? "
             "ORDER BY c.updated_at DESC, c.id DESC, messages_fts.rank, m.id LIMIT ?",
             (match, limit),
         )
-        return [SearchHit(*r) for r in rows]
+        # A hit whose words are only in a reply's reasoning markup is none.
+        hits = ((c, m, t, snippet(text, query)) for c, m, t, text in rows)
+        return [SearchHit(c, m, t, s) for c, m, t, s in hits if s is not None]
 
     # Export and import
 

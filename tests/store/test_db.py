@@ -408,6 +408,39 @@ def test_search_finds_words_in_any_branch_by_prefix(tmp_path: Path) -> None:
     assert store.search("ripe banana") == []  # every word must match
 
 
+def test_a_reasoning_replys_hit_shows_no_markup_and_its_tags_match_nothing(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation("Colours")
+    q = store.add_message(c.id, "user", "Name the primary colours")
+    qwen = "<think>\nThe user wants the primary colours.\n</think>\n\nRed, yellow and blue."
+    harmony = (
+        "<|channel|>analysis<|message|>A haiku, then.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Autumn moonlight"
+    )
+    a = store.add_message(c.id, "assistant", qwen, parent_id=q.id)
+    b = store.add_message(c.id, "assistant", harmony, parent_id=a.id)
+    assert [(h.message_id, h.snippet) for h in store.search("user wants")] == [
+        (a.id, "The «user wants» the primary colours. Red, yellow and blue.")
+    ]
+    assert [(h.message_id, h.snippet) for h in store.search("haiku moon")] == [
+        (b.id, "A «haiku», then. Autumn «moonlight»")
+    ]
+    # The tags' words are in the index, but no reader sees them.
+    assert store.search("think") == store.search("channel message") == []
+
+
+def test_a_long_messages_snippet_is_the_words_around_its_matches(tmp_path: Path) -> None:
+    store = Store(tmp_path / "t.sqlite3")
+    c = store.create_conversation()
+    words = [f"w{i}" for i in range(40)]
+    m = store.add_message(c.id, "user", " ".join([*words, "Café", "crème", *words]))
+    [hit] = store.search("cafe CREME")  # diacritics and case folded, as the index folds them
+    assert hit.message_id == m.id
+    assert hit.snippet == "…w37 w38 w39 «Café crème» w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10…"
+
+
 @pytest.mark.parametrize(
     ("query", "found"),
     [
