@@ -114,11 +114,12 @@ batch)  # one forward of 1-8 sequences x 1-16 rows, batched and packed
     bench "batch-${pair%%:*}" 280 --synthetic "$pair" --batch-profile
   done
   ;;
-plainsteps)  # what a plain step costs, Tandem's against mlx-lm's, within rounds (the spells)
-  timeout "${BUDGET:-300}" python3 tools/plain_step_probe.py qwen3.6-27b --bits 4 --dtype bfloat16 \
+plainsteps)  # Tandem's plain steps and Auto's replies against mlx-lm's loop, within rounds
+  timeout "${BUDGET:-500}" python3 tools/plain_step_probe.py qwen3.6-27b --bits 4 --dtype bfloat16 \
     --draft qwen3.5-0.8b --miss 0.28 --rounds 16 --tokens 64 | tee "$out/plainsteps.txt"
   ;;
-open)  # what the summary still lacks, one device call: a plain step's cost within the spells
+open)  # what the summary still lacks, one device call: Auto at miss 0.28 with the draft's
+  # step and the plain step kept current (run 41 measured only the plain step's change)
   sh "$0" plainsteps "$out"
   ;;
 open2)  # a second call: whether configurations of one process still spread
