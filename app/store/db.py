@@ -12,6 +12,7 @@ kept in sync by triggers.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import time
@@ -608,12 +609,14 @@ class Store:
             "FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid "
             "JOIN conversations AS c ON c.id = m.conversation_id "
             "WHERE messages_fts MATCH ? "
-            "ORDER BY c.updated_at DESC, c.id DESC, messages_fts.rank, m.id LIMIT ?",
-            (match, limit),
+            "ORDER BY c.updated_at DESC, c.id DESC, messages_fts.rank, m.id",
+            (match,),
         )
-        # A hit whose words are only in a reply's reasoning markup is none.
+        # A hit whose words are only in a reply's reasoning markup is none: rows are
+        # read until ``limit`` others are found.
         hits = ((c, m, t, snippet(text, query)) for c, m, t, text in rows)
-        return [SearchHit(c, m, t, s) for c, m, t, s in hits if s is not None]
+        found = (SearchHit(c, m, t, s) for c, m, t, s in hits if s is not None)
+        return list(itertools.islice(found, limit))
 
     # Export and import
 

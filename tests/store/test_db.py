@@ -429,6 +429,10 @@ def test_a_reasoning_replys_hit_shows_no_markup_and_its_tags_match_nothing(
     ]
     # The tags' words are in the index, but no reader sees them.
     assert store.search("think") == store.search("channel message") == []
+    # Nor do they take the place of a hit a reader sees.
+    long = "I think so, " + " ".join(["though it takes many words to say why"] * 6)
+    said = store.add_message(c.id, "user", long, parent_id=b.id)  # ranked after the tags
+    assert [h.message_id for h in store.search("think", limit=1)] == [said.id]
 
 
 def test_a_long_messages_snippet_is_the_words_around_its_matches(tmp_path: Path) -> None:
