@@ -2,9 +2,10 @@
 
 Plain steps on the H200 run in spells that last whole replies and hit mlx-lm's loop too, so
 each round runs every configuration once, in a rotating order, and the ratios are taken
-within a round. Configurations: ``mlx-lm`` (its ``generate_step``), ``tandem`` (the decoder,
-drafting off), and with ``--draft``, ``auto`` (the pair on Auto, one decoder kept across
-rounds as the bench keeps it), with a line of what Auto did each round.
+within a round. Configurations: ``mlx-lm`` (its ``generate_step``), ``tandem`` (a new
+decoder each reply, drafting off), ``kept`` (the same, one decoder kept across rounds: each
+reply takes the last one's caches over), and with ``--draft``, ``auto`` (the pair on Auto,
+kept as the bench keeps it), with a line of what Auto did each round.
 
     PYTHONPATH=. python3 tools/plain_step_probe.py qwen3.6-27b --bits 4 --dtype bfloat16 \
         --draft qwen3.5-0.8b --miss 0.28 --rounds 8 --tokens 64
@@ -102,9 +103,11 @@ def main() -> None:
     prompt = syn.prompt(args.shape)
     auto = Decoder(target, draft) if draft is not None else None
 
+    kept = Decoder(target, None)
     configs: dict[str, Callable[[], float]] = {
         "mlx-lm": lambda: _mlx_lm(target, prompt, args.tokens),
         "tandem": lambda: _tandem(Decoder(target, None), prompt, args.tokens, 0),
+        "kept": lambda: _tandem(kept, prompt, args.tokens, 0),
     }
     seen: list[Round] = []
     if auto is not None:
