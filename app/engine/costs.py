@@ -528,6 +528,7 @@ class CostModel:
         round at this width costs; what the forward alone does not explain is
         the round's fixed cost, which every other width pays as well.
         """
+        self._clock += 1  # whatever it says of its width, it ran: other costs age
         if not 1 <= width <= self.widths or seconds <= 0:
             return
         c = self._draft.value
@@ -541,7 +542,6 @@ class CostModel:
             self._rounds[width - 1] = Samples(seen=WARMUP_SAMPLES)
         self._rounds[width - 1].add(rest)
         self._round_clock += 1
-        self._clock += 1
         self._round_last[width - 1] = self._round_clock
         if (v := self._verify[width - 1].value) is not None:
             self._overhead.add(max(0.0, rest - v))

@@ -487,6 +487,10 @@ def test_the_plain_step_is_measured_afresh_after_many_drafting_rounds() -> None:
     model.observe_round(4, 5, 0.060)
     model.observe_step(0.031)  # the next probe soon after: one median again
     assert model.profile().step == pytest.approx(0.030)
+    for _ in range(costs.COST_STALE + 1):  # rounds faster than a stale draft step says
+        model.observe_round(4, 5, 0.006)
+    model.observe_step(0.020)  # they ran all the same: the step is stale again
+    assert model.profile().step == pytest.approx(0.020)
 
 
 def test_a_plain_step_is_timed_over_the_bursts_last_steps() -> None:
