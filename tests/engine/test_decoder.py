@@ -914,6 +914,26 @@ def test_a_probe_times_both_its_steps_where_queueing_runs_them(models, monkeypat
     assert seen and min(seen) >= 0.045
 
 
+@pytest.mark.parametrize(("dear", "probes"), [("target", 4), ("draft", 10)])
+def test_probes_come_oftener_where_drafting_gains_little(
+    models, monkeypatch, dear: str, probes: int
+) -> None:
+    import time
+
+    pair = models["copy"]
+    model = pair.target.model if dear == "target" else pair.draft.model
+    # A dear target: drafting 3 tokens gains about 3x. A dear draft: it loses.
+    _before_forward(monkeypatch, model, lambda: time.sleep(0.005))
+    decoder = Decoder(pair.target.model, pair.draft.model)
+    _, rounds = _tokens(decoder, PROMPT_IDS, 560, drafting=DraftSetting.of(3))
+    drafting = [r for r in rounds if r.k]
+    plain = [r for r in rounds[1:] if not r.k]  # after the first token, the probes' tokens
+    assert len(drafting) >= 128
+    # Two at the start (a warm-up, then one that counts); then one in 64 rounds where
+    # drafting gains, one in 16 where it does not.
+    assert abs(len(plain) / PROBE - probes) <= 1
+
+
 def test_no_rounds_period_spans_two_replies(models, monkeypatch) -> None:
     import time
 
