@@ -450,8 +450,7 @@ class CostModel:
         self._overhead = Samples(seen=WARMUP_SAMPLES, value=0.0)
         # The first round at a width may build kernels: not counted, as for forwards.
         self._rounds = [Samples() for _ in range(self.widths)]
-        self._round_clock = 0  # rounds observed so far
-        self._round_last = [0] * self.widths  # the clock at each width's last round
+        self._round_clock = 0  # rounds observed so far: what ages a width's rounds (their last)
         self._clock = 0  # plain steps and drafting rounds observed: what ages a cost
         self._context = 0
         self._build = 0.0
@@ -537,12 +536,13 @@ class CostModel:
         rest = seconds - k * (c or 0.0)
         if rest <= 0:
             return
-        if self._round_clock - self._round_last[width - 1] > ROUND_STALE:
+        own = self._rounds[width - 1]
+        if self._round_clock - own.last > ROUND_STALE:
             # Stale: measured afresh, not mixed with what a slow spell left.
-            self._rounds[width - 1] = Samples(seen=WARMUP_SAMPLES)
-        self._rounds[width - 1].add(rest)
+            own = self._rounds[width - 1] = Samples(seen=WARMUP_SAMPLES)
+        own.add(rest)
         self._round_clock += 1
-        self._round_last[width - 1] = self._round_clock
+        own.last = self._round_clock
         if (v := self._verify[width - 1].value) is not None:
             self._overhead.add(max(0.0, rest - v))
         self._cached = None
@@ -551,8 +551,7 @@ class CostModel:
         """What is known now, as a value."""
         if self._cached is None:
             rounds = [
-                (r, r.settled and self._round_clock - last <= ROUND_STALE)
-                for r, last in zip(self._rounds, self._round_last, strict=True)
+                (r, r.settled and self._round_clock - r.last <= ROUND_STALE) for r in self._rounds
             ]
             self._cached = CostProfile(
                 verify=tuple(s.value for s in self._verify),

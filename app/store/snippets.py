@@ -41,11 +41,12 @@ def visible(text: str) -> str:
 
 def _matches(tokens: Sequence[str], phrase: Sequence[str]) -> list[int]:
     """Where ``phrase`` starts in ``tokens``: its tokens in a row, the last a prefix."""
+    *whole, prefix = phrase
     n = len(phrase)
     return [
         i
         for i in range(len(tokens) - n + 1)
-        if tokens[i : i + n - 1] == list(phrase[:-1]) and tokens[i + n - 1].startswith(phrase[-1])
+        if tokens[i : i + n - 1] == whole and tokens[i + n - 1].startswith(prefix)
     ]
 
 
