@@ -6,7 +6,8 @@
 # PYTHONPATH). The pairs are synthetic (`--synthetic`), built in memory: nothing is downloaded.
 #
 # PART: a name from the case statement below; each says which table of docs/benchmarks.md it
-#   fills. `open` and `open2` are what the summary still lacks, one device call each.
+#   fills. `open` (plain steps within the spells) and `open2` (what the summary still lacks), one
+#   device call each.
 #   The parts behind earlier runs (docs/benchmarks-history.md names them) are in git's history.
 # OUTDIR: created if missing. Each command writes OUTDIR/NAME.json (`tandem bench --json`; with
 #   several miss rates, one file per rate) and OUTDIR/NAME.err (its stderr); some also NAME.txt
@@ -118,8 +119,7 @@ plainsteps)  # Tandem's plain steps and Auto's replies against mlx-lm's loop, wi
   timeout "${BUDGET:-500}" python3 tools/plain_step_probe.py qwen3.6-27b --bits 4 --dtype bfloat16 \
     --draft qwen3.5-0.8b --miss 0.28 --rounds 16 --tokens 64 | tee "$out/plainsteps.txt"
   ;;
-open)  # what the summary still lacks, one device call: Auto at miss 0.28 with the draft's
-  # step and the plain step kept current (run 41 measured only the plain step's change)
+open)  # one device call: the hybrid's plain steps and Auto at miss 0.28 within the spells
   sh "$0" plainsteps "$out"
   ;;
 open2)  # a second call: whether configurations of one process still spread
