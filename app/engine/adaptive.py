@@ -174,6 +174,8 @@ class DraftLength:
         # Seconds tries may still cost: the budget's share of the time run since
         # the last try, less what was charged for switching back to drafting.
         self._credit = 0.0
+        # The last try's expected loss and the rate of the plan it replaced, until it reports.
+        self._try: tuple[float, float] | None = None
         self._width: int | None = None  # the last drafting round's width, kept where it pays
 
     def choose(self, belief: Belief | None = None) -> Plan:
@@ -264,6 +266,19 @@ class DraftLength:
         """
         self._credit -= max(0.0, seconds)
 
+    def tried(self, tokens: int, seconds: float) -> None:
+        """Reports what the last try (a plan marked ``explore``) made and cost.
+
+        What it lost beyond its expected loss comes out of the budget too:
+        acceptance errs long, so a budget of expected losses alone let tries
+        cost 4 % where it allows 2 (8b:1b at miss 0.1, simulated).
+        """
+        if self._try is None:
+            return
+        expected, rate = self._try
+        self._try = None
+        self.charge(seconds - tokens / rate - expected)
+
     def _explore(self, profile: CostProfile, rates: Sequence[float], best: Plan) -> Plan:
         """Now and then a longer draft, so the acceptance of far positions stays known.
 
@@ -285,6 +300,7 @@ class DraftLength:
             self._credit = 0.0
             self._since_explore = 0
             self._explored += 1
+            self._try = (loss, best.rate)
             return replace(trial, explore=True)
         if plain and best.seconds > 0:
             step = best.seconds / best.tokens

@@ -222,6 +222,7 @@ class _Turn:
     drafts: int  # draft tokens asked, then drafted
     width: int = 0  # rows verified, padding included (0: k + 1)
     planned: int = 0  # a lone turn's planned k, which a short draft may verify in fewer rows
+    tried: bool = False  # a lone turn that is Auto's try, whose cost its budget hears of
     fed: list[int] = field(default_factory=list)  # tokens the draft's first step fed
     parts: list[mx.array] = field(default_factory=list)  # the proposal, lazily
     q_rows: list[mx.array | int] = field(default_factory=list)  # an int: a one-hot row
@@ -792,7 +793,7 @@ class Decoder:
         if every > 0 and (unmeasured or self._probe_due(plan, every)) and request.left >= PROBE:
             return _Plan.plain_row(request, PROBE if solo else 1)
         turn = self._turn(request, plan.k)
-        turn.width, turn.planned = plan.width, plan.k
+        turn.width, turn.planned, turn.tried = plan.width, plan.k, plan.explore
         if not turn.k:
             plain = LOOKUP_PLAIN if solo and request.d_cache is None else 1
             return _Plan([turn], plain=min(plain, request.left))
@@ -914,6 +915,8 @@ class Decoder:
         for t, v, share in zip(turns, verdicts, shares, strict=True):
             self._commit(t, v, share, trim=side is None)
             self._hand(t, v, seconds, draft_seconds, timed)
+            if t.tried:
+                self._length(t.request).tried(v.accepted + 1, seconds)
         # A lone round with lookup's tokens costs no draft steps: it prices no width.
         priceable = not lone or (turns[0].drafts > 0 and not turns[0].looked)
         self._last = (ks, turns[0].rows, start) if priceable and not timed else None

@@ -297,6 +297,25 @@ def test_while_plain_auto_tries_its_best_draft_as_the_budget_allows() -> None:
     assert loss <= 0.03 * spent
 
 
+def test_a_try_that_costs_more_than_expected_delays_the_next() -> None:
+    def plain_tokens_between_tries(made: int, slower: float) -> float:
+        auto = DraftLength(16, costs=CostModel(profile=_profile(CUDA_70B, 6.0)))
+        for i in range(40):  # half the first drafts survive: plain, with tries
+            auto.observe(16, i % 2)
+        while not (first := auto.choose()).k:
+            pass
+        auto.tried(made, first.seconds * slower)
+        tokens = 0.0
+        while not (plan := auto.choose()).k:
+            tokens += plan.tokens
+        return tokens
+
+    expected = plain_tokens_between_tries(2, 1.0)  # about what it was expected to make
+    assert expected > 0
+    # One token in twice the time: its loss beyond the expected one waits out too.
+    assert plain_tokens_between_tries(1, 2.0) > 2 * expected
+
+
 def test_a_width_priced_up_in_a_slow_spell_is_measured_afresh_later() -> None:
     model = CostModel(profile=_profile(CUDA_70B, 2.0))
     for _ in range(10):  # a slow spell while Auto ran 16 rows: 60 ms more than now
