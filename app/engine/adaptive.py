@@ -39,9 +39,9 @@ EVIDENCE = 8.0  # drafted positions seen before Auto may conclude that drafting 
 # plain 23.8 tok/s, k = 8 26.6, Auto stuck at plain after its estimate dipped).
 DOUBT = 1.5
 # Rounds seen (faded) after which the estimate alone decides, the tries teaching
-# the rest: a stream's memory is about 50 rounds, whose error never shrinks, so
-# doubt kept Auto drafting at 0.84x plain where the estimate said so (8b:1b at
-# miss 0.1, the estimate 6-16 % below plain, within the doubt's 11 %).
+# the rest: the acceptance's memory is about 50 rounds, so its error never shrinks,
+# and doubt kept Auto drafting at 0.81-0.87x plain where its estimate was 6-16 %
+# below plain (8b:1b at miss 0.1).
 DOUBT_ROUNDS = 16
 EXPLORE_EVERY = 16  # fewest rounds between two tries of a longer draft
 EXPLORE_BUDGET = 0.02  # share of decoding time that tries of longer drafts may cost

@@ -166,7 +166,7 @@ def test_doubt_does_not_keep_auto_drafting_below_plain_for_good() -> None:
     profile, rates = auto.costs.profile(), auto.acceptance.rates()
     drafting = plan_round(profile, rates, 16, plain=False)
     assert drafting is not None and 0.9 < drafting.rate * 6.2e-3 < 1  # a little below plain
-    # Within the doubt of a stream's memory, which never shrinks: tries teach the rest.
+    # Within the doubt of the acceptance's memory, which never shrinks: tries teach the rest.
     plans = [auto.choose() for _ in range(40)]
     assert all(p.explore for p in plans if p.k)
     spent = sum(p.seconds for p in plans)
