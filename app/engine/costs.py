@@ -403,6 +403,10 @@ class Samples:
         if self.value is not None and not self.recent:
             self.recent.append(self.value)  # a stored measurement counts as one sample
 
+    def stale(self, clock: int, after: int = COST_STALE) -> bool:
+        """Whether its owner's ``clock`` ticked more than ``after`` times since the last sample."""
+        return clock - self.last > after
+
     def add(self, seconds: float, clock: int | None = None) -> None:
         """One more sample; with its owner's ``clock``, one after :data:`COST_STALE` ticks
         without any starts the median afresh."""
@@ -410,7 +414,7 @@ class Samples:
         if self.seen <= WARMUP_SAMPLES:
             return
         if clock is not None:
-            if clock - self.last > COST_STALE:
+            if self.stale(clock):
                 self.recent.clear()
             self.last = clock
         self.recent.append(seconds)
@@ -517,7 +521,7 @@ class CostModel:
     def draft_stale(self) -> bool:
         """Whether the draft step is old enough that its next sample measures it afresh:
         Auto times the next drafting round rather than trust it."""
-        return self._draft.value is not None and self._clock - self._draft.last > COST_STALE
+        return self._draft.value is not None and self._draft.stale(self._clock)
 
     def observe_round(self, k: int, width: int, seconds: float) -> None:
         """A drafting round of ``k`` draft steps and ``width`` rows took ``seconds``.
@@ -537,7 +541,7 @@ class CostModel:
         if rest <= 0:
             return
         own = self._rounds[width - 1]
-        if self._round_clock - own.last > ROUND_STALE:
+        if own.stale(self._round_clock, ROUND_STALE):
             # Stale: measured afresh, not mixed with what a slow spell left.
             own = self._rounds[width - 1] = Samples(seen=WARMUP_SAMPLES)
         own.add(rest)
@@ -551,7 +555,7 @@ class CostModel:
         """What is known now, as a value."""
         if self._cached is None:
             rounds = [
-                (r, r.settled and self._round_clock - r.last <= ROUND_STALE) for r in self._rounds
+                (r, r.settled and not r.stale(self._round_clock, ROUND_STALE)) for r in self._rounds
             ]
             self._cached = CostProfile(
                 verify=tuple(s.value for s in self._verify),
