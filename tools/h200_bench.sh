@@ -38,12 +38,12 @@ one() {  # name, pair, then bench arguments: one request, against plain decoding
   bench "$name" "${BUDGET:-590}" --synthetic "$pair" --impls plain,mlx-lm,tandem \
     --mlx-lm-ks 15 --max-tokens 192 --warmup 192 --repeats 2 "$@"
 }
-streams() {  # name, pair, then bench arguments: 4 and 8 requests at once
+streams() {  # name, pair, then bench arguments: 4 and 8 requests at once, median of 3 runs
   name=$1
   pair=$2
   shift 2
-  bench "$name" "${BUDGET:-480}" --synthetic "$pair" --concurrent 4,8 --miss 0,0.1 \
-    --ks 15,auto --max-tokens 128 --fresh-shapes "$@"
+  bench "$name" "${BUDGET:-590}" --synthetic "$pair" --concurrent 4,8 --miss 0,0.1 \
+    --ks 15,auto --max-tokens 128 --fresh-shapes --repeats 3 "$@"
 }
 hybrid="qwen3.6-27b:qwen3.5-0.8b"
 spell() {  # name, environment, then bench arguments: run 39b's configurations, each reply's steps

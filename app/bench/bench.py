@@ -719,7 +719,7 @@ def _concurrent(
     meta: dict[str, Any],
 ) -> int:
     """``--concurrent``: n requests on one batch for each n, per miss rate, k and temperature."""
-    from app.bench.concurrent import Replies, measure_streams, streams_table
+    from app.bench.concurrent import Replies, StreamsConfig, measure_streams, streams_table
     from app.engine.batch_costs import BatchCosts
 
     def log(msg: str) -> None:
@@ -738,31 +738,33 @@ def _concurrent(
             log(f"measuring verification costs for widths 1-{k_max + 1}")
             profile = _measure(target, draft_model, k_max + 1, args.context, options)
             meta["profile"] = profile.as_dict()
-        rows = []
         # One batch cost model for the pair, as the app keeps: each run measures its shapes.
         batch_costs = BatchCosts(CostModel(k_max + 1, profile))
-        for k in ks:
-            for temp in temps:
-                num_draft = None if k in VARIANTS else k
-                drafting = DraftSetting.of(num_draft, k_max)
-                params = GenerationParams(drafting=drafting, temperature=temp)
-                rows += measure_streams(
-                    target,
-                    draft_model,
-                    prompt,
-                    params,
-                    streams=counts,
-                    max_tokens=args.max_tokens,
-                    profile=profile,
-                    replies=replies,
-                    batch_costs=batch_costs,
-                    label=_label(k),
-                    fresh=args.fresh_shapes,
-                    options=replace(
-                        options, draft_cutoff=_cutoff(k, args.draft_cutoff), stretch=k != POOLED
-                    ),
-                    log=log,
-                )
+        configs = [
+            StreamsConfig(
+                GenerationParams(
+                    drafting=DraftSetting.of(None if k in VARIANTS else k, k_max), temperature=temp
+                ),
+                _label(k),
+                replace(options, draft_cutoff=_cutoff(k, args.draft_cutoff), stretch=k != POOLED),
+            )
+            for k in ks
+            for temp in temps
+        ]
+        rows = measure_streams(
+            target,
+            draft_model,
+            prompt,
+            configs,
+            streams=counts,
+            max_tokens=args.max_tokens,
+            profile=profile,
+            replies=replies,
+            batch_costs=batch_costs,
+            fresh=args.fresh_shapes,
+            repeats=args.repeats,
+            log=log,
+        )
         print(streams_table(rows), flush=True)
         learned = batch_costs.profile()
         print(learned.table(), flush=True)
@@ -772,6 +774,7 @@ def _concurrent(
             meta.update(
                 max_tokens=args.max_tokens,
                 concurrent=list(counts),
+                repeats=args.repeats,
                 prompt_tokens=len(prompt),
                 fresh_shapes=args.fresh_shapes,
                 side_by_side=options.side_by_side,

@@ -55,6 +55,8 @@ class StreamsRow:
             what a request gets of the rate it would get alone.
         exact: Whether every stream's reply is the target's greedy reply to
             its prompt alone, token for token; ``None`` when sampling.
+        runs_tps: ``total_tps`` of each run, in the order they ran; the row's
+            figures are the median run's.
     """
 
     streams: int
@@ -72,6 +74,7 @@ class StreamsRow:
     speedup_spec: float | None
     request_share: float | None
     exact: bool | None
+    runs_tps: tuple[float, ...] = ()
 
 
 def variants(prompt: Sequence[int], n: int) -> list[list[int]]:
@@ -138,36 +141,67 @@ def _ratio(a: float, b: float | None) -> float | None:
     return a / b if b else None
 
 
+@dataclass(frozen=True, slots=True)
+class StreamsConfig:
+    """One configuration of the batch: its requests' sampling and draft setting, and how it runs.
+
+    Attributes:
+        params: The streams' sampling and draft setting.
+        label: The rows' k (by default ``auto`` or the fixed k).
+        options: How the batch runs (its draft cutoff, stretches, layout and
+            prompt sharing); the single-request reference plans along
+            stretches, as the app's decoder does.
+    """
+
+    params: GenerationParams
+    label: str | None = None
+    options: EngineOptions = DEFAULT_OPTIONS
+
+
+@dataclass(slots=True)
+class _Measured:
+    """A configuration's decoder, its references alone, and its runs by stream count."""
+
+    config: StreamsConfig
+    params: GenerationParams
+    batch: Decoder
+    plain_tps: float
+    spec_tps: float | None
+    runs: dict[int, list[Turns]]
+
+
 def measure_streams(
     target: nn.Module,
     draft: nn.Module | None,
     prompt_ids: Sequence[int],
-    params: GenerationParams,
+    configs: GenerationParams | Sequence[StreamsConfig],
     streams: Sequence[int] = STREAMS,
     max_tokens: int = 128,
     warmup: bool = True,
     profile: CostProfile | None = None,
     replies: Replies | None = None,
     batch_costs: BatchCosts | None = None,
-    label: str | None = None,
     fresh: bool = False,
-    options: EngineOptions = DEFAULT_OPTIONS,
+    repeats: int = 1,
     log: Callable[[str], None] = lambda _s: None,
 ) -> list[StreamsRow]:
-    """One row per stream count: its requests decoded together, against one alone.
+    """One row per configuration and stream count: its requests decoded together, against one alone.
 
     Every run, the references included, is timed from opening its requests
     to its last token, prefill in, after an unmeasured run of the same shape
     (``warmup``) so that no kernel build counts. No cache carries over from
     the warm-up (each decoder's kept caches are dropped); what the decoders
     learned does, their costs and acceptance, as the app keeps them for the
-    pair from reply to reply.
+    pair from reply to reply. Each of ``repeats`` runs every stream count of
+    every configuration once, starting one configuration later than the
+    repeat before, so that none always runs first or last in the machine's
+    slow and fast spells; a row gives the median run.
 
     Args:
         target: The model every stream gets its reply from.
         draft: The model that proposes tokens, if any.
         prompt_ids: The prompt; the streams get variants of it (:func:`variants`).
-        params: The streams' sampling and draft setting.
+        configs: The configurations, or one's sampling and draft setting.
         streams: Stream counts, one row each.
         max_tokens: Tokens of every stream (end of sequence is not looked for).
         warmup: Run each shape once unmeasured first.
@@ -178,38 +212,77 @@ def measure_streams(
         batch_costs: The batch's costs, which its rounds measure and Auto
             plans with; they carry over from run to run (by default from this
             call's first run on).
-        label: The rows' k (by default ``auto`` or the fixed k).
         fresh: Warm up on prompts one token longer, so that the measured runs
             meet no cache length seen before (MLX's CUDA backend caches its
-            graphs by shape, so replayed lengths run faster than new ones).
-        options: How the batch runs (its draft cutoff, stretches, layout and
-            prompt sharing); the single-request reference plans along
-            stretches, as the app's decoder does. The streams' prompts differ
-            in their last token only.
+            graphs by shape, so replayed lengths run faster than new ones);
+            each later repeat's prompts are longer again, so only the first
+            repeat's streams are checked against the known replies. The
+            streams' prompts differ in their last token only.
+        repeats: Runs of each configuration and stream count.
         log: Where progress lines go.
 
     Raises:
-        ValueError: A stream count below 1.
+        ValueError: A stream count or repeats below 1.
     """
-    if any(n < 1 for n in streams):
-        raise ValueError("stream counts start at 1")
-    params = replace(params, max_tokens=max_tokens)  # no round drafts past the budget
+    if any(n < 1 for n in streams) or repeats < 1:
+        raise ValueError("stream counts and repeats start at 1")
+    if isinstance(configs, GenerationParams):
+        configs = [StreamsConfig(configs)]
     # The streams get the prompt with a different last token each, not one
     # prompt n times: each stream then has its own reply, so a round that gave
     # one request another's rows would fail `exact`; and at a miss rate above 0
     # the streams accept unevenly, as different users' requests do, where
     # identical ones would run in lockstep and flatter the batch.
     prompts = variants(prompt_ids, max(streams, default=1))
+    known: Replies = replies if replies is not None else {}
+    limit = max(c.params.drafting.limit for c in configs)
+    # One batch cost model for every configuration, as the app keeps one per pair.
+    shared = batch_costs if batch_costs is not None else BatchCosts(CostModel(limit + 1, profile))
+    measured = []
+    log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
+    for config in configs:
+        m = _references(target, draft, prompts, config, max_tokens, warmup, profile, shared, fresh)
+        measured.append(m)
+        if not m.params.sampled:
+            _greedy(target, prompts, m.params, known)
+    for r in range(repeats):
+        turn = measured[r % len(measured) :] + measured[: r % len(measured)]
+        # Where fresh, repeat r's prompts are 2r tokens longer (the warm-up's 1):
+        # no repeat replays the lengths another met.
+        longer = [[p[0]] * (2 * r * fresh) + p for p in prompts]
+        for n in streams:
+            for m in turn:
+                log(f"{n} stream{'s' if n > 1 else ''} at k = {_label(m)}, run {r + 1}/{repeats}")
+                batch = functools.partial(_batch, m.batch, m.params)
+                first = warmup and r == 0
+                m.runs.setdefault(n, []).append(_warmed(batch, longer[:n], first, fresh))
+    return [_row(m, n, prompts, known, 1 if fresh else repeats) for m in measured for n in streams]
+
+
+def _label(m: _Measured) -> str:
+    return m.config.label or str(m.params.drafting)
+
+
+def _references(
+    target: nn.Module,
+    draft: nn.Module | None,
+    prompts: list[list[int]],
+    config: StreamsConfig,
+    max_tokens: int,
+    warmup: bool,
+    profile: CostProfile | None,
+    batch_costs: BatchCosts,
+    fresh: bool,
+) -> _Measured:
+    """``config``'s batch decoder and its one request alone, plainly and speculatively."""
+    params = replace(config.params, max_tokens=max_tokens)  # no round drafts past the budget
     k_max = params.drafting.limit
 
     def costs() -> CostModel:
         return CostModel(k_max + 1, profile)
 
-    shared = batch_costs if batch_costs is not None else BatchCosts(costs())
-    batch = trace.attach(Decoder(target, draft, costs(), shared, options))
-
+    batch = trace.attach(Decoder(target, draft, costs(), batch_costs, config.options))
     plain_params = replace(params, drafting=DraftSetting.fixed(0))
-    log("one request alone, plainly" + (" and speculatively" if draft is not None else ""))
 
     def solo(decoder: Decoder, p: GenerationParams) -> Turns:
         return _warmed(lambda ps: _solo(decoder, ps[0], p), prompts[:1], warmup, fresh)
@@ -218,57 +291,59 @@ def measure_streams(
     spec = None
     if draft is not None:
         # Warmed up and measured on one decoder, as the batch keeps its costs and acceptance.
-        stretches = replace(options, stretch=True)
+        stretches = replace(config.options, stretch=True)
         decoder = trace.attach(Decoder(target, draft, costs(), options=stretches))
         spec = solo(decoder, params)
-    greedy = not params.sampled
-    known: Replies = replies if replies is not None else {}
-    if greedy:
-        known.setdefault(tuple(prompts[0]), plain.replies[0])
-        _greedy(target, prompts, params, known)
-    plain_tps = _tps(max_tokens, plain.seconds)
-    spec_tps = _tps(max_tokens, spec.seconds) if spec is not None else None
-    k = label or str(params.drafting)
-    rows = []
-    for n in streams:
-        log(f"{n} stream{'s' if n > 1 else ''} at k = {k}")
-        run = _warmed(
-            functools.partial(_batch, batch, params),
-            prompts[:n],
-            warmup,
-            fresh,
+    return _Measured(
+        config=config,
+        params=params,
+        batch=batch,
+        plain_tps=_tps(max_tokens, plain.seconds),
+        spec_tps=_tps(max_tokens, spec.seconds) if spec is not None else None,
+        runs={},
+    )
+
+
+def _row(
+    m: _Measured, n: int, prompts: list[list[int]], known: Replies, checked: int
+) -> StreamsRow:
+    """``n`` streams of ``m``'s configuration: its median run, all its rounds; the streams of
+    its first ``checked`` runs against the known replies."""
+    runs = m.runs[n]
+    max_tokens = m.params.max_tokens
+    seconds = statistics.median(run.seconds for run in runs)
+    rounds = [r for run in runs for rs in run.rounds for r in rs]
+    drafted = sum(r.k for r in rounds)
+    accepted = sum(r.accepted for r in rounds)
+    ks = [r.k for r in rounds if r.k]
+    total = _tps(n * max_tokens, seconds)
+    request = statistics.median(_tps(max_tokens, s) for run in runs for s in run.finished)
+    exact = None
+    if not m.params.sampled:
+        exact = all(
+            got == known[tuple(p)]
+            for run in runs[:checked]
+            for got, p in zip(run.replies, prompts[:n], strict=True)
         )
-        rounds = [r for rs in run.rounds for r in rs]
-        drafted = sum(r.k for r in rounds)
-        accepted = sum(r.accepted for r in rounds)
-        ks = [r.k for r in rounds if r.k]
-        total = _tps(n * max_tokens, run.seconds)
-        request = statistics.median(_tps(max_tokens, s) for s in run.finished)
-        exact = None
-        if greedy:
-            exact = all(
-                got == known[tuple(p)] for got, p in zip(run.replies, prompts[:n], strict=True)
-            )
-        rows.append(
-            StreamsRow(
-                streams=n,
-                k=k,
-                temp=params.temperature,
-                total_tps=total,
-                request_tps=request,
-                tokens=n * max_tokens,
-                seconds=run.seconds,
-                acceptance=accepted / drafted if drafted else None,
-                mean_k=statistics.mean(ks) if ks else None,
-                plain_tps=plain_tps,
-                spec_tps=spec_tps,
-                speedup_plain=_ratio(total, plain_tps),
-                speedup_spec=_ratio(total, spec_tps),
-                request_share=_ratio(request, spec_tps or plain_tps),
-                exact=exact,
-            )
-        )
-    return rows
+    spec = m.spec_tps
+    return StreamsRow(
+        streams=n,
+        k=_label(m),
+        temp=m.params.temperature,
+        total_tps=total,
+        request_tps=request,
+        tokens=n * max_tokens,
+        seconds=seconds,
+        acceptance=accepted / drafted if drafted else None,
+        mean_k=statistics.mean(ks) if ks else None,
+        plain_tps=m.plain_tps,
+        spec_tps=spec,
+        speedup_plain=_ratio(total, m.plain_tps),
+        speedup_spec=_ratio(total, spec),
+        request_share=_ratio(request, spec or m.plain_tps),
+        exact=exact,
+        runs_tps=tuple(_tps(n * max_tokens, run.seconds) for run in runs),
+    )
 
 
 def _cell(value: float | None, fmt: str) -> str:
@@ -285,9 +360,10 @@ def streams_table(rows: Sequence[StreamsRow]) -> str:
     for k, temp in dict.fromkeys((r.k, r.temp) for r in rows):
         group = [r for r in rows if (r.k, r.temp) == (k, temp)]
         spec = _cell(group[0].spec_tps, ".2f")
+        runs = len(group[0].runs_tps)
         lines.append(
             f"k {k}, temp {temp:.2f}; one request alone: plain {group[0].plain_tps:.2f} tok/s, "
-            f"speculative {spec} tok/s"
+            f"speculative {spec} tok/s" + (f"; median of {runs} runs" if runs > 1 else "")
         )
         lines.append(
             f"{'streams':>7} {'tok/s':>8} {'req tok/s':>9} {'tokens':>6} {'s':>7} {'accept':>7} "
@@ -305,4 +381,4 @@ def streams_table(rows: Sequence[StreamsRow]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["STREAMS", "StreamsRow", "measure_streams", "streams_table", "variants"]
+__all__ = ["STREAMS", "StreamsConfig", "StreamsRow", "measure_streams", "streams_table", "variants"]

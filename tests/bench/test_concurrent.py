@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.bench.concurrent import measure_streams, streams_table, variants
+from app.bench.concurrent import StreamsConfig, measure_streams, streams_table, variants
 from app.engine import GenerationParams, load_pair
 from app.engine.decoder import Decoder
 from app.engine.options import EngineOptions
@@ -68,10 +68,12 @@ def test_streams_copy_the_prompt_rows_they_share_unless_told(
         return original(self, model, chunks, caches)
 
     monkeypatch.setattr(Decoder, "_read_into", spy)
+    config = StreamsConfig(
+        GenerationParams(drafting=DraftSetting.of(3)), options=EngineOptions(share_prompts=share)
+    )
     rows = measure_streams(
-        pair.target.model, pair.draft.model, list(range(40, 88)),
-        GenerationParams(drafting=DraftSetting.of(3)),
-        streams=(3,), max_tokens=12, warmup=False, options=EngineOptions(share_prompts=share),
+        pair.target.model, pair.draft.model, list(range(40, 88)), [config],
+        streams=(3,), max_tokens=12, warmup=False,
     )  # fmt: skip
     # The 48-token prompts differ in their last token only; a reference reads one.
     assert max(rows_read.values()) == read
@@ -100,6 +102,37 @@ def test_fresh_shapes_warm_up_on_prompts_one_token_longer(
     runs = list(seen.values())
     assert runs[:2] == [[warm, n], [warm, n]]  # plain alone, speculative alone: warm-up, measured
     assert [warm, warm, n, n] in runs  # the two streams
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_repeats_rotate_the_configurations_and_rows_give_the_median_run(
+    pair, monkeypatch: pytest.MonkeyPatch, fresh: bool
+) -> None:
+    opened: list[tuple[int, int]] = []  # (k, prompt length) of each request, in order
+    original = Decoder.generate
+
+    def generate(self, prompt, params, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append((params.drafting.k, len(prompt)))
+        return original(self, prompt, params, *args, **kwargs)
+
+    monkeypatch.setattr(Decoder, "generate", generate)
+    configs = [StreamsConfig(GenerationParams(drafting=DraftSetting.of(k))) for k in (2, 3)]
+    rows = measure_streams(
+        pair.target.model, pair.draft.model, PROMPT, configs,
+        streams=(2,), max_tokens=8, warmup=False, repeats=3, fresh=fresh,
+    )  # fmt: skip
+    n = len(PROMPT)
+    grow = 2 if fresh else 0  # each repeat's prompts longer: no replayed lengths
+    # The references alone first, then the batches of two requests each.
+    assert opened[-12:][::2] == [
+        (2, n), (3, n), (3, n + grow), (2, n + grow), (2, n + 2 * grow), (3, n + 2 * grow)
+    ]  # fmt: skip
+    assert [(r.k, r.streams) for r in rows] == [("2", 2), ("3", 2)]
+    for r in rows:
+        assert len(r.runs_tps) == 3
+        assert r.total_tps == pytest.approx(sorted(r.runs_tps)[1])
+        assert r.exact is True
+    assert streams_table(rows).splitlines()[0].endswith("; median of 3 runs")
 
 
 def test_the_speculative_reference_keeps_what_it_learned_in_its_warm_up(
