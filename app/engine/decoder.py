@@ -112,7 +112,7 @@ TIME_DRAFT_EVERY = 8  # a lone request's drafting rounds: one in this many split
 STACK_FIRST = 4  # tokens a request's first draft step may feed for that step to run stacked
 KEEP = 4  # finished requests whose caches are kept for a follow-up that shares their prefix
 PROBE = 4  # plain tokens of a lone request's probe: its third is timed (PlainPace)
-# Where drafting is expected to beat plain decoding by less than this, probes come four
+# Where Auto expects drafting to beat plain decoding by less than this, probes come four
 # times as often: a plain step measured in a slow spell misleads Auto for fewer rounds,
 # and a probe costs little where drafting gains little.
 PROBE_CLOSE = 1.25
@@ -790,7 +790,8 @@ class Decoder:
         if self._behind(request):
             request.plan = plan  # run once the draft is ready
             return _Plan.plain_row(request)
-        if every > 0 and (unmeasured or self._probe_due(plan, every)) and request.left >= PROBE:
+        due = every > 0 and (unmeasured or self._probe_due(plan, every, wanted is None))
+        if due and request.left >= PROBE:
             return _Plan.plain_row(request, PROBE if solo else 1)
         turn = self._turn(request, plan.k)
         turn.width, turn.planned, turn.tried = plan.width, plan.k, plan.explore
@@ -806,11 +807,12 @@ class Decoder:
         )
         return _Plan([turn], timed)
 
-    def _probe_due(self, plan: Plan, every: int) -> bool:
-        """Whether this lone round probes plain decoding: one in ``every``, one in a
-        quarter as many where ``plan`` gains less than :data:`PROBE_CLOSE` over it."""
+    def _probe_due(self, plan: Plan, every: int, auto: bool) -> bool:
+        """Whether this lone round probes plain decoding: one in ``every``, and on ``auto``
+        one in a quarter as many where ``plan`` gains less than :data:`PROBE_CLOSE` over it
+        (a fixed k needs the baseline only for the gauge)."""
         step = self.costs.profile().step
-        close = step is not None and plan.rate * step < PROBE_CLOSE
+        close = auto and step is not None and plan.rate * step < PROBE_CLOSE
         return self._lone % (max(1, every // 4) if close else every) == 0
 
     def _extend(self, burst: _Burst) -> None:
