@@ -45,6 +45,7 @@ streams() {  # name, pair, then bench arguments: 4 and 8 requests at once, media
   bench "$name" "${BUDGET:-590}" --synthetic "$pair" --concurrent 4,8 --miss 0,0.1 \
     --ks 15,auto --max-tokens 128 --fresh-shapes --repeats 3 "$@"
 }
+# The 27B's streams take about 550 s for both miss rates (estimated from run 39's): one call each.
 hybrid="qwen3.6-27b:qwen3.5-0.8b"
 spell() {  # name, environment, then bench arguments: run 39b's configurations, each reply's steps
   name=$1
@@ -80,8 +81,11 @@ attention)  # the same beside an attention target of the hybrid's size
   bench one-27b-attention "${BUDGET:-250}" --synthetic 27b-attention:qwen3.5-0.8b \
     --miss 0.1,0.28 --ks 8,15,auto --impls plain,tandem --max-tokens 128 --warmup 32 --repeats 2
   ;;
-hstreams)  # the hybrid 27B's streams
-  streams streams-qwen3.6-27b $hybrid
+hstreams)  # the hybrid 27B's streams at miss 0 (hstreams-0.1: at 0.1)
+  streams streams-qwen3.6-27b $hybrid --miss 0
+  ;;
+hstreams-0.1)
+  streams streams-qwen3.6-27b-miss0.1 $hybrid --miss 0.1
   ;;
 mtp)  # "The target's own MTP head": depth 1-8 and Auto, then the 0.8B draft at miss 0.1
   bench one-27b-mtp "${BUDGET:-400}" --synthetic qwen3.6-27b:mtp --miss 0,0.1,0.28 \
@@ -89,8 +93,11 @@ mtp)  # "The target's own MTP head": depth 1-8 and Auto, then the 0.8B draft at 
   bench one-27b-0.8b "${BUDGET:-170}" --synthetic $hybrid --miss 0.1 --ks 4,8,15,auto \
     --impls plain,tandem --max-tokens 128 --warmup 32 --repeats 2
   ;;
-mtpstreams)  # the MTP head's streams
-  streams streams-27b-mtp qwen3.6-27b:mtp --ks 4,auto
+mtpstreams)  # the MTP head's streams at miss 0 (mtpstreams-0.1: at 0.1)
+  streams streams-27b-mtp qwen3.6-27b:mtp --ks 4,auto --miss 0
+  ;;
+mtpstreams-0.1)
+  streams streams-27b-mtp-miss0.1 qwen3.6-27b:mtp --ks 4,auto --miss 0.1
   ;;
 spells)  # whether plain steps run in spells, by graph setting: run 39b's pair and configurations
   # (mlx-lm's plain loop, k = 2, Auto at miss 0.28), then each reply's steps (tools/round_spells.py)
