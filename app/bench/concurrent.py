@@ -162,9 +162,10 @@ class StreamsConfig:
 class _Measured:
     """A configuration's decoder, its references alone, and its runs by stream count."""
 
-    config: StreamsConfig
+    label: str
     params: GenerationParams
     batch: Decoder
+    plain_reply: list[int]  # the first prompt's, decoded plainly: its greedy reply
     plain_tps: float
     spec_tps: float | None
     runs: dict[int, list[Turns]]
@@ -244,6 +245,7 @@ def measure_streams(
         m = _references(target, draft, prompts, config, max_tokens, warmup, profile, shared, fresh)
         measured.append(m)
         if not m.params.sampled:
+            known.setdefault(tuple(prompts[0]), m.plain_reply)
             _greedy(target, prompts, m.params, known)
     for r in range(repeats):
         turn = measured[r % len(measured) :] + measured[: r % len(measured)]
@@ -252,15 +254,11 @@ def measure_streams(
         longer = [[p[0]] * (2 * r * fresh) + p for p in prompts]
         for n in streams:
             for m in turn:
-                log(f"{n} stream{'s' if n > 1 else ''} at k = {_label(m)}, run {r + 1}/{repeats}")
+                log(f"{n} stream{'s' if n > 1 else ''} at k = {m.label}, run {r + 1}/{repeats}")
                 batch = functools.partial(_batch, m.batch, m.params)
                 first = warmup and r == 0
                 m.runs.setdefault(n, []).append(_warmed(batch, longer[:n], first, fresh))
     return [_row(m, n, prompts, known, 1 if fresh else repeats) for m in measured for n in streams]
-
-
-def _label(m: _Measured) -> str:
-    return m.config.label or str(m.params.drafting)
 
 
 def _references(
@@ -295,9 +293,10 @@ def _references(
         decoder = trace.attach(Decoder(target, draft, costs(), options=stretches))
         spec = solo(decoder, params)
     return _Measured(
-        config=config,
+        label=config.label or str(params.drafting),
         params=params,
         batch=batch,
+        plain_reply=plain.replies[0],
         plain_tps=_tps(max_tokens, plain.seconds),
         spec_tps=_tps(max_tokens, spec.seconds) if spec is not None else None,
         runs={},
@@ -328,7 +327,7 @@ def _row(
     spec = m.spec_tps
     return StreamsRow(
         streams=n,
-        k=_label(m),
+        k=m.label,
         temp=m.params.temperature,
         total_tps=total,
         request_tps=request,
